@@ -1,0 +1,90 @@
+"""Every `rlxf` command: its arguments here, its work in `rlxf.cli.<command>` (imported lazily)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+ConfigArg = typer.Argument(..., help="Run config (YAML).", exists=False)
+OverridesArg = typer.Argument(None, help="Dotted overrides, e.g. rollout.n=8 algorithm.kl_coef=0.01.")
+
+
+def _impl(module: str):
+    return importlib.import_module(f"rlxf.cli.{module}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def train(
+        config: Path = ConfigArg,
+        overrides: Optional[list[str]] = OverridesArg,
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
+    ) -> None:
+        """Run RL training (GRPO, DAPO, PPO, ...) from a config."""
+        _impl("train").run(config, overrides or [], resume=resume, overwrite=overwrite)
+
+    @app.command("eval")
+    def eval_(
+        config: Path = ConfigArg,
+        overrides: Optional[list[str]] = OverridesArg,
+        checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Checkpoint dir (or HF model dir) to evaluate; default model.path."),
+    ) -> None:
+        """Evaluate a model on the held-out split: greedy accuracy and pass@k."""
+        _impl("evaluate").run(config, overrides or [], checkpoint=checkpoint)
+
+    @app.command()
+    def explain(config: Path = ConfigArg, overrides: Optional[list[str]] = OverridesArg) -> None:
+        """Print the resolved config, the batch arithmetic and a memory estimate per role."""
+        _impl("explain").run(config, overrides or [])
+
+    @app.command("config-docs")
+    def config_docs(
+        section: Optional[str] = typer.Argument(None, help="Only this section, e.g. `rollout`."),
+    ) -> None:
+        """Print every config field with its type, default and meaning."""
+        _impl("config_docs").run(section)
+
+    @app.command()
+    def report(
+        run_dirs: list[Path] = typer.Argument(..., help="Run directories; several are overlaid for comparison."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file; default RUN_DIR/report.html."),
+    ) -> None:
+        """Write report.html with plots of a run's metrics (several runs overlaid)."""
+        _impl("report").run(run_dirs, out)
+
+    @app.command("init-model")
+    def init_model(
+        out: Path = typer.Argument(..., help="Directory to write the model and tokenizer to."),
+        preset: str = typer.Option("tiny", "--preset", help="Size preset: nano, tiny, small, base."),
+        seed: int = typer.Option(0, "--seed", help="Initialisation seed."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT."),
+    ) -> None:
+        """Build a Qwen2-architecture model from a size preset, with a tokenizer trained offline."""
+        _impl("init_model").run(out, preset=preset, seed=seed, overwrite=overwrite)
+
+    @app.command()
+    def generate(
+        model: str = typer.Argument(..., help="Model directory or hub id."),
+        prompts: list[str] = typer.Argument(..., help="Prompt texts (chat-templated before generation)."),
+        backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
+        n: int = typer.Option(1, "-n", help="Samples per prompt."),
+        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+        max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+    ) -> None:
+        """Generate responses from a model with a rollout engine."""
+        _impl("generate").run(model, prompts, backend=backend, n=n, temperature=temperature,
+                              max_new_tokens=max_new_tokens)
+
+    @app.command("serve-reward")
+    def serve_reward(
+        config: Path = ConfigArg,
+        overrides: Optional[list[str]] = OverridesArg,
+        host: str = typer.Option("127.0.0.1", "--host"),
+        port: int = typer.Option(8008, "--port"),
+    ) -> None:
+        """Serve the config's verifiers over HTTP (batch scoring endpoint + health)."""
+        _impl("serve_reward").run(config, overrides or [], host=host, port=port)

@@ -1,0 +1,43 @@
+"""Map failures to exit codes and messages a user can act on."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+import typer
+
+
+class UsageError(Exception):
+    """Bad input from the user (exit code 2): a config, a path, an argument."""
+
+
+def run_app(app: typer.Typer, args: list[str]) -> int:
+    from rlxf.config import ConfigError
+
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="rlxf", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        return 1
+    except click.ClickException as e:  # bad usage: unknown option, missing argument
+        e.show()
+        return 2
+    except (ConfigError, UsageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the last line of defence: say what failed
+        if os.environ.get("RLXF_DEBUG"):
+            traceback.print_exc()
+        else:
+            print(f"error: {type(e).__name__}: {e}\n(set RLXF_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) else 0

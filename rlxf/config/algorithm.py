@@ -1,0 +1,121 @@
+"""Which RL algorithm: advantage estimator, policy loss, aggregation, KL, shaping.
+
+``name`` picks a preset; every field the user sets explicitly wins over the preset.
+The presets and the papers behind them:
+
+- ``grpo``: group-relative advantages normalised by the group std, PPO-clip, per-sequence
+  token mean (Shao et al. 2024, DeepSeekMath).
+- ``dr_grpo``: GRPO without std normalisation and with a constant length normaliser
+  (Liu et al. 2025, "Understanding R1-Zero-Like Training").
+- ``dapo``: clip-higher (0.2 / 0.28), token-level loss, dynamic sampling, soft overlong
+  penalty (Yu et al. 2025, DAPO).
+- ``rloo``: leave-one-out baseline (Ahmadian et al. 2024, "Back to Basics").
+- ``reinforce_pp``: REINFORCE++ global batch normalisation (Hu 2025).
+- ``gspo``: sequence-level importance ratio and clipping (Zheng et al. 2025, GSPO).
+- ``ppo``: a learned critic with GAE (Schulman et al. 2017; Ouyang et al. 2022).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from rlxf.config.base import Section
+
+AlgorithmName = Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage": "grpo", "norm_adv_by_std": True, "policy_loss": "ppo_clip",
+             "loss_agg": "seq_mean_token_mean"},
+    "dr_grpo": {"advantage": "grpo", "norm_adv_by_std": False, "policy_loss": "ppo_clip",
+                "loss_agg": "seq_mean_token_sum_norm"},
+    "dapo": {"advantage": "grpo", "norm_adv_by_std": True, "policy_loss": "ppo_clip",
+             "loss_agg": "token_mean", "clip_eps_low": 0.2, "clip_eps_high": 0.28,
+             "dynamic_sampling": True, "overlong_buffer": 0.25},
+    "rloo": {"advantage": "rloo", "policy_loss": "ppo_clip", "loss_agg": "seq_mean_token_mean"},
+    "reinforce_pp": {"advantage": "reinforce_pp", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+    "gspo": {"advantage": "grpo", "norm_adv_by_std": True, "policy_loss": "gspo",
+             "loss_agg": "seq_mean_token_mean", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
+    "ppo": {"advantage": "gae", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+}
+
+
+class AlgorithmConfig(Section):
+    name: AlgorithmName = Field(
+        "grpo", description="Algorithm preset; sets the defaults of the fields below (see module doc)."
+    )
+    advantage: str = Field(
+        "grpo", description="Advantage estimator (registry name): gae, grpo, rloo, reinforce_pp, "
+        "reinforce_pp_baseline, reinforce, or one you registered."
+    )
+    norm_adv_by_std: bool = Field(
+        True, description="GRPO: divide by the group's reward std (off = Dr.GRPO)."
+    )
+    policy_loss: str = Field(
+        "ppo_clip", description="Policy loss (registry name): ppo_clip, dual_clip, gspo, cispo, vanilla."
+    )
+    loss_agg: str = Field(
+        "seq_mean_token_mean",
+        description="How token losses become one number: token_mean, seq_mean_token_mean, "
+        "seq_mean_token_sum, seq_mean_token_sum_norm.",
+    )
+    loss_agg_norm: int | None = Field(
+        None, ge=1,
+        description="Constant normaliser for seq_mean_token_sum_norm; default rollout.max_new_tokens.",
+    )
+    clip_eps_low: float = Field(0.2, ge=0, description="PPO ratio clip below: 1 - eps_low.")
+    clip_eps_high: float = Field(0.2, ge=0, description="PPO ratio clip above: 1 + eps_high (DAPO: 0.28).")
+    dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip bound c for negative advantages (Ye et al. 2020).")
+    cispo_eps_high: float = Field(5.0, ge=0, description="CISPO: IS weight clipped at 1 + eps_high.")
+    tis_cap: float | None = Field(
+        None, gt=0,
+        description="Truncated importance sampling against rollout log-probs: weight tokens by "
+        "min(π_old/π_rollout, cap). None = off.",
+    )
+    kl_coef: float = Field(
+        0.0, ge=0, description="KL penalty coefficient β toward the reference model; 0 loads no reference."
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="KL estimator (Schulman 2020): k1 = log-ratio, k2 = squared/2, k3 = unbiased, positive."
+    )
+    kl_mode: Literal["loss", "reward"] = Field(
+        "loss", description="`loss`: add β·KL to the loss (GRPO). `reward`: subtract β·KL from per-token rewards (PPO/RLHF)."
+    )
+    kl_target: float | None = Field(
+        None, gt=0, description="Adaptive KL controller target (Ziegler et al. 2019); None = fixed β."
+    )
+    kl_horizon: int = Field(10000, ge=1, description="Adaptive KL controller horizon in samples.")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount γ (GAE, REINFORCE++).")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE λ.")
+    value_clip: float | None = Field(
+        0.2, gt=0, description="PPO value clipping range around the old values; None = off."
+    )
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards are all equal and sample more to refill the batch."
+    )
+    max_sampling_rounds: int = Field(
+        4, ge=1, description="Dynamic sampling: most rollout rounds per step before training on what is there."
+    )
+    overlong_buffer: float = Field(
+        0.0, ge=0, lt=1,
+        description="DAPO soft overlong penalty: fraction of max_new_tokens at the end where the "
+        "reward falls linearly to -overlong_penalty (0 = off).",
+    )
+    overlong_penalty: float = Field(1.0, ge=0, description="DAPO soft overlong penalty at max length.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            name = data.get("name", "grpo")
+            if name in PRESETS:
+                return {**PRESETS[name], **data}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AlgorithmConfig:
+        if self.kl_target is not None and self.kl_coef == 0:
+            raise ValueError("algorithm.kl_target needs algorithm.kl_coef > 0 (the controller's starting β)")
+        return self

@@ -1,0 +1,211 @@
+"""Load a run config: a YAML file plus dotted overrides, validated before any work starts.
+
+    cfg = load_config("examples/grpo_arithmetic.yaml", ["algorithm.kl_coef=0.01", "rollout.n=8"])
+
+Every problem is reported at once, each naming the field path, the bad value, where it came
+from (file and line, or the override), and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlxf.config.schema import Config
+
+
+class ConfigError(ValueError):
+    """A config that cannot run. ``str(err)`` is a message a user can act on."""
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b.c=value"`` -> (["a", "b", "c"], value parsed as YAML)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(
+            f"override {text!r} is not of the form dotted.key=value (e.g. rollout.n=8)"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({e})") from None
+    return key.split("."), value
+
+
+def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) -> None:
+    node: Any = data
+    for i, part in enumerate(path[:-1]):
+        if isinstance(node, list):
+            node = node[_list_index(node, part, path[: i + 1], origin)]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"{origin}: `{'.'.join(path[:i])}` is not a section, cannot set `{part}` in it")
+        if node.get(part) is None:  # a missing or empty (null) section becomes a new one
+            node[part] = {}
+        node = node[part]
+    last = path[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, path, origin)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError(f"{origin}: `{'.'.join(path[:-1])}` is not a section, cannot set `{last}` in it")
+
+
+def _list_index(node: list, part: str, path: list[str], origin: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError(
+            f"{origin}: `{'.'.join(path)}`: `{part}` is not an index of a list of {len(node)} items"
+        )
+    return int(part)
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    if data is None:
+        return {}, None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (run:, model:, ...)")
+    return data, node
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """1-based line of the YAML node at ``loc`` (or of its nearest existing parent)."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    line, node = key.start_mark.line + 1, value
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class of the section at ``loc`` (for listing valid keys)."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        for cand in (ann, *getattr(ann, "__args__", ())):
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                model = cand
+                break
+            for inner in getattr(cand, "__args__", ()):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    model = inner
+                    break
+        else:
+            return None
+    return model
+
+
+def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
+                   overridden: dict[tuple, str]) -> str:
+    lines = [f"invalid config ({source}): {err.error_count()} problem(s)"]
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        kind = e["type"]
+        msg = e["msg"].removeprefix("Value error, ")
+        origin = next((o for k, o in overridden.items() if loc[: len(k)] == k), None)
+        if origin is None:
+            line = _line_of(node, loc)
+            origin = f"{source}:{line}" if line else source
+        if kind == "extra_forbidden":
+            section = _model_at(loc[:-1])
+            valid = sorted(section.model_fields) if section else []
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+            hint = f" Did you mean `{close[0]}`?" if close else ""
+            lines.append(f"  - {path} ({origin}): unknown field.{hint} Valid fields here: {', '.join(valid)}")
+        elif kind == "missing":
+            lines.append(f"  - {path} ({origin}): required field is missing")
+        else:
+            bad = e.get("input")
+            shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
+            lines.append(f"  - {path} ({origin}): {msg}{shown}")
+    lines.append("Run `rlxf config-docs` for every field, its type and its meaning.")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                base: dict[str, Any] | None = None) -> Config:
+    """Read ``path`` (YAML), apply ``overrides`` (``dotted.key=value``), validate.
+
+    ``base`` seeds the data before the file (used by tests and by commands with defaults).
+    Raises ConfigError naming every problem.
+    """
+    data: dict[str, Any] = dict(base or {})
+    node = None
+    source = "defaults"
+    if path is not None:
+        file_data, node = _read_yaml(Path(path))
+        data.update(file_data)
+        source = str(path)
+    overridden: dict[tuple, str] = {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        _set_path(data, keys, value, f"override {text!r}")
+        overridden[tuple(keys)] = f"override {text!r}"
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source, node, overridden)) from None
+    check_names(cfg)
+    return cfg
+
+
+def check_names(cfg: Config) -> None:
+    """Import ``cfg.plugins``, then check every registry name in the config exists.
+
+    Registries live in lower layers (they import torch), so they are imported here, lazily,
+    once the schema itself is valid.
+    """
+    for module in cfg.plugins:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"plugins: cannot import {module!r}: {e}") from None
+    from rlxf.algorithms import registry  # noqa: PLC0415 - lazy on purpose
+
+    problems = []
+    for field, kind in (("advantage", "advantage"), ("policy_loss", "policy_loss"),
+                        ("loss_agg", "loss_agg")):
+        name = getattr(cfg.algorithm, field)
+        valid = registry.names(kind)
+        if name not in valid:
+            problems.append(f"  - algorithm.{field}: unknown name {name!r}; valid: {', '.join(valid)}")
+    if problems:
+        raise ConfigError("invalid config:\n" + "\n".join(problems))
+
+
+def dump_config(cfg: Config) -> str:
+    """The resolved config as YAML (what a run writes to config.yaml)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -1,0 +1,48 @@
+"""Which model to train and how to load it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rlxf.config.base import Section
+
+
+class LoraConfig(Section):
+    r: int = Field(0, ge=0, description="LoRA rank; 0 disables LoRA (full fine-tuning). Needs `rlxf[peft]`.")
+    alpha: int = Field(16, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="Module names LoRA adapters attach to.",
+    )
+
+
+class ModelConfig(Section):
+    path: str = Field(
+        ...,
+        description="Hugging Face hub id or local directory of a causal LM (and its tokenizer). "
+        "`rlxf init-model --preset tiny OUT` makes one locally.",
+    )
+    tokenizer: str | None = Field(None, description="Tokenizer path or hub id, if not the model's.")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Parameter dtype. `auto`: float32 on CPU, bfloat16 on CUDA."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Device for training. `auto`: CUDA when available, else CPU."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass to save memory."
+    )
+    trust_remote_code: bool = Field(False, description="Allow model code from the hub repository.")
+    chat_template: str | None = Field(
+        None, description="Jinja chat template overriding the tokenizer's own (text, or a path to a file)."
+    )
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters (PEFT).")
+    logprob_chunk_size: int = Field(
+        1024, ge=1,
+        description="Tokens per chunk when turning hidden states into log-probs, so the full "
+        "(tokens x vocab) logits tensor is never held at once.",
+    )

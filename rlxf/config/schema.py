@@ -1,0 +1,69 @@
+"""The root config: one typed schema for every rlxf command."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import Field, model_validator
+
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.config.base import Section
+from rlxf.config.data import DataConfig
+from rlxf.config.model import ModelConfig
+from rlxf.config.reward import RewardConfig
+from rlxf.config.rollout import RolloutConfig
+from rlxf.config.run import CheckpointConfig, LoggingConfig, RunConfig
+from rlxf.config.train import CriticConfig, EvalConfig, TrainConfig, TrainDerived, check_divisible
+
+
+class Config(Section):
+    """A whole run. Load with ``rlxf.config.load_config(path, overrides)``."""
+
+    run: RunConfig = Field(default_factory=RunConfig, description="Name, output directory, seed, placement.")
+    model: ModelConfig = Field(..., description="The policy model.")
+    data: DataConfig = Field(..., description="Prompt source and tokenization.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Verifiers and reward service.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Batch sizes and optimisation.")
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="PPO critic (value model).")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics and samples.")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported before the run starts, e.g. to register a custom "
+        "advantage estimator or verifier.",
+    )
+
+    @model_validator(mode="after")
+    def _batch_arithmetic(self) -> Config:
+        samples = self.train.prompts_per_step * self.rollout.n
+        mini = self.train.mini_batch_size or samples
+        check_divisible(samples, mini, self.train.micro_batch_size)
+        if self.algorithm.advantage in ("grpo", "rloo", "reinforce_pp_baseline") and self.rollout.n < 2:
+            raise ValueError(
+                f"algorithm.advantage={self.algorithm.advantage!r} compares samples of one prompt "
+                f"and needs rollout.n >= 2 (got {self.rollout.n})"
+            )
+        if self.algorithm.dynamic_sampling and self.rollout.n < 2:
+            raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
+        return self
+
+    @cached_property
+    def derived(self) -> TrainDerived:
+        """Batch arithmetic, computed once (the config is frozen, so it never goes stale)."""
+        samples = self.train.prompts_per_step * self.rollout.n
+        mini = self.train.mini_batch_size or samples
+        per_epoch = samples // mini
+        max_tokens = self.data.max_prompt_len + self.rollout.max_new_tokens
+        return TrainDerived(
+            samples_per_step=samples,
+            mini_batch_size=mini,
+            optimizer_steps_per_epoch=per_epoch,
+            optimizer_steps_per_step=per_epoch * self.train.ppo_epochs,
+            grad_accum_steps=mini // self.train.micro_batch_size,
+            micro_batches_per_step=samples // self.train.micro_batch_size * self.train.ppo_epochs,
+            max_tokens_per_sample=max_tokens,
+            max_tokens_per_step=samples * max_tokens,
+        )

@@ -1,0 +1,88 @@
+"""Batch sizes, optimisation and evaluation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from rlxf.config.base import Section
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-5, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="Learning-rate schedule after warmup."
+    )
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine: final lr as a fraction of lr.")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Clip the global gradient norm; None = off.")
+
+
+class TrainConfig(Section):
+    steps: int = Field(100, ge=1, description="RL steps (rollout + update rounds).")
+    prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per RL step.")
+    mini_batch_size: int | None = Field(
+        None, ge=1,
+        description="Samples per optimizer step; None = all samples of the RL step (one optimizer "
+        "step per epoch, fully on-policy).",
+    )
+    micro_batch_size: int = Field(
+        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into these)."
+    )
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each RL step's samples.")
+    packing: bool = Field(
+        True, description="Pack a micro-batch's sequences into one row (no padding compute)."
+    )
+    max_skipped_steps: int = Field(
+        3, ge=1, description="Stop the run after this many consecutive steps with a non-finite loss or gradient."
+    )
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Actor optimizer.")
+
+
+class CriticConfig(Section):
+    path: str | None = Field(
+        None, description="Critic initialisation (causal LM trunk + new value head); default model.path."
+    )
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Critic optimizer.")
+
+
+class EvalConfig(Section):
+    every: int = Field(0, ge=0, description="Evaluate on the held-out split every N steps (0 = never during training).")
+    at_start: bool = Field(False, description="Also evaluate before the first step.")
+    num_problems: int = Field(500, ge=1, description="Held-out problems per evaluation (at most the split's size).")
+    pass_k: int = Field(
+        0, ge=0, description="Also sample k responses per problem (temperature of rollout) for pass@k; 0 = greedy only."
+    )
+    max_new_tokens: int | None = Field(None, ge=1, description="Response length limit; default rollout.max_new_tokens.")
+
+
+class TrainDerived(Section):
+    """Batch arithmetic, computed once from the config (shown by `rlxf explain`)."""
+
+    samples_per_step: int
+    mini_batch_size: int
+    optimizer_steps_per_epoch: int
+    optimizer_steps_per_step: int
+    grad_accum_steps: int
+    micro_batches_per_step: int
+    max_tokens_per_sample: int
+    max_tokens_per_step: int
+
+
+def check_divisible(samples: int, mini: int, micro: int) -> None:
+    if samples % mini:
+        raise ValueError(
+            f"train.mini_batch_size={mini} does not divide the {samples} samples of a step "
+            f"(train.prompts_per_step x rollout.n); choose a divisor of {samples}"
+        )
+    if mini % micro:
+        raise ValueError(
+            f"train.micro_batch_size={micro} does not divide train.mini_batch_size={mini}; "
+            f"choose a divisor of {mini}"
+        )
+
+
