@@ -1,0 +1,75 @@
+"""Every config field with its type, default and meaning (``rlxf config-docs``)."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from rlxf.config.schema import Config
+
+
+def _type_name(ann: Any) -> str:
+    origin = typing.get_origin(ann)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(ann))
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(ann))
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{args}]" if name not in ("Union", "UnionType") else args.replace(", ", " | ")
+    if ann is type(None):
+        return "null"
+    return getattr(ann, "__name__", str(ann))
+
+
+def _sub_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in typing.get_args(ann):
+        found = _sub_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(path, type, default, description) for every leaf field under ``model``."""
+    rows = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        sub = _sub_model(field.annotation)
+        is_list = typing.get_origin(field.annotation) is list
+        if sub is not None and not is_list:
+            rows.append((path, "section", "", field.description or ""))
+            rows.extend(field_docs(sub, path + "."))
+            continue
+        if sub is not None and is_list:
+            rows.append((path, f"list[{sub.__name__}]", "[]", field.description or ""))
+            rows.extend(field_docs(sub, path + "[]."))
+            continue
+        if field.default is not PydanticUndefined:
+            default = repr(field.default)
+        elif field.default_factory is not None:
+            default = repr(field.default_factory())
+        else:
+            default = "(required)"
+        rows.append((path, _type_name(field.annotation), default, field.description or ""))
+    return rows
+
+
+def render(section: str | None = None) -> str:
+    rows = field_docs()
+    if section:
+        rows = [r for r in rows if r[0] == section or r[0].startswith(section + ".") or r[0].startswith(section + "[]")]
+        if not rows:
+            sections = sorted(Config.model_fields)
+            raise KeyError(f"no config section {section!r}; sections: {', '.join(sections)}")
+    lines = []
+    for path, type_, default, desc in rows:
+        if type_ == "section":
+            lines.append(f"\n[{path}]  {desc}")
+        else:
+            lines.append(f"  {path}: {type_} = {default}\n      {desc}")
+    return "\n".join(lines).lstrip("\n")

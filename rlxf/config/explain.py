@@ -1,0 +1,118 @@
+"""The batch arithmetic and memory estimate behind ``rlxf explain``.
+
+Memory figures are rough upper bounds (no allocator overhead, no fragmentation), meant to
+tell a user which knob to turn before a run goes out of memory, not to be exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlxf.config.schema import Config
+
+GiB = 1024**3
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """What the memory estimate needs to know about a decoder-only transformer."""
+
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    kv_dim: int        # num_key_value_heads * head_dim
+    vocab: int
+
+    @classmethod
+    def from_hf_config(cls, hf_config, params: int) -> ModelDims:
+        heads = hf_config.num_attention_heads
+        head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
+        kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
+        return cls(params=params, layers=hf_config.num_hidden_layers, hidden=hf_config.hidden_size,
+                   intermediate=getattr(hf_config, "intermediate_size", 4 * hf_config.hidden_size),
+                   kv_dim=kv_heads * head_dim, vocab=hf_config.vocab_size)
+
+
+@dataclass(frozen=True)
+class RoleMemory:
+    role: str
+    weights: int
+    grads: int = 0
+    optimizer: int = 0
+    activations: int = 0
+    kv_cache: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.optimizer + self.activations + self.kv_cache
+
+
+def resolved_dtype(cfg: Config, cuda: bool = False) -> str:
+    if cfg.model.dtype != "auto":
+        return cfg.model.dtype
+    return "bfloat16" if cuda or cfg.model.device == "cuda" else "float32"
+
+
+def activation_bytes(dims: ModelDims, tokens: int, dtype_bytes: int, checkpointing: bool, chunk: int) -> int:
+    """Saved activations of one forward+backward over ``tokens`` tokens.
+
+    Per layer and token a Llama-style block keeps roughly its input, q/k/v and attention output
+    (hidden + 2 kv_dim + 2 hidden) and the MLP's gate/up/activation/input (3 intermediate + hidden):
+    about 4h + 2kv + 3I values. With gradient checkpointing only each layer's input is kept, plus
+    one layer recomputed at a time. The log-prob head holds one chunk of (tokens x vocab) float32
+    logits at a time (and its softmax for the backward).
+    """
+    per_layer = 4 * dims.hidden + 2 * dims.kv_dim + 3 * dims.intermediate
+    if checkpointing:
+        body = tokens * (dims.layers * dims.hidden + per_layer) * dtype_bytes
+    else:
+        body = tokens * dims.layers * per_layer * dtype_bytes
+    head = 2 * min(tokens, chunk) * dims.vocab * 4
+    return body + head
+
+
+def memory_estimate(cfg: Config, dims: ModelDims) -> list[RoleMemory]:
+    """Bytes per role for this config: actor, reference (if kl_coef > 0), critic (if GAE), engine."""
+    b = DTYPE_BYTES[resolved_dtype(cfg)]
+    d = cfg.derived
+    micro_tokens = cfg.train.micro_batch_size * d.max_tokens_per_sample
+    act = activation_bytes(dims, micro_tokens, b, cfg.model.gradient_checkpointing, cfg.model.logprob_chunk_size)
+    trainable = dims.params
+    roles = [RoleMemory("actor", weights=dims.params * b, grads=trainable * b,
+                        optimizer=2 * trainable * 4, activations=act)]
+    if cfg.algorithm.kl_coef > 0:
+        roles.append(RoleMemory("reference", weights=dims.params * b,
+                                activations=2 * min(micro_tokens, cfg.model.logprob_chunk_size) * dims.vocab * 4))
+    if cfg.algorithm.advantage == "gae":
+        critic_act = act - 2 * min(micro_tokens, cfg.model.logprob_chunk_size) * dims.vocab * 4
+        roles.append(RoleMemory("critic", weights=dims.params * b, grads=trainable * b,
+                                optimizer=2 * trainable * 4, activations=critic_act))
+    slots = min(cfg.rollout.max_batch_size, d.samples_per_step)
+    kv = slots * d.max_tokens_per_sample * dims.layers * 2 * dims.kv_dim * b
+    roles.append(RoleMemory("engine", weights=dims.params * b, kv_cache=kv))
+    return roles
+
+
+def batch_table(cfg: Config) -> list[tuple[str, str, str]]:
+    """(quantity, value, how it is computed) rows of the batch arithmetic."""
+    d = cfg.derived
+    t = cfg.train
+    return [
+        ("prompts per step", f"{t.prompts_per_step}", "train.prompts_per_step"),
+        ("samples per step", f"{d.samples_per_step}", f"prompts x rollout.n = {t.prompts_per_step} x {cfg.rollout.n}"),
+        ("mini-batch (samples per optimizer step)", f"{d.mini_batch_size}",
+         "train.mini_batch_size" if t.mini_batch_size else "all samples of the step"),
+        ("micro-batch (samples per forward/backward)", f"{t.micro_batch_size}", "train.micro_batch_size"),
+        ("gradient-accumulation steps", f"{d.grad_accum_steps}", f"mini / micro = {d.mini_batch_size} / {t.micro_batch_size}"),
+        ("micro-batches per RL step", f"{d.micro_batches_per_step}",
+         f"samples / micro x epochs = {d.samples_per_step} / {t.micro_batch_size} x {t.ppo_epochs}"),
+        ("optimizer steps per RL step", f"{d.optimizer_steps_per_step}",
+         f"samples / mini x epochs = {d.samples_per_step} / {d.mini_batch_size} x {t.ppo_epochs}"),
+        ("optimizer steps in the run", f"{d.optimizer_steps_per_step * t.steps}", f"x train.steps = {t.steps}"),
+        ("tokens per sample (upper bound)", f"{d.max_tokens_per_sample}",
+         f"data.max_prompt_len + rollout.max_new_tokens = {cfg.data.max_prompt_len} + {cfg.rollout.max_new_tokens}"),
+        ("tokens per step (upper bound)", f"{d.max_tokens_per_step:,}", "samples x tokens per sample"),
+        ("prompts in the run", f"{t.prompts_per_step * t.steps:,}", "prompts per step x train.steps"),
+    ]

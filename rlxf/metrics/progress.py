@@ -1,0 +1,68 @@
+"""A live progress line for long work: step, reward, accuracy, KL, tokens/s, ETA."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
+    value = metrics.get(key)
+    return "-" if value is None else format(value, spec)
+
+
+class ProgressDisplay:
+    """A rich progress bar whose description shows the latest headline metrics.
+
+    Disabled (writes nothing) when ``enabled`` is False or stderr is not a terminal; a plain
+    metrics line is then printed every ``log_every`` steps instead, so logs stay readable.
+    """
+
+    FIELDS = (("reward", "reward/mean", ".3f"), ("acc", "accuracy", ".3f"), ("kl", "kl", ".4f"),
+              ("tok/s", "throughput/tokens_per_s", ",.0f"))
+
+    def __init__(self, total: int, start: int = 0, *, enabled: bool = True, log_every: int = 1,
+                 console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.total = total
+        self.log_every = log_every
+        self.live = enabled and sys.stderr.isatty()
+        self._t0 = time.perf_counter()
+        self._start = start
+        self._progress: Progress | None = None
+        if self.live:
+            self._progress = Progress(
+                TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
+                TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), console=self.console, transient=False,
+            )
+            self._task = self._progress.add_task("", total=total, completed=start)
+            self._progress.start()
+
+    def summary(self, metrics: dict[str, Any]) -> str:
+        return "  ".join(f"{label} {_fmt(metrics, key, spec)}" for label, key, spec in self.FIELDS)
+
+    def update(self, step: int, metrics: dict[str, Any]) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, description=self.summary(metrics))
+        elif step % self.log_every == 0 or step == self.total:
+            done = step - self._start
+            elapsed = time.perf_counter() - self._t0
+            eta = elapsed / done * (self.total - step) if done else float("nan")
+            self.console.print(f"step {step}/{self.total}  {self.summary(metrics)}  eta {eta:.0f}s",
+                               highlight=False)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __enter__(self) -> ProgressDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,240 @@
+"""Metrics sinks behind one small interface.
+
+``metrics.jsonl`` is always written; TensorBoard, W&B and MLflow are added when enabled in
+``logging.sinks`` (each imported only then). The loop calls one sink and never asks which
+ones are on: ``sink.log(step, metrics)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class MetricsSink(Protocol):
+    def log(self, step: int, metrics: dict[str, float]) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullSink:
+    """Accepts everything, writes nothing."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _json_number(value: Any) -> Any:
+    """NaN/inf are not JSON: write them as strings so the file stays valid and the fact is kept."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def encode_line(record: dict[str, Any]) -> bytes:
+    return (json.dumps({k: _json_number(v) for k, v in record.items()}, allow_nan=False) + "\n").encode()
+
+
+class JsonlWriter:
+    """Append-only JSONL file that a crash cannot corrupt.
+
+    Each record goes out in one ``write(2)`` on an ``O_APPEND`` descriptor and is fsynced, so a
+    killed writer leaves whole lines only. On opening, a torn last line (no newline: the
+    machine died mid-write) is cut off, so appending never glues two records together.
+    """
+
+    def __init__(self, path: str | Path, fsync: bool = True):
+        self.path = Path(path)
+        self.fsync = fsync
+        repair_tail(self.path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, record: dict[str, Any]) -> None:
+        data = encode_line(record)
+        written = os.write(self._fd, data)
+        if written != len(data):  # a regular file short-writes only when the disk is full
+            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes (disk full?)")
+        if self.fsync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def repair_tail(path: Path) -> int:
+    """Cut a trailing partial line off ``path``; return how many bytes were removed."""
+    if not path.exists() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return 0
+        # walk back to the last newline
+        pos = size
+        block = 4096
+        while pos > 0:
+            start = max(0, pos - block)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                cut = start + nl + 1
+                break
+            pos = start
+        else:
+            cut = 0
+        f.truncate(cut)
+        return size - cut
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All complete records of a JSONL file (a torn last line is ignored)."""
+    records = []
+    p = Path(path)
+    if not p.exists():
+        return records
+    with open(p, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                break
+            line = raw.strip()
+            if line:
+                records.append(json.loads(line))
+    return records
+
+
+def truncate_after_step(path: str | Path, step: int) -> int:
+    """Drop records with ``step`` > ``step`` (used on resume: the run replays those steps).
+
+    Returns the number of records dropped. Rewrites atomically (temp file + rename).
+    """
+    p = Path(path)
+    records = read_jsonl(p)
+    keep = [r for r in records if r.get("step", -1) <= step]
+    if len(keep) == len(records) and (not p.exists() or repair_tail(p) == 0):
+        return 0
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    with open(tmp, "wb") as f:
+        for r in keep:
+            f.write(encode_line(r))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+    return len(records) - len(keep)
+
+
+class JsonlSink:
+    """``metrics.jsonl``: one JSON object per step, ``{"step": N, ...metrics}``."""
+
+    def __init__(self, path: str | Path):
+        self._writer = JsonlWriter(path)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._writer.write({"step": step, **metrics})
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class TensorBoardSink:
+    def __init__(self, log_dir: str | Path):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:  # tensorboard itself is missing
+            raise ImportError("logging.sinks has 'tensorboard': pip install 'rlxf[tensorboard]'") from e
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)):
+                self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    def __init__(self, project: str, name: str, config: dict[str, Any], run_dir: Path):
+        try:
+            import wandb
+        except ImportError as e:
+            raise ImportError("logging.sinks has 'wandb': pip install 'rlxf[wandb]'") from e
+        self._run = wandb.init(project=project, name=name, config=config, dir=str(run_dir), resume="allow")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MlflowSink:
+    def __init__(self, project: str, name: str, config: dict[str, Any]):
+        try:
+            import mlflow
+        except ImportError as e:
+            raise ImportError("logging.sinks has 'mlflow': pip install 'rlxf[mlflow]'") from e
+        self._mlflow = mlflow
+        mlflow.set_experiment(project)
+        mlflow.start_run(run_name=name)
+        flat = _flatten(config)
+        mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        clean = {k.replace("@", "_at_"): v for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and math.isfinite(v)}
+        self._mlflow.log_metrics(clean, step=step)
+
+    def close(self) -> None:
+        self._mlflow.end_run()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+class MultiSink:
+    """Fans one ``log`` call out to several sinks."""
+
+    def __init__(self, sinks: list[MetricsSink]):
+        self.sinks = sinks
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for sink in self.sinks:
+            sink.log(step, metrics)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def build_sinks(names: list[str], run_dir: Path, *, project: str, run_name: str,
+                config: dict[str, Any]) -> MultiSink:
+    """metrics.jsonl plus every sink named in ``names`` (``logging.sinks``)."""
+    sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
+    for name in names:
+        if name == "tensorboard":
+            sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+        elif name == "wandb":
+            sinks.append(WandbSink(project, run_name, config, run_dir))
+        elif name == "mlflow":
+            sinks.append(MlflowSink(project, run_name, config))
+        else:  # the config schema only admits the names above
+            raise ValueError(f"unknown metrics sink {name!r}; valid: tensorboard, wandb, mlflow")
+    return MultiSink(sinks)

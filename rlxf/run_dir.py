@@ -1,0 +1,94 @@
+"""The run directory: everything a run writes, in one place.
+
+    runs/<name>/
+      config.yaml        the resolved config (what actually ran)
+      metrics.jsonl      one JSON object per step, appended and fsynced
+      samples.jsonl      a fraction of each step's rollouts: prompt, response, reward, scores
+      train.log          the log
+      checkpoints/step_N/  model (HF format) + trainer state
+      report.html        plots (`rlxf report`)
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.logging import RichHandler
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used as asked (exists, or is missing on --resume)."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def samples(self) -> Path:
+        return self.path / "samples.jsonl"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "train.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.html"
+
+    @classmethod
+    def open(cls, output_dir: str | Path, name: str, *, resume: bool = False,
+             overwrite: bool = False) -> RunDir:
+        """Create ``output_dir/name`` (or reopen it with ``resume``).
+
+        An existing directory is never reused silently: pass ``resume`` to continue it or
+        ``overwrite`` to delete it and start over.
+        """
+        if resume and overwrite:
+            raise RunDirError("--resume and --overwrite contradict each other; pass one")
+        path = Path(output_dir) / name
+        exists = path.exists() and any(path.iterdir())
+        if resume and not exists:
+            raise RunDirError(f"--resume: {path} does not exist (or is empty); start the run without --resume")
+        if exists and not (resume or overwrite):
+            raise RunDirError(
+                f"{path} already exists. Pass --resume to continue that run, --overwrite to delete it "
+                f"and start over, or choose another run.name (e.g. run.name={name}-2)"
+            )
+        if overwrite and path.exists():
+            shutil.rmtree(path)
+        run = cls(path)
+        run.checkpoints.mkdir(parents=True, exist_ok=True)
+        return run
+
+
+def setup_logging(log_file: Path | None, *, console: bool = True, level: int = logging.INFO) -> logging.Logger:
+    """Log to the run's log file (plain) and the terminal (rich); returns the `rlxf` logger."""
+    logger = logging.getLogger("rlxf")
+    logger.setLevel(level)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    if console:
+        logger.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
+    if log_file is not None:
+        fh = logging.FileHandler(log_file)
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(fh)
+    logger.propagate = False
+    return logger

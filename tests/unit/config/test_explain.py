@@ -1,0 +1,50 @@
+"""`rlxf explain` arithmetic against hand-computed values."""
+
+from __future__ import annotations
+
+from rlxf.config import load_config
+from rlxf.config.explain import ModelDims, activation_bytes, batch_table, memory_estimate
+
+
+def _cfg(*overrides):
+    base = {"model": {"path": "m"}, "data": {"task": "arithmetic", "max_prompt_len": 32},
+            "rollout": {"n": 8, "max_new_tokens": 96, "max_batch_size": 64},
+            "train": {"prompts_per_step": 16, "mini_batch_size": 64, "micro_batch_size": 16}}
+    return load_config(None, list(overrides), base=base)
+
+
+def test_batch_table_rows():
+    cfg = _cfg("train.ppo_epochs=2")
+    rows = {q: v for q, v, _ in batch_table(cfg)}
+    assert rows["samples per step"] == "128"                 # 16 x 8
+    assert rows["gradient-accumulation steps"] == "4"        # 64 / 16
+    assert rows["optimizer steps per RL step"] == "4"        # 128 / 64 x 2
+    assert rows["micro-batches per RL step"] == "16"         # 128 / 16 x 2
+    assert rows["tokens per sample (upper bound)"] == "128"  # 32 + 96
+    assert rows["tokens per step (upper bound)"] == "16,384"  # 128 x 128
+
+
+DIMS = ModelDims(params=1_000_000, layers=2, hidden=64, intermediate=256, kv_dim=32, vocab=1000)
+
+
+def test_activation_bytes_by_hand():
+    # per layer per token: 4*64 + 2*32 + 3*256 = 256 + 64 + 768 = 1088 values
+    # 10 tokens, 2 layers, fp32: 10 * 2 * 1088 * 4 = 87,040 bytes
+    # head: 2 * min(10, 4) * 1000 * 4 = 32,000 bytes
+    assert activation_bytes(DIMS, tokens=10, dtype_bytes=4, checkpointing=False, chunk=4) == 87_040 + 32_000
+    # checkpointing: 10 * (2 * 64 + 1088) * 4 = 48,640 bytes, plus the same head
+    assert activation_bytes(DIMS, tokens=10, dtype_bytes=4, checkpointing=True, chunk=4) == 48_640 + 32_000
+
+
+def test_memory_per_role_by_hand():
+    cfg = _cfg("algorithm.kl_coef=0.1")
+    roles = {r.role: r for r in memory_estimate(cfg, DIMS)}
+    assert set(roles) == {"actor", "reference", "engine"}      # no critic for GRPO
+    actor = roles["actor"]
+    assert actor.weights == 4_000_000                          # 1M params x 4 bytes (fp32 on CPU)
+    assert actor.grads == 4_000_000
+    assert actor.optimizer == 8_000_000                        # AdamW: two fp32 moments
+    # engine KV cache: 64 slots x 128 tokens x 2 layers x 2 (k, v) x 32 x 4 bytes = 4,194,304
+    assert roles["engine"].kv_cache == 4_194_304
+    ppo = {r.role for r in memory_estimate(_cfg("algorithm.name=ppo"), DIMS)}
+    assert ppo == {"actor", "critic", "engine"}                # kl_coef 0: no reference

@@ -1,0 +1,99 @@
+"""metrics.jsonl: whole lines only, even when the writer is killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from rlxf.metrics.sinks import JsonlWriter, MultiSink, NullSink, build_sinks, read_jsonl, repair_tail, truncate_after_step
+
+WRITER = """
+import sys
+from rlxf.metrics.sinks import JsonlSink
+sink = JsonlSink(sys.argv[1])
+step = 0
+payload = "x" * 3000   # lines larger than a page, so a torn write would show
+while True:
+    step += 1
+    sink.log(step, {"reward/mean": step * 0.5, "blob": payload})
+"""
+
+
+def test_killed_writer_leaves_only_whole_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for _ in range(3):  # kill it several times, appending after each restart
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
+        deadline = time.time() + 20
+        while (not path.exists() or path.stat().st_size < 50_000) and time.time() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.split(b"\n")[:-1]
+    assert len(lines) > 10
+    for line in lines:
+        rec = json.loads(line)          # every line parses: no partial record
+        assert rec["reward/mean"] == rec["step"] * 0.5
+
+
+def test_torn_tail_is_repaired_before_appending(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"step": 1, "a": 1}\n{"step": 2, "a"')   # a crash mid-line
+    w = JsonlWriter(path)
+    w.write({"step": 2, "a": 2})
+    w.close()
+    assert read_jsonl(path) == [{"step": 1, "a": 1}, {"step": 2, "a": 2}]
+    assert repair_tail(path) == 0
+
+
+def test_read_ignores_torn_last_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"step": 1}\n{"step": 2')
+    assert read_jsonl(path) == [{"step": 1}]
+
+
+def test_truncate_after_step_for_resume(tmp_path):
+    path = tmp_path / "m.jsonl"
+    w = JsonlWriter(path)
+    for s in range(1, 6):
+        w.write({"step": s})
+    w.close()
+    assert truncate_after_step(path, 3) == 2
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3]
+    assert truncate_after_step(path, 3) == 0
+
+
+def test_non_finite_values_stay_valid_json(tmp_path):
+    path = tmp_path / "m.jsonl"
+    w = JsonlWriter(path)
+    w.write({"step": 1, "loss": float("nan"), "x": float("inf")})
+    w.close()
+    assert read_jsonl(path) == [{"step": 1, "loss": "nan", "x": "inf"}]
+
+
+def test_build_sinks_jsonl_always(tmp_path):
+    sink = build_sinks([], tmp_path, project="p", run_name="r", config={})
+    sink.log(1, {"a": 1.0})
+    sink.close()
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "a": 1.0}]
+
+
+def test_multi_and_null_sinks_fan_out():
+    seen = []
+
+    class Recorder:
+        def log(self, step, metrics):
+            seen.append((step, metrics))
+
+        def close(self):
+            seen.append("closed")
+
+    sink = MultiSink([Recorder(), NullSink(), Recorder()])
+    sink.log(4, {"k": 2.0})
+    sink.close()
+    assert seen == [(4, {"k": 2.0}), (4, {"k": 2.0}), "closed", "closed"]
