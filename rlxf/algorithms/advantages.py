@@ -1,0 +1,258 @@
+"""Advantage estimators: per-token rewards in, per-token advantages and returns out.
+
+Every estimator has the same signature, so the trainer calls whichever the config names::
+
+    advantages, returns = registry.get("advantage", name)(rewards, mask, group_ids, values, params)
+
+- ``rewards (B, T)``: per-token rewards over response tokens. An outcome reward sits on the
+  last valid token (``outcome_token_rewards``); per-turn rewards sit on the last model token
+  of each turn; a KL penalty in reward mode is on every token. Rewards on masked positions
+  are ignored (put a turn's reward on a model token, not on environment tokens).
+- ``mask (B, T)``: 1 on tokens that are trained on (model tokens), 0 on padding and on
+  environment tokens inside a multi-turn response.
+- ``group_ids (B,)`` long: samples of one prompt share an id.
+- ``values (B, T) | None``: the critic's V(s_t) (GAE only; the others ignore it).
+- ``params``: an ``AdvantageParams``.
+
+Returns ``advantages (B, T)`` Â_t and ``returns (B, T)``, the value targets: the λ-return
+for GAE and the discounted reward-to-go G_t = Σ_{k≥t} γ^{k-t} r_k (over valid tokens) for
+the others. Both are 0 on masked positions. Returns never depend on normalisation.
+
+Two families:
+
+- token-level (gae, reinforce_pp, reinforce) work from the reward-to-go, so per-turn rewards
+  credit only the tokens before them;
+- group-level (grpo, rloo, reinforce_pp_baseline) score each sample by its whole return
+  S = Σ_t r_t (the trajectory-level credit these methods are defined with), compare it with
+  the other samples of its group, and give the result to every valid token. ``gamma`` does
+  not enter their advantages.
+
+A group of one sample cannot be compared with anything: grpo and rloo give it advantage 0
+(no gradient) rather than nan. Rows with no valid token get 0 everywhere. Advantages are
+data, not differentiated; compute them under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlxf.algorithms.groups import group_mean_std
+from rlxf.algorithms.masked import masked_sum, masked_whiten, zero_masked
+from rlxf.algorithms.registry import register
+
+
+@dataclass(frozen=True)
+class AdvantageParams:
+    """Hyperparameters of the advantage estimators (each uses the ones it names)."""
+
+    gamma: float = 1.0          # discount γ: gae, reinforce, reinforce_pp (and every estimator's returns)
+    gae_lambda: float = 0.95    # GAE λ
+    norm_by_std: bool = True    # grpo: divide by the group std (False = Dr.GRPO); gae: whiten over the batch
+    eps: float = 1e-6           # added to every std before dividing
+    baseline: float = 0.0       # reinforce: the moving baseline b, from MovingBaseline.value
+
+
+def _check_inputs(name: str, rewards: Tensor, mask: Tensor, group_ids: Tensor | None,
+                  values: Tensor | None) -> None:
+    if rewards.dim() != 2 or rewards.shape != mask.shape:
+        raise ValueError(
+            f"{name}: rewards {tuple(rewards.shape)} and mask {tuple(mask.shape)} must both be (B, T)"
+        )
+    if group_ids is not None and group_ids.shape != rewards.shape[:1]:
+        raise ValueError(f"{name}: group_ids {tuple(group_ids.shape)} must be (B,) = ({rewards.shape[0]},)")
+    if values is not None and values.shape != rewards.shape:
+        raise ValueError(f"{name}: values {tuple(values.shape)} must match rewards {tuple(rewards.shape)}")
+
+
+def sequence_scores(rewards: Tensor, mask: Tensor) -> Tensor:
+    """Each sample's undiscounted return S = Σ_t r_t over valid tokens. (B, T) -> (B,)."""
+    return masked_sum(rewards, mask, dim=-1)
+
+
+def discounted_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """Reward-to-go G_t = r_t + γ G_{t'} with t' the next valid token; 0 when none. (B, T).
+
+    Masked tokens are skipped (an environment turn inside a response does not discount) and
+    hold 0 in the result.
+    """
+    valid = mask.bool()
+    rewards = zero_masked(rewards, valid)
+    if gamma == 1.0:  # Σ_{k≥t} r_k: a reversed cumulative sum, no loop
+        out = rewards.flip(-1).cumsum(-1).flip(-1)
+        return zero_masked(out, valid)
+    out = torch.zeros_like(rewards)
+    running = rewards.new_zeros(rewards.shape[0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
+        out[:, t] = running
+    return zero_masked(out, valid)
+
+
+def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
+    """(B,) -> (B, T): the sample's number on each of its valid tokens, 0 elsewhere."""
+    return zero_masked(per_sample[:, None].expand(mask.shape), mask)
+
+
+@register("advantage", "gae")
+def gae(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+        params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016), for PPO with a critic.
+
+        δ_t = r_t + γ V_{t'} - V_t            (t' the next valid token; V = 0 after the last)
+        Â_t = δ_t + γλ Â_{t'}
+        returns_t = Â_t + V_t                 (the λ-return, the critic's target)
+
+    The sequence ends after its last valid token (no bootstrap, also for truncated
+    responses). With ``params.norm_by_std`` the advantages are whitened over every valid
+    token of the batch (PPO practice; Ouyang et al. 2022); returns are not.
+    With γ = λ = 1 and no whitening, Â_t = G_t - V_t (reward-to-go minus value).
+    """
+    _check_inputs("gae", rewards, mask, group_ids, values)
+    if values is None:
+        raise ValueError(
+            "gae needs values (B, T) from a critic; pass the critic's V(s_t), or choose an "
+            "estimator without a critic (grpo, rloo, reinforce_pp, reinforce_pp_baseline, reinforce)"
+        )
+    valid = mask.bool()
+    rewards = zero_masked(rewards, valid)
+    values = zero_masked(values, valid)
+    gamma, lam = params.gamma, params.gae_lambda
+    adv = torch.zeros_like(rewards)
+    next_value = rewards.new_zeros(rewards.shape[0])
+    running = rewards.new_zeros(rewards.shape[0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        v = valid[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = torch.where(v, delta + gamma * lam * running, running)
+        next_value = torch.where(v, values[:, t], next_value)
+        adv[:, t] = running
+    adv = zero_masked(adv, valid)
+    returns = zero_masked(adv + values, valid)
+    if params.norm_by_std:
+        adv = masked_whiten(adv, valid, eps=params.eps)
+    return adv, returns
+
+
+@register("advantage", "grpo")
+def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+         params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """Group-relative advantage (Shao et al. 2024, DeepSeekMath, outcome supervision).
+
+        Â_i = (S_i - mean_g(S)) / (std_g(S) + eps)     on every valid token of sample i
+
+    with S_i the sample's return and g its group; the std is unbiased. With
+    ``params.norm_by_std=False`` the division is skipped: Dr.GRPO (Liu et al. 2025), which
+    argues the std up-weights prompts that are too easy or too hard.
+    Groups of one sample get Â = 0. Returns: reward-to-go G_t.
+    """
+    _check_inputs("grpo", rewards, mask, group_ids, None)
+    scores = sequence_scores(rewards, mask)
+    mean, std, _ = group_mean_std(scores, group_ids)
+    adv = scores - mean
+    if params.norm_by_std:
+        adv = adv / (std + params.eps)
+    return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
+
+
+@register("advantage", "rloo")
+def rloo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+         params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics").
+
+        Â_i = S_i - 1/(n-1) Σ_{j≠i} S_j = n/(n-1) (S_i - mean_g(S))
+
+    over the n samples of i's group: the baseline excludes the sample itself, so the
+    estimator stays unbiased. Groups of one sample get Â = 0. Returns: reward-to-go G_t.
+    """
+    _check_inputs("rloo", rewards, mask, group_ids, None)
+    scores = sequence_scores(rewards, mask)
+    mean, _, size = group_mean_std(scores, group_ids)
+    adv = (scores - mean) * size / (size - 1).clamp(min=1)
+    return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
+
+
+@register("advantage", "reinforce_pp")
+def reinforce_pp(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+                 params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ (Hu 2025): reward-to-go normalised over the whole batch.
+
+        G_t = Σ_{k≥t} γ^{k-t} r_k;   Â_t = (G_t - mean(G)) / (std(G) + eps)
+
+    mean and std over every valid token of the batch (global, not per group). Per-token KL
+    penalties belong in ``rewards`` (kl_mode=reward). Returns: G_t.
+    """
+    _check_inputs("reinforce_pp", rewards, mask, group_ids, None)
+    returns = discounted_returns(rewards, mask, params.gamma)
+    return masked_whiten(returns, mask, eps=params.eps), returns
+
+
+@register("advantage", "reinforce_pp_baseline")
+def reinforce_pp_baseline(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+                          params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """REINFORCE++-baseline (Hu 2025): group-mean baseline, then global batch normalisation.
+
+        a_i = S_i - mean_g(S);   Â_i = (a_i - mean(a)) / (std(a) + eps)
+
+    a_i is put on every valid token of sample i, and mean/std are taken over every valid
+    token of the batch (so longer samples weigh more, as in the paper's token-level
+    normalisation). Returns: reward-to-go G_t.
+    """
+    _check_inputs("reinforce_pp_baseline", rewards, mask, group_ids, None)
+    scores = sequence_scores(rewards, mask)
+    mean, _, _ = group_mean_std(scores, group_ids)
+    adv = masked_whiten(_broadcast(scores - mean, mask), mask, eps=params.eps)
+    return adv, discounted_returns(rewards, mask, params.gamma)
+
+
+@register("advantage", "reinforce")
+def reinforce(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+              params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """REINFORCE with a moving baseline (Williams 1992).
+
+        Â_t = G_t - b,   G_t = Σ_{k≥t} γ^{k-t} r_k
+
+    b = ``params.baseline``, a moving average of past batches' mean return kept by
+    ``MovingBaseline`` outside this function (so the estimate stays unbiased: b does not
+    depend on the current samples). Returns: G_t.
+    """
+    _check_inputs("reinforce", rewards, mask, group_ids, None)
+    returns = discounted_returns(rewards, mask, params.gamma)
+    return zero_masked(returns - params.baseline, mask), returns
+
+
+class MovingBaseline:
+    """Exponential moving average of the mean return, the baseline b of ``reinforce``.
+
+        b ← decay · b + (1 - decay) · mean_return      (the first update sets b = mean_return)
+
+    The trainer keeps one, passes ``AdvantageParams(baseline=mb.value)`` to whichever
+    estimator runs (the others ignore it), and afterwards calls ``mb.update(float(mean S))``
+    with the batch's mean sequence return, e.g. ``sequence_scores(rewards, mask).mean()``.
+    """
+
+    def __init__(self, decay: float = 0.9, value: float = 0.0) -> None:
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"MovingBaseline decay must be in [0, 1), got {decay}")
+        self.decay = decay
+        self.value = float(value)
+        self.updates = 0
+
+    def update(self, mean_return: float) -> float:
+        """Fold one batch's mean return into the baseline; returns the new value."""
+        if self.updates == 0:
+            self.value = float(mean_return)
+        else:
+            self.value = self.decay * self.value + (1.0 - self.decay) * float(mean_return)
+        self.updates += 1
+        return self.value
+
+    def state_dict(self) -> dict[str, float | int]:
+        return {"decay": self.decay, "value": self.value, "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, float | int]) -> None:
+        self.decay = float(state["decay"])
+        self.value = float(state["value"])
+        self.updates = int(state["updates"])

@@ -1,0 +1,74 @@
+"""Reductions over the valid entries of a padded tensor.
+
+A mask marks valid entries with a nonzero value (bool or 0/1 float); everything else is
+padding or environment tokens. These helpers select with ``torch.where`` rather than multiply
+by the mask, so a masked entry holding ``inf`` or ``nan`` changes neither the value nor the
+gradient (``0 * inf`` would be ``nan``). A reduction over no valid entries returns 0, never
+``nan``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def zero_masked(x: Tensor, mask: Tensor) -> Tensor:
+    """``x`` with masked entries replaced by 0 (gradient 0 there too). Same shape as ``x``."""
+    return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Σ x over valid entries, over ``dim`` (all dims when None)."""
+    x = zero_masked(x, mask)
+    return x.sum() if dim is None else x.sum(dim=dim, keepdim=keepdim)
+
+
+def masked_count(mask: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Number of valid entries (float), over ``dim`` (all dims when None)."""
+    valid = mask.bool().to(mask.dtype if mask.is_floating_point() else torch.float32)
+    return valid.sum() if dim is None else valid.sum(dim=dim, keepdim=keepdim)
+
+
+def safe_divide(num: Tensor, den: Tensor | float) -> Tensor:
+    """``num / den`` with 0 wherever ``den == 0`` (an empty reduction has mean 0, not nan)."""
+    den = torch.as_tensor(den, dtype=num.dtype, device=num.device)
+    ok = den != 0
+    return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Mean of x over valid entries: Σ m·x / Σ m; 0 where there are none."""
+    count = masked_count(mask, dim, keepdim).to(x.dtype)
+    return safe_divide(masked_sum(x, mask, dim, keepdim), count)
+
+
+def masked_var(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = False,
+               unbiased: bool = True) -> Tensor:
+    """Variance of x over valid entries; Bessel-corrected when ``unbiased``.
+
+    0 where there are fewer than two valid entries (unbiased) or none (biased).
+    """
+    mean = masked_mean(x, mask, dim, keepdim=True)
+    sq = masked_sum((x - mean) ** 2, mask, dim, keepdim)
+    count = masked_count(mask, dim, keepdim).to(x.dtype)
+    if unbiased:
+        count = torch.where(count > 1, count - 1, torch.zeros_like(count))
+    return safe_divide(sq, count)
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """Normalise x by the mean and std of its valid entries (all of them, across every dim).
+
+        x̂ = (x - mean) / (std + eps)
+
+    With ``shift_mean=False`` only the scale changes: ``x̂ = (x - mean) / (std + eps) + mean``.
+    Masked entries of the result are 0. The std is unbiased (see ``masked_var``); with a single
+    valid entry it is 0 and x̂ = 0 there (``x - mean = 0``), never nan.
+    """
+    mean = masked_mean(x, mask)
+    std = masked_var(x, mask).sqrt()
+    out = (x - mean) / (std + eps)
+    if not shift_mean:
+        out = out + mean
+    return zero_masked(out, mask)
