@@ -1,0 +1,277 @@
+"""Load and save Hugging Face causal LMs and tokenizers: local directories or hub ids.
+
+    model = load_model("runs/tiny", device="auto", dtype="auto")
+    tokenizer = load_tokenizer("runs/tiny")
+    save_model(model, "out/step_10", tokenizer)   # AutoModelForCausalLM.from_pretrained reads it
+
+``load_from_config(cfg.model)`` does both from the ``model:`` config section.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from rlxf.config.model import LoraConfig, ModelConfig
+
+
+class ModelLoadError(ValueError):
+    """A model or tokenizer that cannot be loaded; the message says which path and what to do."""
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` -> CUDA when available, else CPU."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"model.device is {device!r} but CUDA is not available here; use `auto` or `cpu`")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
+    """``auto`` -> bfloat16 on a CUDA device that supports it, else float32."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if device is not None and device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; valid: auto, float32, bfloat16, float16") from None
+
+
+def _check_source(path: str | Path, what: str) -> str:
+    """A local directory, or something that looks like a hub id; otherwise a helpful error."""
+    text = str(path)
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise ModelLoadError(f"{what} path {text} is a file; give the directory that holds config.json")
+        return str(local)
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
+    if looks_local:
+        raise ModelLoadError(
+            f"{what} path {text} does not exist. Make a small model there with "
+            f"`rlxf init-model --preset tiny {text}`, or give a Hugging Face hub id (org/name)."
+        )
+    return text
+
+
+def _hub_hint(source: str, err: Exception) -> ModelLoadError:
+    return ModelLoadError(
+        f"cannot load {source!r}: {type(err).__name__}: {err}. If it is a hub id, check the name and "
+        f"that the hub is reachable (or set HF_HUB_OFFLINE=1 to use the local cache); if it is a "
+        f"local directory, check that it holds config.json and model weights."
+    )
+
+
+def load_tokenizer(
+    path: str | Path,
+    *,
+    chat_template: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained`` plus rlxf's conventions.
+
+    ``chat_template`` (Jinja text, or a path to a file holding it) overrides the tokenizer's own.
+    A tokenizer without a pad token gets its eos token as pad (padding is always masked).
+    """
+    from transformers import AutoTokenizer
+
+    source = _check_source(path, "tokenizer")
+    try:
+        tok = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise _hub_hint(source, e) from None
+    if chat_template is not None:
+        tok.chat_template = read_chat_template(chat_template)
+    if tok.pad_token is None:
+        if tok.eos_token is None:
+            raise ModelLoadError(f"tokenizer {source} has neither a pad nor an eos token; add one to it")
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def read_chat_template(template: str) -> str:
+    """Jinja template text, or the text of the file it names (``*.jinja`` / ``*.j2`` / ``*.txt``)."""
+    if "{" not in template:
+        p = Path(template).expanduser()
+        if not p.is_file():
+            raise ModelLoadError(
+                f"chat_template {template!r} is neither Jinja text (it has no '{{') nor an existing file"
+            )
+        return p.read_text()
+    return template
+
+
+def load_model(
+    path: str | Path,
+    *,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    gradient_checkpointing: bool = False,
+    lora: LoraConfig | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = "sdpa",
+) -> PreTrainedModel:
+    """A causal LM from a local directory or hub id, on ``device`` in ``dtype``.
+
+    With ``lora.r > 0`` the model is wrapped in PEFT LoRA adapters (needs ``rlxf[peft]``); only
+    the adapters then require grad. ``use_cache`` is turned off in the config: the trainer never
+    decodes with this model, and a cache would also hide packed sequences from the mask builder.
+    """
+    from transformers import AutoModelForCausalLM
+
+    source = _check_source(path, "model")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    kwargs: dict[str, Any] = {"dtype": dt, "revision": revision, "trust_remote_code": trust_remote_code}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as e:
+        raise _hub_hint(source, e) from None
+    model.to(dev)
+    model.config.use_cache = False
+    if gradient_checkpointing:
+        enable_checkpointing(model)
+    if lora is not None and lora.r > 0:
+        model = apply_lora(model, lora)
+    return model
+
+
+def enable_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each decoder layer's activations in the backward pass (saves memory, ~30% compute).
+
+    Non-reentrant checkpointing works with frozen embeddings (LoRA) and with no_grad callers.
+    """
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def is_checkpointing(model) -> bool:
+    model = unwrap_model(model)
+    flag = getattr(type(model), "is_activation_checkpointing", None)
+    return bool(model.is_activation_checkpointing if flag is not None else model.is_gradient_checkpointing)
+
+
+def apply_lora(model: PreTrainedModel, lora: LoraConfig):
+    """Wrap ``model`` in LoRA adapters (PEFT); the base weights are frozen."""
+    try:
+        import peft
+    except ImportError:
+        raise ModelLoadError("model.lora.r > 0 needs PEFT: pip install 'rlxf[peft]'") from None
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    unknown = [m for m in lora.target_modules if m not in names]
+    if unknown:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise ModelLoadError(
+            f"model.lora.target_modules {unknown} are not modules of this model; linear modules it has: "
+            f"{', '.join(linear)}"
+        )
+    cfg = peft.LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
+    )
+    return peft.get_peft_model(model, cfg)
+
+
+def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy model and its tokenizer from the ``model:`` config section."""
+    tokenizer = load_tokenizer(
+        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision,
+        trust_remote_code=cfg.trust_remote_code,
+    )
+    model = load_model(
+        cfg.path, device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
+        lora=cfg.lora, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
+    )
+    return model, tokenizer
+
+
+def unwrap_model(model) -> PreTrainedModel:
+    """The transformers model inside a PEFT wrapper (or the model itself)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) and _is_peft(model) else model
+
+
+def _is_peft(model) -> bool:
+    return type(model).__module__.startswith("peft.")
+
+
+def merged_state_dict(model) -> dict[str, torch.Tensor]:
+    """The plain transformers state dict; LoRA deltas are added into their base weights.
+
+    The model itself is not changed (merging in place and unmerging would round bf16 weights).
+    """
+    if not _is_peft(model):
+        return model.state_dict()
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    out: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer):
+                weight = module.get_base_layer().weight.detach().clone()
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A:
+                        weight += module.get_delta_weight(adapter).to(weight.dtype)
+                out[f"{name}.weight"] = weight
+                bias = getattr(module.get_base_layer(), "bias", None)
+                if bias is not None:
+                    out[f"{name}.bias"] = bias.detach().clone()
+        for key, value in base.state_dict().items():
+            if "lora_" in key or ".base_layer." in key:
+                continue
+            out.setdefault(key, value)
+    return out
+
+
+def save_model(model, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
+    """Write ``model`` (and ``tokenizer``) in HF format with safetensors.
+
+    A LoRA model is saved merged, so ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
+    ``load_model(out_dir)`` read it back without PEFT.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = unwrap_model(model)
+    state = merged_state_dict(model)
+    use_cache = base.config.use_cache
+    base.config.use_cache = True  # the saved model is for inference too
+    try:
+        base.save_pretrained(str(out), state_dict=state, safe_serialization=True)
+    finally:
+        base.config.use_cache = use_cache
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out))
+    return out
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct parameters (a tied embedding counts once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def read_init_info(path: str | Path) -> dict[str, Any] | None:
+    """The ``rlxf_init.json`` that ``rlxf init-model`` writes (preset, seed, parameters), if any."""
+    f = Path(path) / "rlxf_init.json"
+    return json.loads(f.read_text()) if f.is_file() else None

@@ -1,0 +1,113 @@
+"""init-model -> load -> save -> from_pretrained round trips, LoRA, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlxf.config.model import LoraConfig
+from rlxf.models import ModelLoadError, init_model, load_model, load_tokenizer, save_model
+from rlxf.models.loading import is_checkpointing
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits
+
+
+def test_init_model_dir_is_hf_loadable(nano_model_dir):
+    files = {p.name for p in nano_model_dir.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "rlxf_init.json"} <= files
+    hf = AutoModelForCausalLM.from_pretrained(nano_model_dir)
+    ours = load_model(nano_model_dir, device="cpu")
+    ids = [5, 17, 300, 42, 2]
+    torch.testing.assert_close(_logits(hf, ids), _logits(ours, ids), rtol=0, atol=0)
+    tok = AutoTokenizer.from_pretrained(nano_model_dir)
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                   add_generation_prompt=True).endswith("<|im_start|>assistant\n")
+    info = json.loads((nano_model_dir / "rlxf_init.json").read_text())
+    assert info["preset"] == "nano" and info["parameters"] == 361_024
+
+
+def test_init_model_is_deterministic(tmp_path, tokenizer_for_tests, nano_model_dir):
+    again = init_model("nano", tmp_path / "m", seed=0, tokenizer=tokenizer_for_tests)
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (again / name).read_bytes() == (nano_model_dir / name).read_bytes(), name
+
+
+def test_init_model_refuses_to_overwrite(tmp_path, tokenizer_for_tests):
+    (tmp_path / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        init_model("nano", tmp_path, tokenizer=tokenizer_for_tests)
+    init_model("nano", tmp_path, overwrite=True, tokenizer=tokenizer_for_tests)
+    assert not (tmp_path / "keep.txt").exists()
+
+
+def test_save_after_training_round_trips(nano_model_dir, tmp_path):
+    model = load_model(nano_model_dir, device="cpu")
+    tok = load_tokenizer(nano_model_dir)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.add_(0.5)  # a change that must survive the round trip
+    out = save_model(model, tmp_path / "saved", tok)
+    ids = [1, 2, 3, 4]
+    back = AutoModelForCausalLM.from_pretrained(out)
+    torch.testing.assert_close(_logits(back, ids), _logits(model, ids), rtol=0, atol=0)
+    assert not torch.equal(_logits(back, ids), _logits(load_model(nano_model_dir), ids))
+    assert AutoTokenizer.from_pretrained(out).get_vocab() == tok.get_vocab()
+    assert back.config.use_cache  # saved for inference even though training turned it off
+
+
+def test_lora_trains_adapters_only_and_saves_merged(nano_model_dir, tmp_path):
+    model = load_model(nano_model_dir, lora=LoraConfig(r=4, alpha=8))
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    with torch.no_grad():  # PEFT starts B at zero: make the adapter do something
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    ids = [7, 8, 9, 10, 11]
+    out = save_model(model, tmp_path / "lora_merged")
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    torch.testing.assert_close(_logits(merged, ids), _logits(model, ids), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(_logits(merged, ids), _logits(load_model(nano_model_dir), ids))
+    keys = set(merged.state_dict())
+    assert not any("lora" in k or "base_layer" in k for k in keys)
+
+
+def test_lora_unknown_target_names_the_valid_ones(nano_model_dir):
+    with pytest.raises(ModelLoadError, match=r"\['qkv'\].*q_proj"):
+        load_model(nano_model_dir, lora=LoraConfig(r=2, target_modules=["qkv"]))
+
+
+def test_gradient_checkpointing_flag(nano_model_dir):
+    model = load_model(nano_model_dir, gradient_checkpointing=True)
+    assert is_checkpointing(model)
+    assert not is_checkpointing(load_model(nano_model_dir))
+
+
+def test_missing_local_path_says_how_to_make_one(tmp_path):
+    with pytest.raises(ModelLoadError, match="rlxf init-model --preset tiny"):
+        load_model(tmp_path / "nope")
+
+
+def test_chat_template_override(nano_model_dir, tmp_path):
+    tpl = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    (tmp_path / "t.jinja").write_text(tpl)
+    for given in (tpl, str(tmp_path / "t.jinja")):
+        tok = load_tokenizer(nano_model_dir, chat_template=given)
+        assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "[user] hi\n"
+    with pytest.raises(ModelLoadError, match="neither Jinja text"):
+        load_tokenizer(nano_model_dir, chat_template=str(tmp_path / "missing.jinja"))
+
+
+def test_cli_init_model(tmp_path, capsys):
+    from rlxf.cli.main import main
+
+    assert main(["init-model", "--preset", "nano", str(tmp_path / "m")]) == 0
+    assert "parameters=361,024" in capsys.readouterr().out
+    assert main(["init-model", "--preset", "nano", str(tmp_path / "m")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["init-model", "--preset", "huge", str(tmp_path / "x")]) == 2
