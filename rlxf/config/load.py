@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,25 @@ class ConfigError(ValueError):
     """A config that cannot run. ``str(err)`` is a message a user can act on."""
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-5`` as a float (YAML 1.1 insists on ``1.0e-5``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"a.b.c=value"`` -> (["a", "b", "c"], value parsed as YAML)."""
     key, sep, raw = text.partition("=")
@@ -32,7 +52,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             f"override {text!r} is not of the form dotted.key=value (e.g. rollout.n=8)"
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = _load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise ConfigError(f"override {text!r}: the value is not valid YAML ({e})") from None
     return key.split("."), value
@@ -71,8 +91,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
         raise ConfigError(f"config file {path} does not exist")
     text = path.read_text()
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=_Loader)
+        data = _load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
