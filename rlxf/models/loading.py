@@ -50,7 +50,7 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
         raise ModelLoadError(f"unknown dtype {dtype!r}; valid: auto, float32, bfloat16, float16") from None
 
 
-def _check_source(path: str | Path, what: str) -> str:
+def check_source(path: str | Path, what: str) -> str:
     """A local directory, or something that looks like a hub id; otherwise a helpful error."""
     text = str(path)
     local = Path(text).expanduser()
@@ -67,7 +67,7 @@ def _check_source(path: str | Path, what: str) -> str:
     return text
 
 
-def _hub_hint(source: str, err: Exception) -> ModelLoadError:
+def hub_error(source: str, err: Exception) -> ModelLoadError:
     return ModelLoadError(
         f"cannot load {source!r}: {type(err).__name__}: {err}. If it is a hub id, check the name and "
         f"that the hub is reachable (or set HF_HUB_OFFLINE=1 to use the local cache); if it is a "
@@ -89,11 +89,11 @@ def load_tokenizer(
     """
     from transformers import AutoTokenizer
 
-    source = _check_source(path, "tokenizer")
+    source = check_source(path, "tokenizer")
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
-        raise _hub_hint(source, e) from None
+        raise hub_error(source, e) from None
     if chat_template is not None:
         tok.chat_template = read_chat_template(chat_template)
     if tok.pad_token is None:
@@ -134,7 +134,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
-    source = _check_source(path, "model")
+    source = check_source(path, "model")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     kwargs: dict[str, Any] = {"dtype": dt, "revision": revision, "trust_remote_code": trust_remote_code}
@@ -143,7 +143,7 @@ def load_model(
     try:
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as e:
-        raise _hub_hint(source, e) from None
+        raise hub_error(source, e) from None
     model.to(dev)
     model.config.use_cache = False
     if gradient_checkpointing:
