@@ -34,6 +34,12 @@ def _sub_model(ann: Any) -> type[BaseModel] | None:
     return None
 
 
+def _union_members(ann: Any) -> list[type[BaseModel]]:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [m for arg in typing.get_args(ann) for m in _union_members(arg)]
+
+
 def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(path, type, default, description) for every leaf field under ``model``."""
     rows = []
@@ -44,6 +50,12 @@ def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[
         if sub is not None and not is_list:
             rows.append((path, "section", "", field.description or ""))
             rows.extend(field_docs(sub, path + "."))
+            continue
+        members = _union_members(field.annotation) if is_list else []
+        if len(members) > 1:  # a discriminated union (reward.verifiers): one block per kind
+            rows.append((path, f"list[{' | '.join(m.__name__ for m in members)}]", "[]", field.description or ""))
+            for member in members:
+                rows.extend(field_docs(member, f"{path}[type={member.model_fields['type'].default}]."))
             continue
         if sub is not None and is_list:
             rows.append((path, f"list[{sub.__name__}]", "[]", field.description or ""))

@@ -124,26 +124,33 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
     return line
 
 
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """Every pydantic model class nested in a type annotation (lists, unions, Annotated)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [m for arg in getattr(ann, "__args__", ()) for m in _models_in(arg)]
+
+
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The pydantic model class of the section at ``loc`` (for listing valid keys)."""
     model: Any = Config
+    members: list[type[BaseModel]] = []
     for part in loc:
         if isinstance(part, int):
+            continue
+        # a discriminated union (reward.verifiers) puts the chosen member's tag in the location
+        tagged = [m for m in members if getattr(m.model_fields.get("type"), "default", None) == part]
+        if tagged:
+            model, members = tagged[0], []
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return None
         ann = field.annotation
-        for cand in (ann, *getattr(ann, "__args__", ())):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                model = cand
-                break
-            for inner in getattr(cand, "__args__", ()):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    model = inner
-                    break
-        else:
+        members = _models_in(ann)
+        if not members:
             return None
+        model = members[0]
     return model
 
 
