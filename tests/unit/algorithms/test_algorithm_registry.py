@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from rlxf.algorithms import registry
+from rlxf.algorithms import AdvantageParams, PolicyLossParams, registry
 from rlxf.algorithms.registry import UnknownNameError
 
 
@@ -66,3 +67,26 @@ def test_register_rejects_unknown_kind_and_empty_name():
         registry.register("critic", "x")
     with pytest.raises(ValueError, match="non-empty"):
         registry.register("advantage", "")
+
+
+def test_every_registered_function_takes_bool_or_float_masks_in_either_precision():
+    g = torch.Generator().manual_seed(0)
+    bool_mask = torch.tensor([[True, True, False], [True, False, True], [False, False, False]])
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(3, 3, generator=g).to(dtype)
+        old = x - 0.1
+        for mask in (bool_mask, bool_mask.to(dtype)):
+            for name in registry.names("advantage"):
+                adv, ret = registry.get("advantage", name)(x, mask, torch.tensor([0, 0, 1]), x, AdvantageParams())
+                assert adv.dtype == dtype and ret.dtype == dtype and torch.isfinite(adv).all(), name
+            for name in registry.names("policy_loss"):
+                loss, m = registry.get("policy_loss", name)(x, old, x, mask, PolicyLossParams(tis_cap=1.5),
+                                                            rollout_logprobs=old)
+                assert loss.dtype == dtype and torch.isfinite(loss).all(), name
+            for name in registry.names("loss_agg"):
+                out = registry.get("loss_agg", name)(x, mask, norm=3)
+                assert out.dtype == dtype and out.dim() == 0, name
+        # bool and float masks give the same numbers
+        for name in registry.names("loss_agg"):
+            agg = registry.get("loss_agg", name)
+            assert agg(x, bool_mask, norm=3).item() == agg(x, bool_mask.to(dtype), norm=3).item()
