@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,16 +206,21 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         cfg = Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_errors(err, source, node, overridden)) from None
-    check_names(cfg)
+    check_names(cfg, Path(path).resolve().parent if path is not None else None)
     return cfg
 
 
-def check_names(cfg: Config) -> None:
+def check_names(cfg: Config, config_dir: Path | None = None) -> None:
     """Import ``cfg.plugins``, then check every registry name in the config exists.
 
-    Registries live in lower layers (they import torch), so they are imported here, lazily,
-    once the schema itself is valid.
+    Plugin modules are found on ``sys.path`` plus the working directory and the config
+    file's directory (as ``python -m`` would), so a ``my_estimators.py`` next to the YAML
+    works without PYTHONPATH. Registries live in lower layers (they import torch), so they
+    are imported here, lazily, once the schema itself is valid.
     """
+    for extra in (Path.cwd(), config_dir):
+        if cfg.plugins and extra is not None and str(extra) not in sys.path:
+            sys.path.append(str(extra))
     for module in cfg.plugins:
         try:
             importlib.import_module(module)
