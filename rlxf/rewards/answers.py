@@ -1,0 +1,164 @@
+r"""Answer checkers: mathematical equivalence (math-verify), exact string, numeric tolerance.
+
+All three extract the final answer first (``rlxf.rewards.extract``); a response without one
+scores 0 with ``metrics["extracted"] = 0`` -- a wrong answer, not an error. A missing ground
+truth *is* an error (the data is broken, not the response).
+
+    >>> v = NumericVerifier("numeric", ["answer_tag", "last_number"])
+    >>> v.score(RewardInput("2+2?", "It is <answer>4.0</answer>", "4")).score
+    1.0
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from rlxf.rewards.base import SyncVerifier
+from rlxf.rewards.extract import extract_answer, parse_number
+from rlxf.rewards.types import RewardInput, RewardResult
+
+
+def _ground_truth_text(x: RewardInput) -> str | None:
+    gt = x.ground_truth
+    if isinstance(gt, dict):  # e.g. a reasoning-gym style entry
+        gt = gt.get("answer")
+    if gt is None or (isinstance(gt, str) and not gt.strip()):
+        return None
+    return str(gt).strip()
+
+
+def _verdict(ok: bool) -> RewardResult:
+    return RewardResult(1.0 if ok else 0.0, {"extracted": 1.0, "correct": float(ok)})
+
+
+_NOTHING_EXTRACTED = RewardResult(0.0, {"extracted": 0.0, "correct": 0.0})
+_NO_GROUND_TRUTH = "the sample has no ground truth answer to compare with"
+
+
+class MathVerifier(SyncVerifier):
+    """1.0 if the extracted answer is mathematically equivalent to the ground truth.
+
+    Equivalence is math-verify's (Hugging Face): both sides are parsed from LaTeX or plain
+    expressions to sympy and compared symbolically and numerically (``float_rounding``
+    decimals), so ``\\frac{1}{2}``, ``0.5`` and ``1/2`` all match.
+    """
+
+    def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
+                 answer_tag: str = "answer", float_rounding: int = 6, parse_timeout_s: int = 5):
+        super().__init__(name)
+        try:
+            import math_verify  # noqa: PLC0415
+        except ImportError as e:
+            raise ImportError("the math verifier needs math-verify: pip install 'rlxf[tasks]'") from e
+        self._mv = math_verify
+        self.extract = list(extract)
+        self.answer_tag = answer_tag
+        self.float_rounding = float_rounding
+        self.parse_timeout_s = parse_timeout_s
+        self._gold_cache: OrderedDict[str, Any] = OrderedDict()  # a group shares its ground truth
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> MathVerifier:
+        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.float_rounding, cfg.parse_timeout_s)
+
+    def _timeout(self) -> int | None:
+        # math-verify's timeout uses SIGALRM, which only the main thread may set
+        on_main = threading.current_thread() is threading.main_thread()
+        return self.parse_timeout_s if on_main and self.parse_timeout_s > 0 else None
+
+    def _parse(self, text: str) -> list:
+        if "$" not in text and "\\boxed" not in text:
+            text = f"${text}$"
+        return self._mv.parse(text, parsing_timeout=self._timeout())
+
+    def _gold(self, text: str) -> list:
+        if text not in self._gold_cache:
+            self._gold_cache[text] = self._parse(text)
+            if len(self._gold_cache) > 4096:
+                self._gold_cache.popitem(last=False)
+        return self._gold_cache[text]
+
+    def score(self, x: RewardInput) -> RewardResult:
+        gt = _ground_truth_text(x)
+        if gt is None:
+            return RewardResult.failed(_NO_GROUND_TRUTH)
+        found = extract_answer(x.response, self.extract, self.answer_tag)
+        if found is None:
+            return _NOTHING_EXTRACTED
+        gold = self._gold(gt)
+        if not gold:
+            return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
+        pred = self._parse(found[0])
+        if not pred:
+            return _verdict(False)
+        ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
+        return _verdict(bool(ok))
+
+
+def _normalize(text: str, case_sensitive: bool, whitespace: bool) -> str:
+    if whitespace:
+        text = re.sub(r"\s+", " ", text.strip())
+    return text if case_sensitive else text.lower()
+
+
+class ExactVerifier(SyncVerifier):
+    """1.0 if the extracted answer equals the ground truth as a string (after normalisation)."""
+
+    def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_line"),
+                 answer_tag: str = "answer", case_sensitive: bool = False, normalize_whitespace: bool = True):
+        super().__init__(name)
+        self.extract = list(extract)
+        self.answer_tag = answer_tag
+        self.case_sensitive = case_sensitive
+        self.normalize_whitespace = normalize_whitespace
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ExactVerifier:
+        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.case_sensitive, cfg.normalize_whitespace)
+
+    def score(self, x: RewardInput) -> RewardResult:
+        gt = _ground_truth_text(x)
+        if gt is None:
+            return RewardResult.failed(_NO_GROUND_TRUTH)
+        found = extract_answer(x.response, self.extract, self.answer_tag)
+        if found is None:
+            return _NOTHING_EXTRACTED
+        same = (_normalize(found[0], self.case_sensitive, self.normalize_whitespace)
+                == _normalize(gt, self.case_sensitive, self.normalize_whitespace))
+        return _verdict(same)
+
+
+class NumericVerifier(SyncVerifier):
+    """1.0 if the extracted answer is a number within tolerance of the ground truth:
+    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``)."""
+
+    def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
+                 answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9):
+        super().__init__(name)
+        self.extract = list(extract)
+        self.answer_tag = answer_tag
+        self.rel_tol = rel_tol
+        self.abs_tol = abs_tol
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> NumericVerifier:
+        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.rel_tol, cfg.abs_tol)
+
+    def score(self, x: RewardInput) -> RewardResult:
+        gt = _ground_truth_text(x)
+        if gt is None:
+            return RewardResult.failed(_NO_GROUND_TRUTH)
+        gold = parse_number(gt)
+        if gold is None:
+            return RewardResult.failed(f"the ground truth {gt!r} is not a number")
+        found = extract_answer(x.response, self.extract, self.answer_tag)
+        if found is None:
+            return _NOTHING_EXTRACTED
+        pred = parse_number(found[0])
+        ok = pred is not None and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
+        return _verdict(ok)

@@ -1,0 +1,78 @@
+"""Your own reward function, named in the config as ``package.module:function``.
+
+    # my_rewards.py
+    def brevity(sample, max_chars=200):
+        return 1.0 if len(sample.response) <= max_chars else 0.0
+
+    # config
+    reward:
+      verifiers:
+        - {type: my_rewards:brevity, options: {max_chars: 100}}
+
+The function gets a ``RewardInput`` and the ``options`` as keyword arguments, and returns a
+number, a ``RewardResult``, or a dict ``{"score": ..., "metrics": {...}}``. It may be
+``async``. It runs in the reward worker processes when ``reward.workers > 0``, so its module
+must be importable there (installed, or on the path of the config's directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from rlxf.rewards.base import SyncVerifier, run_sync
+from rlxf.rewards.types import RewardInput, RewardResult
+
+
+def load_function(spec: str) -> Callable[..., Any]:
+    """Import ``package.module:function``; errors say which part is missing."""
+    module_name, _, fn_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"custom verifier {spec!r}: cannot import module {module_name!r}: {e}") from e
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise AttributeError(f"custom verifier {spec!r}: module {module_name!r} has no function {fn_name!r}")
+    return fn
+
+
+def as_result(value: Any, where: str) -> RewardResult:
+    """A custom function's return value as a RewardResult (TypeError if it cannot be)."""
+    if isinstance(value, RewardResult):
+        return value
+    if isinstance(value, numbers.Real):  # bool included: True -> 1.0
+        return RewardResult(float(value))
+    if isinstance(value, dict) and "score" in value:
+        return RewardResult(float(value["score"]), dict(value.get("metrics", {})), value.get("error"))
+    raise TypeError(f"{where} returned {type(value).__name__}; return a number, a RewardResult or "
+                    "{'score': ..., 'metrics': {...}}")
+
+
+class CustomVerifier(SyncVerifier):
+    def __init__(self, name: str, function: str, options: dict[str, Any] | None = None):
+        super().__init__(name)
+        self.spec = function
+        self.fn = load_function(function)
+        self.options = dict(options or {})
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> CustomVerifier:
+        return cls(cfg.label, cfg.function, cfg.options)
+
+    def score(self, x: RewardInput) -> RewardResult:
+        value = self.fn(x, **self.options)
+        if inspect.isawaitable(value):
+            value = run_sync(value)
+        return as_result(value, self.spec)
+
+    async def ascore_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
+        if not self.is_async:
+            return [self.score(x) for x in inputs]
+        values = await asyncio.gather(*(self.fn(x, **self.options) for x in inputs))
+        return [as_result(v, self.spec) for v in values]

@@ -1,0 +1,95 @@
+r"""Find the final answer in a response.
+
+    >>> extract_answer("so x = 3. <answer> 42 </answer>", ["answer_tag", "boxed"])
+    ('42', 'answer_tag')
+    >>> extract_answer("thus \\boxed{\\frac{1}{2}}.", ["answer_tag", "boxed"])
+    ('\\frac{1}{2}', 'boxed')
+    >>> extract_answer("3 apples and 1,250.5 pears", ["last_number"])
+    ('1250.5', 'last_number')
+    >>> extract_answer("no answer here", ["answer_tag", "boxed"]) is None
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def answer_tag(text: str, tag: str = "answer") -> str | None:
+    """Content of the last ``<tag>...</tag>`` (stripped), or None."""
+    found = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, flags=re.DOTALL)
+    return found[-1].strip() if found else None
+
+
+def boxed(text: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` with balanced braces, or None."""
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i].strip()
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in the text, thousands separators removed ("1,250.5" -> "1250.5")."""
+    found = _NUMBER.findall(text)
+    return re.sub(r"[,\s]", "", found[-1]) if found else None
+
+
+def last_line(text: str) -> str | None:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") -> tuple[str, str] | None:
+    """(answer, strategy) from the first strategy that finds one, or None.
+
+    Strategies: ``answer_tag``, ``boxed``, ``last_number``, ``last_line``, ``full``.
+    """
+    for strategy in strategies:
+        if strategy == "answer_tag":
+            found = answer_tag(text, tag)
+        elif strategy == "boxed":
+            found = boxed(text)
+        elif strategy == "last_number":
+            found = last_number(text)
+        elif strategy == "last_line":
+            found = last_line(text)
+        elif strategy == "full":
+            found = text.strip() or None
+        else:
+            raise ValueError(f"unknown extraction {strategy!r}; valid: answer_tag, boxed, last_number, "
+                             "last_line, full")
+        if found:
+            return found, strategy
+    return None
+
+
+def parse_number(text: str) -> float | None:
+    """A number written as ``-1,234.5``, ``3/4``, ``1e-3`` or ``\\frac{3}{4}``; None otherwise."""
+    text = text.strip().strip("$").strip()
+    text = re.sub(r"^(-?)\\[dt]?frac\{\s*([\d.]+)\s*\}\{\s*([\d.]+)\s*\}$", r"\1\2/\3", text)
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):  # thousands separators only
+        text = text.replace(",", "")
+    text = text.replace(" ", "")
+    if text.endswith("%"):
+        value = parse_number(text[:-1])
+        return None if value is None else value / 100
+    num, sep, den = text.partition("/")
+    try:
+        if sep:
+            d = float(den)
+            return float(num) / d if d != 0 else None
+        return float(num)
+    except ValueError:
+        return None

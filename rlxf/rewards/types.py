@@ -1,0 +1,147 @@
+"""The records of reward scoring: what a verifier sees, what it returns, what the trainer gets.
+
+    RewardInput ──verifier──▶ RewardResult (one per verifier) ──weighted sum──▶ ScoredSample
+
+All of them are plain dataclasses that convert to and from JSON (the reward server's wire
+format), so the same records flow in-process, through worker processes and over HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from rlxf.types import Trajectory
+
+FailureKind = Literal["error", "timeout", "crash"]
+
+
+@dataclass
+class RewardInput:
+    """One response to score, with everything a verifier may need.
+
+    ``ground_truth`` is whatever the dataset put there: an answer string (math, arithmetic),
+    test cases (code), a reasoning-gym entry ``{question, answer, metadata}``, a rubric.
+    """
+
+    prompt: str                   # the prompt text as the policy saw it (chat template applied)
+    response: str                 # the policy's response text
+    ground_truth: Any = None      # reference answer / tests / entry; must be JSON for remote scoring
+    metadata: dict[str, Any] = field(default_factory=dict)  # the prompt's metadata, passed through
+    response_tokens: int | None = None  # |y|: response length in tokens (overlong shaping)
+    max_new_tokens: int | None = None   # L_max: the rollout's length limit
+    uid: str = ""                 # the prompt's uid (logs, and matching remote results)
+
+    @classmethod
+    def from_trajectory(cls, trajectory: Trajectory, max_new_tokens: int | None = None) -> RewardInput:
+        """The scoring view of a rollout (``rlxf.types.Trajectory``)."""
+        prompt = trajectory.prompt
+        return cls(prompt=prompt.prompt_text, response=trajectory.response_text,
+                   ground_truth=prompt.ground_truth, metadata=dict(prompt.metadata),
+                   response_tokens=len(trajectory.response_ids), max_new_tokens=max_new_tokens,
+                   uid=prompt.uid)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RewardInput:
+        return cls(**data)
+
+
+@dataclass
+class RewardResult:
+    """What one verifier says about one response.
+
+    ``score`` is the verifier's own scale (1.0 = correct for the checkers). ``error`` is set when
+    the *verifier* failed (bad ground truth, judge reply without a score...), not when the
+    response is wrong: a wrong answer is a score, not an error. A result with an error counts
+    as ``reward.error_score`` in the sum. Put ``metrics["correct"]`` (1.0 / 0.0) to decide
+    accuracy explicitly; otherwise accuracy is ``score >= 1``.
+    """
+
+    score: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, message: str) -> RewardResult:
+        return cls(0.0, {}, message)
+
+
+@dataclass
+class VerifierFailure:
+    """Why a verifier has no score for a sample."""
+
+    kind: FailureKind             # error: raised / reported one; timeout: exceeded reward.timeout_s;
+    message: str                  # crash: its worker process died
+
+
+@dataclass
+class ScoredSample:
+    """The reward of one sample, for the trainer.
+
+    ``reward = Σ_i w_i · s_i`` over the verifiers, where s_i is ``scores[name_i]`` (the error
+    score for a failed verifier). ``correct`` comes from the ``reward.accuracy`` verifier;
+    None if that verifier failed on this sample.
+    """
+
+    reward: float                 # r: the weighted sum, what the advantages are computed from
+    scores: dict[str, float]      # s_i per verifier name (error score where it failed)
+    correct: bool | None          # task accuracy from the accuracy verifier
+    failures: dict[str, VerifierFailure] = field(default_factory=dict)  # per verifier name
+    metrics: dict[str, float] = field(default_factory=dict)  # "<verifier>/<metric>" extras
+    uid: str = ""                 # the input's uid, echoed
+
+    @property
+    def error(self) -> str | None:
+        """All failures as one line (``Trajectory.reward_error``), None if there were none."""
+        if not self.failures:
+            return None
+        return "; ".join(f"{name}: {f.kind}: {f.message}" for name, f in self.failures.items())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScoredSample:
+        failures = {k: VerifierFailure(**v) for k, v in data.get("failures", {}).items()}
+        return cls(reward=data["reward"], scores=dict(data["scores"]), correct=data["correct"],
+                   failures=failures, metrics=dict(data.get("metrics", {})), uid=data.get("uid", ""))
+
+
+def batch_metrics(samples: list[ScoredSample], prefix: str = "reward/") -> dict[str, float]:
+    """Flat metrics of a scored batch, for the logger.
+
+    ``reward/mean``, ``reward/accuracy`` (over samples with a verdict), ``reward/errors``
+    (samples with any failure), ``reward/timeouts``, ``reward/crashes``, and per verifier
+    ``reward/<name>/mean`` (over the samples it scored) and ``reward/<name>/failures``.
+    """
+    n = len(samples)
+    if n == 0:
+        return {f"{prefix}count": 0.0}
+    out: dict[str, float] = {f"{prefix}count": float(n),
+                             f"{prefix}mean": sum(s.reward for s in samples) / n}
+    verdicts = [s.correct for s in samples if s.correct is not None]
+    if verdicts:
+        out[f"{prefix}accuracy"] = sum(verdicts) / len(verdicts)
+    failures = [f for s in samples for f in s.failures.values()]
+    out[f"{prefix}errors"] = float(sum(1 for s in samples if s.failures))
+    out[f"{prefix}timeouts"] = float(sum(1 for f in failures if f.kind == "timeout"))
+    out[f"{prefix}crashes"] = float(sum(1 for f in failures if f.kind == "crash"))
+    names = list(dict.fromkeys(name for s in samples for name in s.scores))
+    for name in names:
+        ok = [s.scores[name] for s in samples if name in s.scores and name not in s.failures]
+        if ok:
+            out[f"{prefix}{name}/mean"] = sum(ok) / len(ok)
+        out[f"{prefix}{name}/failures"] = float(sum(1 for s in samples if name in s.failures))
+    extra: dict[str, list[float]] = {}
+    for s in samples:
+        for key, value in s.metrics.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                extra.setdefault(key, []).append(float(value))
+    for key, values in extra.items():
+        out[f"{prefix}{key}"] = sum(values) / len(values)
+    return out
