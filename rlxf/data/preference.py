@@ -1,0 +1,110 @@
+"""Preference pairs (prompt, chosen, rejected) for reward models and DPO.
+
+    data = build_preference_data(cfg.data, tokenizer, seed=0)
+    ex = data.train[0]   # ex.prompt_ids, ex.chosen_ids, ex.rejected_ids (responses end with eos)
+
+``fields.chosen`` / ``fields.rejected`` hold response text, or whole conversations (lists of
+messages ending with the assistant's answer). The prompt comes from ``fields.prompt`` /
+``fields.messages`` when the record has it, else from the conversation before the answer
+(which must then be the same in chosen and rejected).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlxf.config.data import DataConfig
+from rlxf.data.errors import DataError
+from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
+from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
+
+
+@dataclass(frozen=True)
+class PreferenceExample:
+    uid: str
+    prompt_ids: list[int]
+    chosen_ids: list[int]         # preferred response tokens + eos
+    rejected_ids: list[int]       # dispreferred response tokens + eos
+    prompt_text: str
+    chosen_text: str
+    rejected_text: str
+
+
+@dataclass
+class PreferenceData:
+    train: list[PreferenceExample]
+    test: list[PreferenceExample]
+    report: dict[str, int] = field(default_factory=dict)
+
+
+def _response(value: Any, where: str, key: str) -> tuple[str, list | None]:
+    """(answer text, the conversation before it or None) of a chosen/rejected value."""
+    if isinstance(value, str):
+        return value, None
+    msgs = check_messages(value, where, key)
+    if msgs[-1]["role"] != "assistant":
+        raise DataError(f"{where}: {key!r} is a conversation that does not end with an assistant message")
+    return str(msgs[-1]["content"]), msgs[:-1]
+
+
+def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, str, str]:
+    f = cfg.fields
+    chosen, chosen_ctx = _response(get_field(record, f.chosen, where, "chosen"), where, f.chosen)
+    rejected, rejected_ctx = _response(get_field(record, f.rejected, where, "rejected"), where, f.rejected)
+    key, config_key = (f.messages, "messages") if f.messages is not None else (f.prompt, "prompt")
+    if key is not None and key in record:
+        prompt = record[key]
+        prompt = check_messages(prompt, where, key) if config_key == "messages" else prompt
+    elif chosen_ctx:
+        if chosen_ctx != rejected_ctx:
+            raise DataError(f"{where}: {f.chosen!r} and {f.rejected!r} have different conversations before the "
+                            f"answer; give the prompt in its own field (data.fields.{config_key})")
+        prompt = chosen_ctx
+    else:
+        get_field(record, str(key), where, config_key)  # raises: names the field and the keys there are
+        raise AssertionError("unreachable")
+    if not isinstance(prompt, (str, list)):
+        raise DataError(f"{where}: the prompt must be text or messages, got {type(prompt).__name__}")
+    return prompt, chosen, rejected
+
+
+def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
+              counts: Counter) -> list[PreferenceExample]:
+    counts[f"{split}_read"] = len(records)
+    triples = [record_triple(rec, where, cfg) for where, rec in records]
+    prompts = encode_prompts(tokenizer, [t[0] for t in triples], system_prompt=cfg.system_prompt,
+                             use_chat_template=cfg.apply_chat_template)
+    out = []
+    for i, ((where, _), (_, chosen, rejected), (pids, ptext)) in enumerate(
+            zip(records, triples, prompts, strict=True)):
+        kept_p = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
+        kept_c = fit_length(encode_response(tokenizer, chosen), cfg.max_response_len, cfg.overlong_prompt, where,
+                            f"{split}_response", "first", counts)
+        kept_r = fit_length(encode_response(tokenizer, rejected), cfg.max_response_len, cfg.overlong_prompt,
+                            where, f"{split}_response", "first", counts)
+        if kept_p is None or kept_c is None or kept_r is None:
+            continue
+        out.append(PreferenceExample(f"{name}:{split}:{i}", kept_p, kept_c, kept_r,
+                                     ptext if kept_p is pids else tokenizer.decode(kept_p), chosen, rejected))
+    return out
+
+
+def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceData:
+    """Train/test preference pairs from files or a HF dataset (tasks have no preferences)."""
+    del seed  # file order is the data's own; shuffling is the trainer's sampler's job
+    if cfg.source == "task":
+        raise DataError("preference data comes from files or a HF dataset (data.source=jsonl|json|parquet|csv|hf), "
+                        "not from a procedural task")
+    counts: Counter = Counter()
+    splits: dict[str, list[PreferenceExample]] = {"train": [], "test": []}
+    for split in ("train", "test"):
+        found = split_records(cfg, split)
+        if found is not None:
+            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts)
+    require_some(len(splits["train"]), "train", counts, cfg)
+    report = dict(sorted(counts.items()))
+    report["train"], report["test"] = len(splits["train"]), len(splits["test"])
+    log_report("preference", report)
+    return PreferenceData(splits["train"], splits["test"], report)

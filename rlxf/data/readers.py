@@ -1,0 +1,129 @@
+"""Read records (plain dicts) from JSONL, JSON, parquet, CSV files or a Hugging Face dataset.
+
+    for where, record in read_records("data/train.jsonl", "jsonl"):
+        ...   # where = "data/train.jsonl:17", the place to name in an error
+
+Every reader yields ``(where, record)`` so an error about a record can name its file and line
+(JSONL, CSV) or its row (JSON, parquet, HF datasets).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlxf.data.errors import DataError
+
+FORMATS = ("jsonl", "json", "parquet", "csv", "hf")
+
+
+def read_records(path: str | Path, fmt: str, split: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of ``path`` in format ``fmt`` (one of FORMATS); ``split`` only for ``hf``."""
+    if fmt == "hf":
+        yield from _read_hf(str(path), split or "train")
+        return
+    if fmt not in FORMATS:
+        raise DataError(f"unknown data format {fmt!r}; valid: {', '.join(FORMATS)}")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataError(f"data file {p} does not exist (data.source={fmt})")
+    yield from {"jsonl": _read_jsonl, "json": _read_json, "parquet": _read_parquet, "csv": _read_csv}[fmt](p)
+
+
+def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue  # blank lines (a trailing newline) are not records
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
+            yield f"{p}:{lineno}", record
+
+
+def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+    if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: one list-valued key
+        lists = [k for k, v in data.items() if isinstance(v, list)]
+        if len(lists) != 1:
+            raise DataError(
+                f"{p}: expected a JSON list of records (or an object with exactly one list in it); "
+                f"found keys {sorted(data)}"
+            )
+        data = data[lists[0]]
+    if not isinstance(data, list):
+        raise DataError(f"{p}: expected a JSON list of records, got {type(data).__name__}")
+    for i, record in enumerate(data):
+        if not isinstance(record, dict):
+            raise DataError(f"{p} record {i}: expected a JSON object, got {type(record).__name__}")
+        yield f"{p} record {i}", record
+
+
+def _read_csv(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    with p.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        for record in reader:
+            if None in record:  # more cells than header columns
+                raise DataError(
+                    f"{p}:{reader.line_num}: {len(record) - 1 + len(record[None])} cells but the header "
+                    f"has {len(reader.fieldnames or [])} columns"
+                )
+            yield f"{p}:{reader.line_num}", dict(record)
+
+
+def _read_parquet(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError("reading parquet needs pyarrow: pip install 'rlxf[datasets]'") from None
+    try:
+        table = pq.read_table(p)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise DataError(f"{p}: cannot read as parquet ({type(e).__name__}: {e})") from None
+    for i, record in enumerate(table.to_pylist()):
+        yield f"{p} row {i}", record
+
+
+def _read_hf(name: str, split: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("data.source=hf needs the datasets package: pip install 'rlxf[datasets]'") from None
+    ds = load_hf_split(datasets, name, split)
+    for i, record in enumerate(ds):
+        yield f"{name}[{split}] row {i}", dict(record)
+
+
+def load_hf_split(datasets, name: str, split: str):
+    """One split of a dataset saved with ``save_to_disk``, a local data directory, or a hub name."""
+    local = Path(name).expanduser()
+    if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "dataset_info.json").is_file()
+                           and (local / "state.json").is_file()):
+        loaded = datasets.load_from_disk(str(local))
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise DataError(f"{name}: no split {split!r}; available splits: {', '.join(loaded)}")
+            return loaded[split]
+        if split != "train":
+            raise DataError(f"{name} is a single dataset (no splits); it can only be read as split 'train'")
+        return loaded
+    try:
+        return datasets.load_dataset(str(local) if local.is_dir() else name, split=split)
+    except ValueError as e:
+        if "split" in str(e).lower():
+            raise DataError(f"{name}: no split {split!r} ({e})") from None
+        raise DataError(f"cannot load dataset {name!r}: {e}") from None
+    except (FileNotFoundError, ConnectionError, OSError) as e:
+        raise DataError(
+            f"cannot load dataset {name!r}: {type(e).__name__}: {e}. Give a local directory "
+            f"(save_to_disk output or data files) or a reachable hub name."
+        ) from None

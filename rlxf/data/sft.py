@@ -1,0 +1,101 @@
+"""Supervised examples (prompt ids + response ids ending in eos) from files or a task.
+
+    data = build_sft_data(cfg.data, tokenizer, seed=0)
+    data.train[0].prompt_ids, data.train[0].response_ids   # response_ids[-1] == tokenizer.eos_token_id
+
+A record gives its prompt as text (``fields.prompt``) or as chat messages (``fields.messages``);
+the response is ``fields.response``, or the final assistant message of the messages. A task
+gives question (prompt) and answer (response). The prompt goes through the chat template with
+the generation prompt; the response ids are the answer's own tokens plus eos, so prompt_ids +
+response_ids is the sequence the model is trained to produce, exactly as it will generate it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rlxf.config.data import DataConfig
+from rlxf.data.errors import DataError
+from rlxf.data.prompts import read_task_records
+from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
+from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    uid: str
+    prompt_ids: list[int]         # context: the templated prompt, not trained on
+    response_ids: list[int]       # targets: the response tokens + eos
+    prompt_text: str
+    response_text: str
+
+
+@dataclass
+class SFTData:
+    train: list[SFTExample]
+    test: list[SFTExample]
+    report: dict[str, int] = field(default_factory=dict)
+
+
+def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, str]:
+    """(prompt text or messages, response text) of one record."""
+    f = cfg.fields
+    if f.messages is not None:
+        msgs = check_messages(get_field(record, f.messages, where, "messages"), where, f.messages)
+        if msgs[-1]["role"] == "assistant":
+            if len(msgs) == 1:
+                raise DataError(f"{where}: {f.messages!r} holds only an assistant message; nothing to prompt with")
+            return msgs[:-1], str(msgs[-1]["content"])
+        prompt: str | list = msgs
+    else:
+        assert f.prompt is not None
+        prompt = get_field(record, f.prompt, where, "prompt")
+    if f.response is None:
+        raise DataError(f"{where}: no response: the messages do not end with an assistant turn and "
+                        f"data.fields.response is null")
+    response = get_field(record, f.response, where, "response")
+    if not isinstance(response, str):
+        raise DataError(f"{where}: field {f.response!r} (data.fields.response) must be text, got {type(response).__name__}")
+    return prompt, response
+
+
+def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
+              counts: Counter) -> list[SFTExample]:
+    counts[f"{split}_read"] = len(records)
+    pairs = [record_pair(rec, where, cfg) for where, rec in records]
+    prompts = encode_prompts(tokenizer, [p for p, _ in pairs], system_prompt=cfg.system_prompt,
+                             use_chat_template=cfg.apply_chat_template)
+    out = []
+    for i, ((where, _), (_, response), (pids, ptext)) in enumerate(zip(records, pairs, prompts, strict=True)):
+        pids2 = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
+        rids = encode_response(tokenizer, response)
+        rids2 = fit_length(rids, cfg.max_response_len, cfg.overlong_prompt, where, f"{split}_response", "first",
+                           counts)
+        if pids2 is None or rids2 is None:
+            continue
+        out.append(SFTExample(f"{name}:{split}:{i}", pids2, rids2,
+                              ptext if pids2 is pids else tokenizer.decode(pids2), response))
+    return out
+
+
+def build_sft_data(cfg: DataConfig, tokenizer, seed: int) -> SFTData:
+    """Train/test SFT examples per ``cfg``; DataError before training if none are left."""
+    counts: Counter = Counter()
+    splits: dict[str, list[SFTExample]] = {"train": [], "test": []}
+    if cfg.source == "task":
+        task_records = read_task_records(cfg, seed)
+        sft_cfg = cfg.model_copy(update={"fields": cfg.fields.model_copy(
+            update={"prompt": "prompt", "messages": None, "response": "response"})})
+        for split, records in task_records.items():
+            splits[split] = _examples(str(cfg.task), split, records, sft_cfg, tokenizer, counts)
+    else:
+        for split in ("train", "test"):
+            found = split_records(cfg, split)
+            if found is not None:
+                splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts)
+    require_some(len(splits["train"]), "train", counts, cfg)
+    report = dict(sorted(counts.items()))
+    report["train"], report["test"] = len(splits["train"]), len(splits["test"])
+    log_report("SFT", report)
+    return SFTData(splits["train"], splits["test"], report)

@@ -1,0 +1,160 @@
+"""Built-in task: integer arithmetic with configurable difficulty (no extra dependency).
+
+    get_task("arithmetic", {"min_digits": 1, "max_digits": 3, "ops": "+-*", "num_operands": 2})
+    # question "417+38=", answer "455"
+
+Standard precedence (``*`` before ``+``/``-``), left to right. Answers are integer strings.
+The default question format is compact ("12+345=") because tiny models have short contexts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rlxf.data.errors import DataError
+from rlxf.data.tasks.base import TaskItem, register_task
+
+FORMATS = {"compact": "{expr}=", "question": "What is {spaced}?"}
+
+
+class ArithmeticOptions(BaseModel):
+    """``data.task_options`` of the ``arithmetic`` task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_digits: int = Field(1, ge=1, le=18, description="Fewest digits in an operand.")
+    max_digits: int = Field(3, ge=1, le=18, description="Most digits in an operand (digits are drawn uniformly).")
+    ops: str = Field("+-*", description="Operators to draw from, any of `+`, `-`, `*` (e.g. `+-`).")
+    num_operands: int | tuple[int, int] = Field(
+        2, description="Operands per problem, or [min, max] to draw the count uniformly."
+    )
+    allow_negative: bool = Field(True, description="Allow negative answers; false redraws problems below 0.")
+    format: str = Field(
+        "compact",
+        description="`compact` ('12+345='), `question` ('What is 12 + 345?'), or a format string with "
+        "{expr} (no spaces) or {spaced} (spaces around operators).",
+    )
+
+    @field_validator("ops")
+    @classmethod
+    def _ops(cls, v: str) -> str:
+        if not v or set(v) - set("+-*"):
+            raise ValueError(f"ops must be a non-empty string of '+', '-', '*' (got {v!r})")
+        return "".join(sorted(set(v), key="+-*".index))
+
+    @field_validator("num_operands")
+    @classmethod
+    def _num(cls, v):
+        lo, hi = (v, v) if isinstance(v, int) else v
+        if not 2 <= lo <= hi <= 16:
+            raise ValueError(f"num_operands must be an int or [min, max] with 2 <= min <= max <= 16 (got {v!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _digits(self) -> ArithmeticOptions:
+        if self.min_digits > self.max_digits:
+            raise ValueError(f"min_digits={self.min_digits} > max_digits={self.max_digits}")
+        template = FORMATS.get(self.format, self.format)
+        if "{expr}" not in template and "{spaced}" not in template:
+            raise ValueError(f"format {self.format!r} is not one of {sorted(FORMATS)} and has no {{expr}} or {{spaced}}")
+        return self
+
+    @property
+    def operand_range(self) -> tuple[int, int]:
+        return (self.num_operands, self.num_operands) if isinstance(self.num_operands, int) else self.num_operands
+
+
+def evaluate(operands: list[int], ops: list[str]) -> int:
+    """Value of ``operands[0] ops[0] operands[1] ...`` with ``*`` before ``+`` and ``-``."""
+    terms, signs = [operands[0]], [1]
+    for op, x in zip(ops, operands[1:], strict=True):
+        if op == "*":
+            terms[-1] *= x
+        else:
+            terms.append(x)
+            signs.append(1 if op == "+" else -1)
+    return sum(s * t for s, t in zip(signs, terms, strict=True))
+
+
+_INT = re.compile(r"-?\d+")
+
+
+def last_integer(text: str) -> int | None:
+    """The last integer written in ``text`` (thousands separators removed), or None."""
+    found = _INT.findall(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text))
+    return int(found[-1]) if found else None
+
+
+class ArithmeticTask:
+    def __init__(self, options: dict[str, Any]):
+        try:
+            self.opts = ArithmeticOptions(**options)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}" for err in e.errors())
+            raise DataError(f"data.task_options for task 'arithmetic': {problems}. Valid options: "
+                            f"{', '.join(ArithmeticOptions.model_fields)}") from None
+        self.name = "arithmetic"
+        self.options = self.opts.model_dump()
+        self._template = FORMATS.get(self.opts.format, self.opts.format)
+
+    def _draw(self, rng: random.Random) -> TaskItem:
+        o = self.opts
+        for _ in range(1000):
+            n = rng.randint(*o.operand_range)
+            operands = []
+            for _ in range(n):
+                d = rng.randint(o.min_digits, o.max_digits)
+                operands.append(rng.randint(0 if d == 1 else 10 ** (d - 1), 10 ** d - 1))
+            ops = [rng.choice(o.ops) for _ in range(n - 1)]
+            value = evaluate(operands, ops)
+            if o.allow_negative or value >= 0:
+                break
+        else:
+            raise DataError("arithmetic: could not draw a problem with a non-negative answer; set allow_negative")
+        expr = "".join(f"{x}{op}" for x, op in zip(operands, ops, strict=False)) + str(operands[-1])
+        spaced = "".join(f"{x} {op} " for x, op in zip(operands, ops, strict=False)) + str(operands[-1])
+        return TaskItem(self._template.format(expr=expr, spaced=spaced), str(value),
+                        {"expression": expr, "operands": operands, "ops": ops})
+
+    def splits(self, train_size: int, test_size: int, seed: int) -> tuple[list[TaskItem], list[TaskItem]]:
+        """Test: ``test_size`` distinct problems. Train: ``train_size`` problems (repeats allowed)
+        that are not test problems. Separate random streams per split, both from ``seed``."""
+        rng = random.Random(f"rlxf-arithmetic:{seed}:test")
+        test: list[TaskItem] = []
+        seen: set[str] = set()
+        budget = 50 * test_size + 1000
+        while len(test) < test_size and budget:
+            budget -= 1
+            item = self._draw(rng)
+            if item.question not in seen:
+                seen.add(item.question)
+                test.append(item)
+        if len(test) < test_size:
+            raise DataError(f"arithmetic: only {len(test)} distinct problems found for data.test_size={test_size} "
+                            f"with {self.options}; lower data.test_size or make the problems harder")
+        rng = random.Random(f"rlxf-arithmetic:{seed}:train")
+        train: list[TaskItem] = []
+        budget = 50 * train_size + 1000
+        while len(train) < train_size and budget:
+            budget -= 1
+            item = self._draw(rng)
+            if item.question not in seen:
+                train.append(item)
+        if len(train) < train_size:
+            raise DataError(f"arithmetic: the {test_size} test problems leave almost no training problems with "
+                            f"{self.options}; lower data.test_size or make the problems harder")
+        return train, test
+
+    def score(self, response: str, ground_truth: Any, metadata: dict[str, Any]) -> float:
+        """1.0 when the last integer in the response equals the answer, else 0.0."""
+        got = last_integer(response)
+        return float(got is not None and got == int(ground_truth))
+
+
+@register_task("arithmetic")
+def make_arithmetic(options: dict[str, Any]) -> ArithmeticTask:
+    return ArithmeticTask(options)

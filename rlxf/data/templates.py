@@ -1,0 +1,122 @@
+"""Records -> chat messages -> token ids, through the tokenizer's chat template.
+
+    ids, text = encode_prompt(tokenizer, "12+34=")                   # user turn + generation prompt
+    ids, text = encode_prompt(tokenizer, [{"role": "user", "content": "hi"}], system_prompt="Be brief.")
+    response_ids = encode_response(tokenizer, "46")                  # ids of "46" + [eos]
+
+Token-in, token-out: ``ids`` is what the engine generates from and what the trainer trains
+on. The text is kept for logs and judges only; nothing downstream tokenizes it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlxf.data.errors import DataError
+
+Messages = list[dict[str, Any]]
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def get_field(record: dict[str, Any], name: str, where: str, config_key: str) -> Any:
+    """``record[name]``, or an error naming the field, its config key, and the keys that exist."""
+    if name not in record:
+        raise DataError(
+            f"{where}: field {name!r} (data.fields.{config_key}) is missing; the record has keys: "
+            f"{', '.join(map(str, record)) or '(none)'}. Set data.fields.{config_key} to the key that holds it."
+        )
+    return record[name]
+
+
+def check_messages(messages: Any, where: str, field: str) -> Messages:
+    """A list of {"role", "content"} dicts with known roles, or a DataError saying what is wrong."""
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{where}: field {field!r} must be a non-empty list of chat messages, "
+                        f"got {type(messages).__name__}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise DataError(f"{where}: {field}[{i}] must be an object with 'role' and 'content', got {m!r:.80}")
+        if m["role"] not in ROLES:
+            raise DataError(f"{where}: {field}[{i}] has role {m['role']!r}; valid roles: {', '.join(ROLES)}")
+    return [dict(m) for m in messages]
+
+
+def with_system(messages: Messages, system_prompt: str | None) -> Messages:
+    """Prepend ``system_prompt`` unless the conversation already starts with a system turn."""
+    if system_prompt is None or (messages and messages[0]["role"] == "system"):
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
+
+
+def render_prompt(
+    tokenizer,
+    prompt: str | Messages,
+    *,
+    system_prompt: str | None = None,
+    use_chat_template: bool = True,
+) -> str:
+    """The prompt text, ending where the assistant's answer starts.
+
+    With the chat template: ``prompt`` (text becomes one user turn) goes through
+    ``tokenizer.chat_template`` with ``add_generation_prompt=True``. Without it (base models):
+    the text, after ``system_prompt`` and a blank line.
+    """
+    if not use_chat_template:
+        if not isinstance(prompt, str):
+            raise DataError("data.apply_chat_template is false but the prompt is a chat `messages` list; "
+                            "use a text prompt field or turn the chat template on")
+        return prompt if system_prompt is None else f"{system_prompt}\n\n{prompt}"
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise DataError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; set "
+            f"model.chat_template (Jinja text or file) or data.apply_chat_template=false"
+        )
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    if messages[-1]["role"] == "assistant":
+        raise DataError("the prompt's last message is an assistant turn; a prompt must end with the turn "
+                        "the model answers (drop the answer from the prompt messages)")
+    return tokenizer.apply_chat_template(with_system(messages, system_prompt), tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def encode_prompt(
+    tokenizer,
+    prompt: str | Messages,
+    *,
+    system_prompt: str | None = None,
+    use_chat_template: bool = True,
+) -> tuple[list[int], str]:
+    """(prompt ids, the text they came from); see ``render_prompt``.
+
+    With the chat template the ids are exactly those of
+    ``tokenizer.apply_chat_template(..., add_generation_prompt=True, tokenize=True)`` (the
+    template writes its own special tokens); without it the tokenizer adds its own (BOS).
+    """
+    return encode_prompts(tokenizer, [prompt], system_prompt=system_prompt, use_chat_template=use_chat_template)[0]
+
+
+def encode_prompts(
+    tokenizer,
+    prompts: list[str | Messages],
+    *,
+    system_prompt: str | None = None,
+    use_chat_template: bool = True,
+) -> list[tuple[list[int], str]]:
+    """``encode_prompt`` over many prompts: rendered one by one, tokenized in one batch call."""
+    if not prompts:
+        return []
+    texts = [render_prompt(tokenizer, p, system_prompt=system_prompt, use_chat_template=use_chat_template)
+             for p in prompts]
+    ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
+    return [(list(i), t) for i, t in zip(ids, texts, strict=True)]
+
+
+def encode_response(tokenizer, text: str) -> list[int]:
+    """Ids of an assistant answer followed by the eos token (the end of the assistant turn).
+
+    Used for supervised targets (SFT, preference pairs); RL responses come from the engine as
+    ids and are never re-encoded.
+    """
+    if tokenizer.eos_token_id is None:
+        raise DataError("the tokenizer has no eos token, so a response cannot be terminated; set one")
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
