@@ -1,0 +1,236 @@
+"""LLM-as-a-judge: a rubric prompt goes to a model, the score in its reply becomes the reward.
+
+    judge = JudgeVerifier("judge", OpenAIChatClient("http://127.0.0.1:8000/v1", "qwen"), rubric=...)
+    result = judge.score(RewardInput(prompt, response, ground_truth))
+
+The model is reached through a ``ChatClient``: ``OpenAIChatClient`` (any OpenAI-compatible
+``/chat/completions`` endpoint: vLLM, SGLang, a hosted API) or ``EngineChatClient`` (an rlxf
+rollout engine in this process). The reply's score ``s`` in [score_min, score_max] maps to
+``(s - score_min) / (score_max - score_min)``. A reply without a parseable, in-range score,
+or a request that failed after its retries, is recorded as an error (``reward.error_score``),
+never guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rlxf.rewards.base import run_sync
+from rlxf.rewards.types import RewardInput, RewardResult
+
+Messages = list[dict[str, str]]
+_NUM = r"(-?\d+(?:\.\d+)?)"
+DEFAULT_PATTERNS = (
+    rf"(?i)\bscore\s*[:=]\s*\**\s*{_NUM}",     # SCORE: 7 / Score = 7 / **Score:** 7
+    rf"\[\[\s*{_NUM}\s*\]\]",                    # [[7]] (MT-Bench)
+    rf"<score>\s*{_NUM}\s*</score>",             # <score>7</score>
+    rf"\b{_NUM}\s*/\s*\d+(?:\.\d+)?\b",          # 7/10
+)
+
+
+@dataclass
+class ChatReply:
+    """One judge reply: its text, or why there is none."""
+
+    text: str = ""
+    error: str | None = None
+
+
+class ChatClient(Protocol):
+    """Sends chat conversations to a model; one reply per conversation, in order."""
+
+    async def chat(self, conversations: Sequence[Messages], *, max_tokens: int,
+                   temperature: float) -> list[ChatReply]: ...
+
+
+def parse_score(reply: str, low: float, high: float, pattern: str | None = None) -> float | None:
+    """The judge's score in ``reply`` (the last match of the first pattern that matches and is
+    within [low, high]), or None.
+
+    >>> parse_score("Clear and correct.\\nSCORE: 8", 0, 10)
+    8.0
+    >>> parse_score("I'd say [[3]] overall", 0, 10)
+    3.0
+    >>> parse_score("no idea", 0, 10) is None
+    True
+    """
+    for pat in ([pattern] if pattern else DEFAULT_PATTERNS):
+        found = re.findall(pat, reply)
+        for value in reversed(found):
+            text = value if isinstance(value, str) else value[0]
+            try:
+                score = float(text)
+            except ValueError:
+                continue
+            if low <= score <= high:
+                return score
+    return None
+
+
+class OpenAIChatClient:
+    """An OpenAI-compatible ``POST {base_url}/chat/completions`` client (httpx).
+
+    Up to ``concurrency`` requests are in flight; a transport error, a 429 or a 5xx is
+    retried ``retries`` times with backoff. One httpx client per event loop (clients are
+    bound to the loop they were made on).
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0,
+                 retries: int = 2, concurrency: int = 8):
+        try:
+            import httpx  # noqa: PLC0415
+        except ImportError as e:
+            raise ImportError("the judge's HTTP client needs httpx: pip install 'rlxf[serve]'") from e
+        self._httpx = httpx
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.concurrency = concurrency
+
+    async def chat(self, conversations: Sequence[Messages], *, max_tokens: int,
+                   temperature: float) -> list[ChatReply]:
+        gate = asyncio.Semaphore(self.concurrency)
+        async with self._httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
+            async def one(messages: Messages) -> ChatReply:
+                async with gate:
+                    return await self._one(client, messages, max_tokens, temperature)
+            return list(await asyncio.gather(*(one(m) for m in conversations)))
+
+    async def _one(self, client: Any, messages: Messages, max_tokens: int, temperature: float) -> ChatReply:
+        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+        problem = ""
+        for attempt in range(self.retries + 1):
+            try:
+                response = await client.post(self.url, json=body)
+            except self._httpx.HTTPError as e:
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        return ChatReply(response.json()["choices"][0]["message"]["content"] or "")
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        return ChatReply(error=f"judge endpoint answered without choices[0].message.content: "
+                                               f"{response.text[:200]!r}")
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code < 500 and response.status_code != 429:
+                    break
+            if attempt < self.retries:
+                await asyncio.sleep(0.25 * 2 ** attempt)
+        return ChatReply(error=f"judge request to {self.url} failed: {problem}")
+
+
+class EngineChatClient:
+    """Judge with an rlxf rollout engine in this process (``rlxf.rollout.Engine``).
+
+    Every conversation of a call goes into one ``engine.generate`` (the engine batches them),
+    run on a thread so the event loop stays free.
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any):
+        self.engine = engine
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_path(cls, path: str, backend: str = "native") -> EngineChatClient:
+        from rlxf.models import load_model, load_tokenizer  # noqa: PLC0415 - torch + transformers
+        from rlxf.rollout import build_engine  # noqa: PLC0415
+
+        tokenizer = load_tokenizer(path)
+        return cls(build_engine(backend, load_model(path), tokenizer), tokenizer)
+
+    async def chat(self, conversations: Sequence[Messages], *, max_tokens: int,
+                   temperature: float) -> list[ChatReply]:
+        from rlxf.rollout import SamplingParams  # noqa: PLC0415
+
+        prompts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True)
+                   for m in conversations]
+        prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p) for p in prompts]
+        sampling = SamplingParams(n=1, temperature=temperature, max_new_tokens=max_tokens)
+        groups = await asyncio.to_thread(self.engine.generate, prompts, sampling)
+        replies = []
+        for group in groups:
+            c = group[0]
+            if c.finish_reason == "error":
+                replies.append(ChatReply(error=f"judge engine: {c.error}"))
+            else:
+                replies.append(ChatReply(self.tokenizer.decode(c.response_ids, skip_special_tokens=True)))
+        return replies
+
+
+class JudgeVerifier:
+    """Grades responses with a ``ChatClient`` and a rubric (see the module doc)."""
+
+    self_limited = True           # the client has its own timeouts and retries
+    concurrency = 1               # batches in flight; the client parallelises inside a batch
+    batch_size = 64
+
+    def __init__(self, name: str, client: ChatClient, *, rubric: str, system: str | None = None,
+                 score_min: float = 0.0, score_max: float = 10.0, score_pattern: str | None = None,
+                 max_tokens: int = 512, temperature: float = 0.0):
+        self.name = name
+        self.client = client
+        self.rubric = rubric
+        self.system = system
+        self.score_min = score_min
+        self.score_max = score_max
+        self.score_pattern = score_pattern
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> JudgeVerifier:
+        if cfg.backend == "openai":
+            key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+            if cfg.api_key_env and not key:
+                raise ValueError(f"judge {cfg.label!r}: environment variable {cfg.api_key_env} (api_key_env) is not set")
+            client: ChatClient = OpenAIChatClient(cfg.url, cfg.model, api_key=key, timeout_s=cfg.timeout_s,
+                                                  retries=cfg.retries, concurrency=cfg.concurrency)
+        else:
+            client = EngineChatClient.from_path(cfg.model)
+        return cls(cfg.label, client, rubric=cfg.rubric, system=cfg.system, score_min=cfg.score_min,
+                   score_max=cfg.score_max, score_pattern=cfg.score_pattern, max_tokens=cfg.max_tokens,
+                   temperature=cfg.temperature)
+
+    def messages(self, x: RewardInput) -> Messages:
+        gt = x.ground_truth
+        if isinstance(gt, dict) and "answer" in gt:
+            gt = gt["answer"]
+        values = {"prompt": x.prompt, "response": x.response, "ground_truth": "" if gt is None else str(gt),
+                  "score_min": _fmt(self.score_min), "score_max": _fmt(self.score_max)}
+        # one pass over the rubric, not str.format: a rubric may show JSON or code with braces,
+        # and a response may itself contain "{prompt}"
+        text = re.sub(r"\{(prompt|response|ground_truth|score_min|score_max)\}", lambda m: values[m.group(1)],
+                      self.rubric)
+        return ([{"role": "system", "content": self.system}] if self.system else []) + [
+            {"role": "user", "content": text}]
+
+    def verdict(self, reply: ChatReply) -> RewardResult:
+        if reply.error is not None:
+            return RewardResult.failed(reply.error)
+        raw = parse_score(reply.text, self.score_min, self.score_max, self.score_pattern)
+        if raw is None:
+            return RewardResult.failed(f"judge reply has no score in [{_fmt(self.score_min)}, "
+                                       f"{_fmt(self.score_max)}]: {reply.text[-200:]!r}")
+        return RewardResult((raw - self.score_min) / (self.score_max - self.score_min), {"raw": raw})
+
+    async def ascore_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
+        replies = await self.client.chat([self.messages(x) for x in inputs], max_tokens=self.max_tokens,
+                                         temperature=self.temperature)
+        return [self.verdict(r) for r in replies]
+
+    def score(self, x: RewardInput) -> RewardResult:
+        return run_sync(self.ascore_batch([x]))[0]
+
+    def close(self) -> None:
+        pass
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
