@@ -40,9 +40,15 @@ class ModelConfig(Section):
     chat_template: str | None = Field(
         None, description="Jinja chat template overriding the tokenizer's own (text, or a path to a file)."
     )
+    attn_implementation: str = Field(
+        "sdpa",
+        description="transformers attention kernel for training forwards: `sdpa` (default), `eager`, "
+        "`flash_attention_2` (CUDA with flash-attn installed; packed micro-batches then need no mask).",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters (PEFT).")
     logprob_chunk_size: int = Field(
         1024, ge=1,
-        description="Tokens per chunk when turning hidden states into log-probs, so the full "
-        "(tokens x vocab) logits tensor is never held at once.",
+        description="Response tokens per chunk when turning hidden states into log-probs, so the full "
+        "(tokens x vocab) logits tensor is never held at once (with grad, each chunk is recomputed in "
+        "the backward pass instead of kept).",
     )

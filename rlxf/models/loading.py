@@ -202,6 +202,7 @@ def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToken
     model = load_model(
         cfg.path, device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         lora=cfg.lora, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
+        attn_implementation=cfg.attn_implementation,
     )
     return model, tokenizer
 

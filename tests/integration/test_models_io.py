@@ -111,3 +111,53 @@ def test_cli_init_model(tmp_path, capsys):
     assert main(["init-model", "--preset", "nano", str(tmp_path / "m")]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(["init-model", "--preset", "huge", str(tmp_path / "x")]) == 2
+
+
+def test_save_round_trips_through_our_loader_too(nano_model_dir, tmp_path):
+    model = load_model(nano_model_dir)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # tied: the embedding changes with it
+    out = save_model(model, tmp_path / "ours")
+    ids = [3, 1, 4, 1, 5]
+    torch.testing.assert_close(_logits(load_model(out), ids), _logits(model, ids), rtol=0, atol=0)
+
+
+def test_load_from_config(nano_model_dir):
+    from rlxf.config.model import ModelConfig
+    from rlxf.models import load_from_config
+
+    model, tok = load_from_config(ModelConfig(path=str(nano_model_dir), gradient_checkpointing=True,
+                                              attn_implementation="eager", chat_template="{{ 'T' }}"))
+    assert next(model.parameters()).dtype == torch.float32 and model.device.type == "cpu"
+    assert model.config._attn_implementation == "eager" and is_checkpointing(model)
+    assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "T"
+
+
+def test_device_and_dtype_resolution():
+    from rlxf.models import resolve_device, resolve_dtype
+
+    cpu = torch.device("cpu")
+    assert resolve_dtype("auto", cpu) == torch.float32
+    assert resolve_dtype("bfloat16", cpu) == torch.bfloat16
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == cpu
+        with pytest.raises(ModelLoadError, match="CUDA is not available"):
+            resolve_device("cuda")
+    else:
+        assert resolve_device("auto").type == "cuda"
+        assert resolve_dtype("auto", torch.device("cuda")) == (
+            torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32)
+
+
+def test_unreachable_hub_id_is_a_model_load_error():
+    """The real from_pretrained hub path; offline mode so it fails at once instead of retrying."""
+    import subprocess
+    import sys
+
+    code = ("from rlxf.models import load_model, ModelLoadError\n"
+            "try:\n    load_model('someorg/no-such-model')\n"
+            "except ModelLoadError as e:\n    print('OK', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert out.stdout.startswith("OK cannot load 'someorg/no-such-model'"), out.stderr[-2000:]
+    assert "hub id" in out.stdout
