@@ -131,7 +131,7 @@ def _close(x: str, y: str, tol: float) -> bool:
 def values_match(actual: Any, expected: Any, tol: float = 1e-6) -> bool:
     """JSON values equal, floats within ``tol``, tuples as lists."""
     if isinstance(actual, bool) or isinstance(expected, bool):
-        return actual == expected
+        return type(actual) is type(expected) and actual == expected
     if isinstance(actual, (int, float)) and isinstance(expected, (int, float)):
         return math.isclose(actual, expected, rel_tol=tol, abs_tol=tol)
     if isinstance(actual, list) and isinstance(expected, (list, tuple)):

@@ -1,0 +1,92 @@
+"""math / exact / numeric verifiers on hand-written right and wrong answers."""
+
+import pytest
+
+from rlxf.rewards.answers import ExactVerifier, MathVerifier, NumericVerifier
+from rlxf.rewards.types import RewardInput
+
+
+def sample(response, truth):
+    return RewardInput(prompt="What is it?", response=response, ground_truth=truth)
+
+
+@pytest.fixture(scope="module")
+def math_v():
+    return MathVerifier("math", ["answer_tag", "boxed", "last_number"])
+
+
+@pytest.mark.parametrize("response, truth", [
+    ("<answer>42</answer>", "42"),
+    (r"the answer is \boxed{\frac{1}{2}}", "0.5"),
+    (r"<answer>\frac{2}{4}</answer>", "1/2"),
+    ("<answer>x^2 + 2x + 1</answer>", "(x+1)^2"),
+    (r"<answer>\{3, 1, 2\}</answer>", r"\{1,2,3\}"),
+    ("<answer>1,000</answer>", "1000"),
+    (r"<answer>\sqrt{2}/2</answer>", r"\frac{\sqrt{2}}{2}"),
+    ("after some work we get 17", "17"),
+])
+def test_math_right(math_v, response, truth):
+    r = math_v.score(sample(response, truth))
+    assert (r.score, r.error, r.metrics["correct"]) == (1.0, None, 1.0)
+
+
+@pytest.mark.parametrize("response, truth", [
+    ("<answer>41</answer>", "42"),
+    (r"\boxed{\frac{1}{3}}", "0.5"),
+    ("<answer>x^2 + 1</answer>", "(x+1)^2"),
+    ("<answer>-42</answer>", "42"),
+    ("<answer>forty-two</answer>", "42"),
+])
+def test_math_wrong(math_v, response, truth):
+    r = math_v.score(sample(response, truth))
+    assert (r.score, r.error, r.metrics["correct"]) == (0.0, None, 0.0)
+
+
+def test_math_without_an_answer_scores_zero_not_error(math_v):
+    r = math_v.score(sample("I do not know", "42"))
+    assert (r.score, r.error, r.metrics) == (0.0, None, {"extracted": 0.0, "correct": 0.0})
+
+
+def test_math_missing_ground_truth_is_an_error(math_v):
+    for truth in (None, "", "   "):
+        r = math_v.score(sample("<answer>1</answer>", truth))
+        assert r.error is not None and "ground truth" in r.error
+
+
+def test_math_reads_the_answer_of_a_dict_ground_truth(math_v):
+    r = math_v.score(sample("<answer>-4</answer>", {"question": "5-3-6", "answer": "-4", "metadata": {}}))
+    assert r.score == 1.0
+
+
+def test_math_extraction_order_matters():
+    only_boxed = MathVerifier("m", ["boxed"])
+    text = r"<answer>3</answer> \boxed{4}"
+    assert only_boxed.score(sample(text, "4")).score == 1.0
+    assert MathVerifier("m", ["answer_tag", "boxed"]).score(sample(text, "4")).score == 0.0
+
+
+def test_exact_normalises_case_and_whitespace():
+    v = ExactVerifier("exact")
+    assert v.score(sample("<answer>  Paris\n</answer>", "paris")).score == 1.0
+    assert v.score(sample("<answer>New   York</answer>", "new york")).score == 1.0
+    assert v.score(sample("<answer>Lyon</answer>", "Paris")).score == 0.0
+    strict = ExactVerifier("exact", case_sensitive=True)
+    assert strict.score(sample("<answer>paris</answer>", "Paris")).score == 0.0
+    assert ExactVerifier("e", ["last_line"]).score(sample("thinking...\nParis", "paris")).score == 1.0
+
+
+def test_numeric_tolerances():
+    v = NumericVerifier("numeric", rel_tol=1e-3, abs_tol=0.0)
+    assert v.score(sample("<answer>3.1416</answer>", "3.14159")).score == 1.0
+    assert v.score(sample("<answer>3.15</answer>", "3.14159")).score == 0.0
+    assert v.score(sample(r"<answer>\frac{1}{4}</answer>", "0.25")).score == 1.0
+    assert v.score(sample("<answer>a quarter</answer>", "0.25")).score == 0.0
+    assert v.score(sample("the result: 1,024", "1024")).score == 1.0
+    bad = v.score(sample("<answer>3</answer>", "three"))
+    assert bad.error is not None and "not a number" in bad.error
+
+
+def test_numeric_absolute_tolerance_near_zero():
+    v = NumericVerifier("n", rel_tol=0.0, abs_tol=1e-6)
+    assert v.score(sample("<answer>0.0000005</answer>", "0")).score == 1.0
+    assert v.score(sample("<answer>0.00001</answer>", "0")).score == 0.0
