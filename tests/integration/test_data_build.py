@@ -10,6 +10,7 @@ import torch
 
 from rlxf.config.data import DataConfig, FieldMap
 from rlxf.data import DataError, build_preference_data, build_prompt_data, build_sft_data, encode_prompt
+from rlxf.data.tasks.arithmetic import evaluate
 
 # A Llama-3 shaped template on the built-in tokens: role header, blank line, content, end of turn.
 HEADER_TEMPLATE = (
@@ -44,7 +45,7 @@ def test_task_prompts(tok):
     p = data.train[0]
     assert p.uid == "arithmetic:train:0"
     assert p.metadata["task"] == "arithmetic" and p.metadata["task_options"]["max_digits"] == 3
-    assert p.ground_truth == p.metadata["answer"] == str(eval(p.metadata["expression"]))  # noqa: S307 - our own digits
+    assert p.ground_truth == p.metadata["answer"] == str(evaluate(p.metadata["operands"], p.metadata["ops"]))
     assert "Sum." in p.prompt_text and p.prompt_text.endswith(tok.apply_chat_template(
         [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True).split("x")[-1])
     test_ids = {tuple(t.prompt_ids) for t in data.test}

@@ -200,3 +200,21 @@ def test_llama_architecture_and_lora(nano_model_dir):
             got = sequence_logprobs(m, prompts, responses, chunk_size=2).logprobs
         for g, w in zip(rows(got, [2, 3]), ref_lp, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_gradient_checkpointing_and_bf16(nano_model_dir):
+    """Activation checkpointing changes no number; bf16 weights still give float32 log-probs."""
+    plain = load_model(nano_model_dir)
+    ckpt = load_model(nano_model_dir, gradient_checkpointing=True)
+    ckpt.train()
+    want = _grads(plain, packed=False)
+    got = _grads(ckpt, packed=True, chunk_size=3)
+    for name in want:
+        scale = want[name].abs().max().item()
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-5 * scale, msg=name)
+    bf16 = load_model(nano_model_dir, dtype="bfloat16")
+    with torch.no_grad():
+        lp16 = sequence_logprobs(bf16, PROMPTS, RESPONSES).logprobs
+        lp32 = sequence_logprobs(plain, PROMPTS, RESPONSES).logprobs
+    assert lp16.dtype == torch.float32
+    torch.testing.assert_close(lp16, lp32, rtol=0, atol=0.05)
