@@ -109,6 +109,8 @@ class SandboxLimits:
 class TestCase:
     """One test of a program: feed stdin, run an assertion, or call a function."""
 
+    __test__ = False              # not a pytest test class, despite the name
+
     kind: Literal["stdio", "assert", "call"]
     stdin: str = ""               # stdio (and any kind): the program's standard input
     source: str = ""              # assert: Python run after the program, in its namespace

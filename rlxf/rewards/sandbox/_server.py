@@ -134,6 +134,11 @@ def setup_strict(init: dict) -> list[str]:
         _bind_into(new_root, path)
     for sub in ("tmp", "proc", "dev"):
         os.makedirs(new_root + "/" + sub, exist_ok=True)
+    if not root:
+        # Inside a user namespace the kernel mounts a new procfs only if one is already fully
+        # visible in the mount namespace. Keep the host's there; every job mounts its own on
+        # top and aborts if it cannot, so a program never sees this one.
+        mount("/proc", new_root + "/proc", None, MS_BIND | MS_REC)
     for dev in ("null", "zero", "full", "random", "urandom"):
         target = f"{new_root}/dev/{dev}"
         open(target, "w").close()
@@ -193,12 +198,14 @@ def run_job(job: dict, init: dict) -> dict:
     limits = job["limits"]
     deadline = time.monotonic() + len(job["tests"]) * limits["wall_s"] + 2.0
     r, w = os.pipe()
+    log_fd = _memfd("launcher-stderr")  # the launcher's and init's own errors, for the answer
     server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:  # launcher
         code = 1
         try:
             os.close(r)
+            os.dup2(log_fd, 2)
             code = _launcher(job, init, w, server_pid)
         except BaseException:  # noqa: BLE001 - report, never return into the server loop
             traceback.print_exc()
@@ -208,10 +215,15 @@ def run_job(job: dict, init: dict) -> dict:
     os.close(r)
     if err:
         _kill_and_reap(pid)
+        os.close(log_fd)
         return {"error": err}
     _, status = os.waitpid(pid, 0)
+    size = os.fstat(log_fd).st_size
+    log = os.pread(log_fd, 2000, max(0, size - 2000)).decode("utf-8", "replace").strip()
+    os.close(log_fd)
     if not data:
-        return {"error": f"sandbox launcher exited with status {status} and no result"}
+        return {"error": f"sandbox launcher exited with status {os.waitstatus_to_exitcode(status)} and no "
+                         f"result: {log or 'no message'}"}
     return json.loads(data)
 
 
