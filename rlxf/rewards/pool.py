@@ -138,9 +138,15 @@ class _ProcessLane(_Lane):
         self.conn.send_bytes(pickle.dumps([(c.id, c.verifier, c.x) for c in calls]))
 
     def events(self) -> list[tuple]:
+        """What the worker sent; EOFError once it is dead and everything it sent was read."""
         out = []
         while self.conn.poll():
-            out.append(pickle.loads(self.conn.recv_bytes()))  # EOFError: the worker died
+            try:
+                out.append(pickle.loads(self.conn.recv_bytes()))
+            except EOFError:
+                if out:  # deliver its last words first (e.g. an init error); EOF on the next call
+                    break
+                raise
         return out
 
     def kill(self) -> None:
