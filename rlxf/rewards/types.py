@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from rlxf.types import Trajectory
+    from rlxf.types import Prompt, Trajectory
 
 FailureKind = Literal["error", "timeout", "crash"]
 
@@ -37,11 +37,16 @@ class RewardInput:
     @classmethod
     def from_trajectory(cls, trajectory: Trajectory, max_new_tokens: int | None = None) -> RewardInput:
         """The scoring view of a rollout (``rlxf.types.Trajectory``)."""
-        prompt = trajectory.prompt
-        return cls(prompt=prompt.prompt_text, response=trajectory.response_text,
-                   ground_truth=prompt.ground_truth, metadata=dict(prompt.metadata),
-                   response_tokens=len(trajectory.response_ids), max_new_tokens=max_new_tokens,
-                   uid=prompt.uid)
+        return cls.from_prompt(trajectory.prompt, trajectory.response_text,
+                               response_tokens=len(trajectory.response_ids), max_new_tokens=max_new_tokens)
+
+    @classmethod
+    def from_prompt(cls, prompt: Prompt, response: str, *, response_tokens: int | None = None,
+                    max_new_tokens: int | None = None) -> RewardInput:
+        """The scoring view of one response to an ``rlxf.types.Prompt``."""
+        return cls(prompt=prompt.prompt_text, response=response, ground_truth=prompt.ground_truth,
+                   metadata=dict(prompt.metadata), response_tokens=response_tokens,
+                   max_new_tokens=max_new_tokens, uid=prompt.uid)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -85,6 +85,10 @@ def test_correct_program_passes_and_runs_unprivileged(box, verifier):
     assert (out.tests[0].status, int(uid), cwd) == ("ok", SANDBOX_UID if os.geteuid() == 0 else os.getuid(), "/tmp")
     for hidden in ("home", "run", "var", "boot", "srv", "opt"):  # only the Python install and /usr are there
         assert f"'{hidden}'" not in listing
+    tests_dir = str(Path(__file__).resolve().parent)  # on sys.path here, but not a Python install dir
+    seen = box.run(f"import os\nprint(os.path.exists({tests_dir!r}), os.path.exists('/etc/hostname'))",
+                   [TestCase.stdio("")])
+    assert seen.tests[0].stdout == "False False\n"
     assert box.mode == "strict"
 
 

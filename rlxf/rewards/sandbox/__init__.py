@@ -249,11 +249,17 @@ def _shutdown(servers: list[_Server]) -> None:
 
 
 def default_binds(python: str = sys.executable) -> list[str]:
-    """Host paths visible (read-only) inside a strict sandbox: the system libraries and the
-    Python installation running rlxf, so a program can import what rlxf's Python can."""
-    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                           sys.base_exec_prefix, os.path.dirname(python))}
-    paths |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+    """Host paths visible (read-only) inside a strict sandbox: the system libraries, the
+    Python installation running rlxf and its site-packages, so a program can import what is
+    installed -- but not the working directory, the script's directory or a home directory."""
+    import site  # noqa: PLC0415
+
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(python),
+                  *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        candidates.append(site.getusersitepackages())
+    candidates += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    paths = {os.path.realpath(p) for p in candidates if p and os.path.isdir(p)}
     dirs: list[str] = []
     for p in sorted(paths, key=len):  # drop paths inside one already listed
         if p != "/" and not any(p == d or p.startswith(d + "/") for d in dirs):

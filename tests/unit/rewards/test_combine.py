@@ -82,3 +82,16 @@ def test_batch_metrics_by_hand():
 def test_scored_sample_json_round_trip():
     s = ScoredSample(0.25, {"a": 0.25}, None, {"a": VerifierFailure("crash", "died")}, {"a/x": 1.0}, "uid-7")
     assert ScoredSample.from_json(s.to_json()) == s
+
+
+def test_reward_input_from_a_trajectory():
+    from rlxf.rewards.types import RewardInput
+    from rlxf.types import Prompt, Trajectory
+
+    prompt = Prompt("arith:train:3", [1, 2], "What is 2+2?", "4", {"task": "arithmetic"})
+    traj = Trajectory(prompt, 0, [5, 6, 7], "<answer>4</answer>", [0.0] * 3, [1] * 3, [0] * 3, "stop")
+    x = RewardInput.from_trajectory(traj, max_new_tokens=64)
+    assert x == RewardInput("What is 2+2?", "<answer>4</answer>", "4", {"task": "arithmetic"}, 3, 64, "arith:train:3")
+    assert RewardInput.from_json(x.to_json()) == x
+    x.metadata["changed"] = True
+    assert prompt.metadata == {"task": "arithmetic"}  # a copy: verifiers cannot edit the dataset
