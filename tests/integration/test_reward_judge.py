@@ -145,3 +145,14 @@ def test_engine_judge_batches_prompts_into_one_generate_call():
     assert results[2].error == "judge engine: prompt too long"
     (count, sampling), = engine.calls
     assert count == 3 and sampling.n == 1 and sampling.max_new_tokens == 16 and sampling.temperature == 0.0
+
+
+def test_engine_judge_with_the_real_native_engine(nano_model_dir):
+    """backend: engine loads an rlxf rollout engine; the untrained nano model cannot grade, so
+    every reply is recorded as unparseable -- what matters is that the whole path runs."""
+    cfg = RewardConfig.model_validate({"verifiers": [{"type": "judge", "backend": "engine",
+                                                      "model": str(nano_model_dir), "max_tokens": 6}]})
+    with LocalReward(cfg) as scorer:
+        out = scorer.score([sample("GOOD"), sample("BAD")])
+    assert all(s.failures["judge"].kind == "error" and "no score" in s.failures["judge"].message for s in out)
+    assert [s.reward for s in out] == [0.0, 0.0]
