@@ -132,6 +132,10 @@ class ReasoningGymVerifierConfig(_Verifier):
         "answer", description="Score the text inside <answer_tag>...</answer_tag> (the last one); "
         "None = the whole response.",
     )
+    require_tag: bool = Field(
+        False, description="A response without the answer tag scores 0; off = score the whole response "
+        "then (as the reasoning_gym data task's own scorer does).",
+    )
     dataset: str | None = Field(
         None, description="Dataset name used when an entry's metadata has no `source_dataset`."
     )

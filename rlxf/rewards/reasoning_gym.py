@@ -5,9 +5,11 @@ as the dataset produced it. The dataset is looked up by, in order: the entry's
 ``metadata["source_dataset"]`` (reasoning-gym sets it), the sample metadata's
 ``reasoning_gym_dataset``, or a ``task`` of the form ``reasoning_gym:<name>``, or the
 verifier's ``dataset`` option. Dataset options (some scorers depend on them) come from the
-sample metadata's ``task_options``. The score is ``dataset.score_answer(answer, entry)`` in
-[0, 1], where the answer is the text of the last ``<answer>...</answer>`` (the format
-reasoning-gym's prompts ask for).
+sample metadata's ``task_options`` (``rlxf.data`` puts ``task`` and ``task_options`` there).
+The score is ``dataset.score_answer(answer, entry)`` in [0, 1], where the answer is the text
+of the last ``<answer>...</answer>`` (the format reasoning-gym's prompts ask for), or the
+whole response if it has no tag -- the same rule as ``rlxf.data``'s task scorer, so rewards
+and task accuracy agree -- unless ``require_tag``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rlxf.rewards.types import RewardInput, RewardResult
 
 
 class ReasoningGymVerifier(SyncVerifier):
-    def __init__(self, name: str, answer_tag: str | None = "answer", dataset: str | None = None):
+    def __init__(self, name: str, answer_tag: str | None = "answer", dataset: str | None = None,
+                 require_tag: bool = False):
         super().__init__(name)
         try:
             import reasoning_gym  # noqa: PLC0415
@@ -29,12 +32,13 @@ class ReasoningGymVerifier(SyncVerifier):
             raise ImportError("the reasoning_gym verifier needs reasoning-gym: pip install 'rlxf[tasks]'") from e
         self._rg = reasoning_gym
         self.answer_tag = answer_tag
+        self.require_tag = require_tag
         self.dataset = dataset
         self._datasets: dict[tuple[str, str], Any] = {}
 
     @classmethod
     def from_config(cls, cfg: Any) -> ReasoningGymVerifier:
-        return cls(cfg.label, cfg.answer_tag, cfg.dataset)
+        return cls(cfg.label, cfg.answer_tag, cfg.dataset, cfg.require_tag)
 
     def _name(self, entry: dict[str, Any], metadata: dict[str, Any]) -> str | None:
         name = (entry.get("metadata") or {}).get("source_dataset") or metadata.get("reasoning_gym_dataset")
@@ -46,13 +50,13 @@ class ReasoningGymVerifier(SyncVerifier):
     def _scorer(self, name: str, options: dict[str, Any]) -> Any:
         key = (name, json.dumps(options, sort_keys=True, default=str))
         if key not in self._datasets:
-            try:
-                self._datasets[key] = self._rg.create_dataset(name, **options)
+            try:  # one item is enough: only its score_answer is used
+                self._datasets[key] = self._rg.create_dataset(name, seed=0, size=1, **options)
             except (ValueError, TypeError, AssertionError):
                 if not options:
                     raise
                 # options meant for the generator (not its config): the default config scores the same
-                self._datasets[key] = self._rg.create_dataset(name)
+                self._datasets[key] = self._rg.create_dataset(name, seed=0, size=1)
         return self._datasets[key]
 
     def score(self, x: RewardInput) -> RewardResult:
@@ -64,8 +68,11 @@ class ReasoningGymVerifier(SyncVerifier):
             return RewardResult.failed("cannot tell which reasoning-gym dataset this entry is from: no "
                                        "metadata.source_dataset, no task, no `dataset` option")
         dataset = self._scorer(name, dict(x.metadata.get("task_options") or {}))
-        answer = tag_content(x.response, self.answer_tag) if self.answer_tag else x.response.strip()
+        answer = tag_content(x.response, self.answer_tag) if self.answer_tag else None
+        tagged = answer is not None
         if answer is None:
-            return RewardResult(0.0, {"extracted": 0.0, "correct": 0.0})
+            if self.require_tag and self.answer_tag:
+                return RewardResult(0.0, {"tagged": 0.0, "correct": 0.0})
+            answer = x.response.strip()
         value = float(dataset.score_answer(answer, entry))
-        return RewardResult(value, {"extracted": 1.0, "correct": float(value >= 1.0)})
+        return RewardResult(value, {"tagged": float(tagged), "correct": float(value >= 1.0)})

@@ -23,12 +23,26 @@ def test_right_and_wrong_answers(verifier, name):
     assert (wrong.score, wrong.metrics["correct"], wrong.error) == (0.0, 0.0, None)
 
 
-def test_no_answer_tag_scores_zero(verifier):
+def test_untagged_answers_score_the_whole_response_unless_a_tag_is_required(verifier):
     entry = reasoning_gym.create_dataset("chain_sum", size=1, seed=0)[0]
-    res = verifier.score(RewardInput("", entry["answer"], entry))  # right text but not in <answer>
-    assert (res.score, res.metrics["extracted"]) == (0.0, 0.0)
-    whole = ReasoningGymVerifier("rg", answer_tag=None)
-    assert whole.score(RewardInput("", f"  {entry['answer']} ", entry)).score == 1.0
+    bare = RewardInput("", f"  {entry['answer']} ", entry)  # right text, no <answer> tag
+    res = verifier.score(bare)
+    assert (res.score, res.metrics["tagged"]) == (1.0, 0.0)
+    strict = ReasoningGymVerifier("rg", require_tag=True).score(bare)
+    assert (strict.score, strict.metrics["tagged"]) == (0.0, 0.0)
+    assert ReasoningGymVerifier("rg", answer_tag=None).score(bare).score == 1.0
+
+
+def test_agrees_with_the_data_tasks_own_scorer(verifier):
+    """Rewards and task accuracy must not disagree: compare with rlxf.data's scorer."""
+    get_task = pytest.importorskip("rlxf.data.tasks").get_task
+    task = get_task("reasoning_gym:basic_arithmetic", {})
+    _, test = task.splits(train_size=4, test_size=4, seed=3)
+    for item in test:
+        for response in (f"<answer>{item.answer}</answer>", item.answer, "<answer>0.5</answer>", "no idea"):
+            x = RewardInput(item.question, response, item.ground_truth,
+                            {"task": task.name, "task_options": task.options})
+            assert verifier.score(x).score == task.score(response, item.ground_truth, {}), response
 
 
 def test_dataset_from_task_metadata_when_the_entry_lacks_it(verifier):
