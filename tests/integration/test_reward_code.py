@@ -29,7 +29,7 @@ def fenced(code: str) -> str:
 @pytest.fixture(scope="module")
 def verifier():
     try:
-        box = Sandbox(SandboxLimits(cpu_s=1, wall_s=3), concurrency=2)
+        box = Sandbox(SandboxLimits(cpu_s=1, wall_s=15), concurrency=2)
     except SandboxUnavailable as e:
         pytest.skip(str(e))
     v = CodeVerifier("code", box)

@@ -28,8 +28,11 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is 
 SANDBOX_UID = 61000
 TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}]
 CORRECT = "a, b = map(int, input().split())\nprint(a + b)\n"
-LIMITS = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=256, max_processes=16, max_file_mb=4,
+# The wall backstop is generous so the CPU budget decides every CPU-bound verdict even on a
+# loaded machine; programs meant to hit the wall clock (sleepers, fork bombs) use SHORT_WALL.
+LIMITS = SandboxLimits(cpu_s=1, wall_s=15, memory_mb=256, max_processes=16, max_file_mb=4,
                        max_output_bytes=1 << 16)
+SHORT_WALL = SandboxLimits(cpu_s=1, wall_s=2, memory_mb=256, max_processes=16)
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,12 @@ def box():
         pytest.skip(f"strict sandbox isolation unavailable here: {e}")
     yield sandbox
     sandbox.close()
+
+
+@pytest.fixture(scope="module")
+def short_box(box):
+    with Sandbox(SHORT_WALL, concurrency=2, sandbox_uid=SANDBOX_UID) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +101,7 @@ def test_correct_program_passes_and_runs_unprivileged(box, verifier):
     assert box.mode == "strict"
 
 
-def test_fork_bomb(box, verifier):
+def test_fork_bomb(short_box):
     code = textwrap.dedent("""
         import os
         while True:
@@ -101,13 +110,14 @@ def test_fork_bomb(box, verifier):
             except OSError:
                 pass
     """)
-    outcome, elapsed = run_hostile(box, verifier, code, {"wall_timeout", "timeout", "error", "stray_processes"})
-    assert elapsed < LIMITS.wall + 5
+    verifier = CodeVerifier("code", short_box, fail_fast=True)
+    outcome, elapsed = run_hostile(short_box, verifier, code, {"wall_timeout", "timeout", "error", "stray_processes"})
+    assert elapsed < SHORT_WALL.wall + 5
 
 
 def test_infinite_loop_is_stopped_by_cpu_time(box, verifier):
-    outcome, elapsed = run_hostile(box, verifier, "while True:\n    pass\n", {"timeout"})
-    assert 0.9 <= outcome.cpu_s <= 2.5 and elapsed < LIMITS.wall
+    outcome, _ = run_hostile(box, verifier, "while True:\n    pass\n", {"timeout"})
+    assert 0.9 <= outcome.cpu_s <= 2.5
 
 
 def test_memory_bomb(box, verifier):
@@ -203,7 +213,7 @@ def test_a_child_that_outlives_its_parent(box, verifier):
         print(a + b)
     """)
     outcome, elapsed = run_hostile(box, verifier, code, {"stray_processes"})
-    assert outcome.stdout == "3\n" and outcome.strays and elapsed < 2
+    assert outcome.stdout == "3\n" and outcome.strays and elapsed < 5  # killed at once, not at the backstop
 
 
 def test_deleting_files_it_does_not_own(box, verifier, tmp_path):
@@ -249,6 +259,7 @@ def test_sys_exit_before_the_assertions_does_not_pass(box):
     assert result.tests[0].status == "ok" and result.tests[0].result != result.nonce
 
 
-def test_sleeping_program_hits_the_wall_backstop(box, verifier):
-    outcome, elapsed = run_hostile(box, verifier, "import time\ntime.sleep(60)\n", {"wall_timeout"})
-    assert LIMITS.wall <= elapsed < LIMITS.wall + 2 and outcome.cpu_s < 0.5
+def test_sleeping_program_hits_the_wall_backstop(short_box):
+    verifier = CodeVerifier("code", short_box, fail_fast=True)
+    outcome, elapsed = run_hostile(short_box, verifier, "import time\ntime.sleep(60)\n", {"wall_timeout"})
+    assert SHORT_WALL.wall <= elapsed < SHORT_WALL.wall + 3 and outcome.cpu_s < 0.5
