@@ -78,7 +78,15 @@ class RunDir:
 
 
 def setup_logging(log_file: Path | None, *, console: bool = True, level: int = logging.INFO) -> logging.Logger:
-    """Log to the run's log file (plain) and the terminal (rich); returns the `rlxf` logger."""
+    """Log to the run's log file (plain) and the terminal (rich); returns the `rlxf` logger.
+
+    transformers' own progress bars and info messages (weight loading, shard writing) are
+    silenced: a run's terminal shows rlxf's progress, and warnings still come through.
+    """
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_warning()
+    hf_logging.disable_progress_bar()
     logger = logging.getLogger("rlxf")
     logger.setLevel(level)
     for handler in list(logger.handlers):

@@ -107,3 +107,9 @@ class Experience:
             else:
                 fields[name] = [value[i] for i in rows]
         return Experience(**fields)
+
+    def trimmed(self) -> Experience:
+        """The same rows with (B, T) tensors cut to this batch's longest response."""
+        width = max((len(r) for r in self.response_ids), default=0)
+        return Experience(**{name: value[:, :width] if isinstance(value, torch.Tensor) and value.dim() == 2
+                             else value for name, value in vars(self).items()})

@@ -1,0 +1,1 @@
+"""Where roles run. ``local``: every role in this process (the embedded default)."""

@@ -1,0 +1,116 @@
+"""Checkpoints that survive a kill at any moment, and resume bit-for-bit.
+
+    checkpoints/step_N/
+      model/              HF format (safetensors + config + tokenizer): from_pretrained-loadable
+      critic/             PPO only
+      trainer_state.pt    optimizer, scheduler, RNG states, data-sampler position, step, ...
+
+A checkpoint is written to a hidden temporary directory, fsynced, then renamed into place in
+one ``rename(2)``: a reader sees either the whole checkpoint or none. Leftover temporary
+directories from a killed writer are ignored and cleaned up.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+STATE_FILE = "trainer_state.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints under ``root`` as (step, path), oldest first."""
+    if not root.exists():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / STATE_FILE).exists():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    ckpts = list_checkpoints(root)
+    return ckpts[-1][1] if ckpts else None
+
+
+def save_checkpoint(root: Path, step: int, *, writers: dict[str, Callable[[Path], None]],
+                    state: dict[str, Any], keep_last: int) -> Path:
+    """Write ``step_<step>`` atomically; keep the newest ``keep_last`` checkpoints.
+
+    ``writers`` maps a subdirectory name ("model", "critic") to a function that saves into it.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    for leftover in root.glob(".tmp-step_*"):  # from a writer killed mid-checkpoint
+        shutil.rmtree(leftover, ignore_errors=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp-step_{step}-{os.getpid()}"
+    tmp.mkdir()
+    for name, write in writers.items():
+        (tmp / name).mkdir()
+        write(tmp / name)
+    torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving a step (e.g. after a resume): swap, never a half state
+        old = root / f".old-step_{step}-{os.getpid()}"
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    _fsync_dir(root)
+    for _, path in list_checkpoints(root)[:-keep_last]:
+        shutil.rmtree(path, ignore_errors=True)
+    return final
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    """The trainer state saved with a checkpoint (RNG states are restored by the caller)."""
+    file = path / STATE_FILE
+    if not file.exists():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
+    return torch.load(file, map_location="cpu", weights_only=False)

@@ -1,0 +1,131 @@
+"""The rollout phase: sample a group of responses per prompt and score them.
+
+With DAPO's dynamic sampling, groups whose rewards are all equal carry no learning signal
+(every advantage is 0), so they are dropped and more prompts are sampled until the batch is
+full again or ``algorithm.max_sampling_rounds`` is reached.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from rlxf.algorithms import dynamic_sampling_keep
+from rlxf.rewards.types import RewardInput, batch_metrics
+from rlxf.rollout import GenerationRequest, SamplingParams
+from rlxf.trainer.seeds import derive_seed
+from rlxf.trainer.timer import PhaseTimer
+from rlxf.types import Prompt, Trajectory
+
+if TYPE_CHECKING:
+    from rlxf.placement.local import Roles
+
+log = logging.getLogger("rlxf")
+
+
+def generate(engine, tokenizer, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams,
+             first_group: int = 0) -> list[Trajectory]:
+    """n responses per prompt, as unscored trajectories (group = first_group + prompt index)."""
+    requests = [GenerationRequest(p.prompt_ids, seed=s) for p, s in zip(prompts, seeds)]
+    groups = engine.generate(requests, sampling)
+    trajs = []
+    for g, (prompt, completions) in enumerate(zip(prompts, groups)):
+        for c in completions:
+            if c.finish_reason == "error":
+                log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
+                continue
+            trajs.append(Trajectory(
+                prompt=prompt, group=first_group + g, response_ids=list(c.response_ids),
+                response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
+                rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
+                policy_versions=[c.policy_version] * len(c.response_ids), finish_reason=c.finish_reason,
+            ))
+    return trajs
+
+
+def score(reward, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
+    """Fill in each trajectory's reward, per-verifier scores and correctness; returns metrics."""
+    scored = reward.score([RewardInput.from_trajectory(t, max_new_tokens) for t in trajs])
+    for t, s in zip(trajs, scored):
+        t.reward, t.scores, t.correct, t.reward_error = s.reward, dict(s.scores), s.correct, s.error
+    return batch_metrics(scored)
+
+
+def collect(roles: Roles, step: int, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
+    """This step's scored groups: ``train.prompts_per_step`` prompts x ``rollout.n`` samples."""
+    cfg = roles.cfg
+    need = cfg.train.prompts_per_step
+    n = roles.sampling.n
+    kept: list[Trajectory] = []
+    last_round: list[Trajectory] = []
+    reward_metrics: dict[str, float] = {}
+    drawn = dropped = 0
+    for rnd in range(cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 1):
+        missing = need - len(kept) // n
+        prompts = roles.sampler.next_batch(missing)
+        seeds = [derive_seed(cfg.run.seed, step, rnd, i) for i in range(len(prompts))]
+        with timer("rollout"):
+            trajs = generate(roles.engine, roles.tokenizer, prompts, seeds, roles.sampling, first_group=drawn)
+        drawn += len(prompts)
+        with timer("reward"):
+            reward_metrics = score(roles.reward, trajs, roles.sampling.max_new_tokens)
+        last_round = trajs
+        if cfg.algorithm.dynamic_sampling:
+            rewards = torch.tensor([t.reward for t in trajs])
+            groups = torch.tensor([t.group for t in trajs])
+            keep = dynamic_sampling_keep(rewards, groups).tolist() if trajs else []
+            dropped += len(trajs) - sum(keep)
+            trajs = [t for t, k in zip(trajs, keep) if k]
+        kept += trajs
+        if len(kept) >= need * n:
+            break
+    if not kept:  # every group agreed in every round: nothing to learn from, train on zeros
+        kept = last_round
+    if len(kept) > need * n:  # whole groups only: keep the first `need` groups
+        first = sorted({t.group for t in kept})[:need]
+        kept = [t for t in kept if t.group in set(first)]
+    metrics = batch_metrics_of(kept)
+    if cfg.algorithm.dynamic_sampling:
+        metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
+                    "sampling/dropped_samples": float(dropped)}
+    metrics |= {k: v for k, v in reward_metrics.items() if k.endswith(("errors", "timeouts", "crashes"))}
+    return kept, metrics
+
+
+def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
+    """Reward statistics of the trajectories actually trained on."""
+    if not trajs:
+        return {}
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)
+    out = {"reward/mean": float(rewards.mean()),
+           "reward/std": float(rewards.std()) if len(trajs) > 1 else 0.0}
+    for name in dict.fromkeys(k for t in trajs for k in t.scores):
+        vals = [t.scores[name] for t in trajs if name in t.scores]
+        out[f"reward/{name}"] = sum(vals) / len(vals)
+    verdicts = [t.correct for t in trajs if t.correct is not None]
+    if verdicts:
+        out["accuracy"] = sum(verdicts) / len(verdicts)
+    return out
+
+
+def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]:
+    """Response lengths and throughput of the step (so far)."""
+    if not trajs:
+        return {}
+    lengths = [len(t.response_ids) for t in trajs]
+    response_tokens = sum(lengths)
+    total_tokens = response_tokens + sum(len(t.prompt.prompt_ids) for t in trajs)
+    elapsed = time.perf_counter() - timer.start
+    rollout_s = timer.seconds.get("rollout", 0.0)
+    return {
+        "response/length_mean": response_tokens / len(trajs),
+        "response/length_max": float(max(lengths)),
+        "response/truncated_frac": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
+        "throughput/tokens_per_s": total_tokens / elapsed if elapsed > 0 else 0.0,
+        "throughput/samples_per_s": len(trajs) / elapsed if elapsed > 0 else 0.0,
+        "throughput/rollout_tokens_per_s": response_tokens / rollout_s if rollout_s > 0 else 0.0,
+        "samples": float(len(trajs)),
+    }

@@ -1,0 +1,55 @@
+"""Held-out evaluation: greedy accuracy, and pass@k from k samples per problem."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from rlxf.config.train import EvalConfig
+from rlxf.rollout import SamplingParams
+from rlxf.trainer.collect import generate, score
+from rlxf.trainer.seeds import derive_seed
+from rlxf.types import Prompt
+
+if TYPE_CHECKING:
+    from rlxf.placement.local import Roles
+
+
+def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling: SamplingParams, *,
+                     pass_k: int = 0, seed: int = 0, prefix: str = "eval/") -> dict[str, float]:
+    """Score the engine's responses to ``prompts``.
+
+    ``<prefix>accuracy``: fraction answered correctly with greedy decoding (one response each).
+    ``<prefix>pass@k``: fraction with at least one correct answer among k samples drawn at
+    ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0).
+    """
+    greedy = replace(sampling, n=1, temperature=0.0, top_k=0, top_p=1.0)
+    trajs = generate(engine, tokenizer, prompts, [derive_seed(seed, i) for i in range(len(prompts))], greedy)
+    score(reward, trajs, greedy.max_new_tokens)
+    n = max(1, len(prompts))
+    out = {
+        f"{prefix}accuracy": sum(bool(t.correct) for t in trajs) / n,
+        f"{prefix}reward_mean": sum(t.reward for t in trajs) / max(1, len(trajs)),
+        f"{prefix}length_mean": sum(len(t.response_ids) for t in trajs) / max(1, len(trajs)),
+        f"{prefix}num_problems": float(len(prompts)),
+    }
+    if pass_k > 0:
+        if sampling.temperature <= 0:
+            raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
+        sampled = replace(sampling, n=pass_k)
+        trajs = generate(engine, tokenizer, prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
+        score(reward, trajs, sampled.max_new_tokens)
+        solved = {t.group for t in trajs if t.correct}
+        out[f"{prefix}pass@k"] = len(solved) / n
+        out[f"{prefix}k"] = float(pass_k)
+    return out
+
+
+def evaluate(roles: Roles, cfg: EvalConfig, seed: int) -> dict[str, float]:
+    """Evaluate the current policy (the engine's weights) on the held-out split."""
+    sampling = roles.sampling
+    if cfg.max_new_tokens is not None:
+        sampling = replace(sampling, max_new_tokens=cfg.max_new_tokens)
+    prompts = roles.data.test[: cfg.num_problems]
+    return evaluate_prompts(roles.engine, roles.tokenizer, roles.reward, prompts, sampling,
+                            pass_k=cfg.pass_k, seed=seed)

@@ -1,0 +1,126 @@
+"""From scored trajectories to a training batch: log-probs, rewards on tokens, advantages.
+
+    trajectories ──▶ pad (B, T) ──▶ π_old, π_ref, V (as needed) ──▶ token rewards ──▶ Â, returns
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from rlxf.algorithms import (
+    AdvantageParams,
+    MovingBaseline,
+    kl_penalty,
+    kl_shaped_rewards,
+    masked_mean,
+    outcome_token_rewards,
+    registry,
+    sequence_scores,
+    soft_overlong_penalty,
+)
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.trainer.roles import Actor, Critic, Reference
+from rlxf.types import Experience, Trajectory
+
+
+def pad(rows: list[list[float]] | list[list[int]], width: int, dtype=torch.float32) -> Tensor:
+    out = torch.zeros(len(rows), width, dtype=dtype)
+    for i, row in enumerate(rows):
+        if row:
+            out[i, : len(row)] = torch.as_tensor(row, dtype=dtype)
+    return out
+
+
+@dataclass
+class ExperienceMaker:
+    """Turns a step's trajectories into an ``Experience``, for whichever algorithm is configured."""
+
+    advantage: Callable                 # registry estimator, one signature for all
+    params: AdvantageParams
+    kl_in_reward: bool                  # kl_mode == "reward" and kl_coef > 0
+    kl_estimator: str
+    overlong_buffer: int                # DAPO soft overlong penalty buffer, tokens (0 = off)
+    overlong_penalty: float
+    max_new_tokens: int
+    recompute_old: bool                 # False when one optimizer step sees fresh samples (π_old = π_θ)
+    baseline: MovingBaseline            # for `reinforce`; the other estimators ignore it
+
+    @classmethod
+    def from_config(cls, algo: AlgorithmConfig, max_new_tokens: int, optimizer_steps_per_step: int) -> ExperienceMaker:
+        kl_in_reward = algo.kl_coef > 0 and algo.kl_mode == "reward"
+        return cls(
+            advantage=registry.get("advantage", algo.advantage),
+            params=AdvantageParams(gamma=algo.gamma, gae_lambda=algo.gae_lambda, norm_by_std=algo.norm_adv_by_std),
+            kl_in_reward=kl_in_reward,
+            kl_estimator=algo.kl_estimator,
+            overlong_buffer=int(algo.overlong_buffer * max_new_tokens),
+            overlong_penalty=algo.overlong_penalty,
+            max_new_tokens=max_new_tokens,
+            # the old policy needs its own forward only when the batch sees several optimizer
+            # steps (PPO epochs / mini-batches) or when KL-in-reward needs π_old before the update
+            recompute_old=optimizer_steps_per_step > 1 or kl_in_reward,
+            baseline=MovingBaseline(),
+        )
+
+    def __call__(self, trajs: list[Trajectory], actor: Actor, reference: Reference | None,
+                 critic: Critic | None, kl_coef: float) -> tuple[Experience, dict[str, float]]:
+        prompt_ids = [t.prompt.prompt_ids for t in trajs]
+        response_ids = [t.response_ids for t in trajs]
+        width = max((len(r) for r in response_ids), default=0)
+        mask = pad([t.loss_mask for t in trajs], width)
+        rollout_logprobs = pad([t.rollout_logprobs for t in trajs], width)
+        old = actor.logprobs(prompt_ids, response_ids) if self.recompute_old else None
+        ref = reference.logprobs(prompt_ids, response_ids) if reference is not None else None
+        values = critic.values(prompt_ids, response_ids) if critic is not None else None
+
+        scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+        metrics: dict[str, float] = {}
+        if self.overlong_buffer:
+            lengths = torch.tensor([len(r) for r in response_ids], dtype=torch.float32)
+            shaping = soft_overlong_penalty(lengths, self.max_new_tokens, self.overlong_buffer, self.overlong_penalty)
+            scores = scores + shaping
+            metrics["reward/overlong_penalty"] = float(shaping.mean())
+        token_rewards = outcome_token_rewards(scores, mask)
+        if self.kl_in_reward:
+            token_rewards = kl_shaped_rewards(token_rewards, old, ref, mask, kl_coef, self.kl_estimator)
+        group_ids = torch.tensor([t.group for t in trajs], dtype=torch.long)
+        params = replace(self.params, baseline=self.baseline.value)
+        advantages, returns = self.advantage(token_rewards, mask, group_ids, values, params)
+        self.baseline.update(float(sequence_scores(token_rewards, mask).mean()))
+
+        metrics["advantage/mean"] = float(masked_mean(advantages, mask))
+        metrics["advantage/abs_mean"] = float(masked_mean(advantages.abs(), mask))
+        exp = Experience(prompt_ids=prompt_ids, response_ids=response_ids, mask=mask,
+                         rollout_logprobs=rollout_logprobs, old_logprobs=old, advantages=advantages,
+                         group_ids=group_ids, rewards=scores, ref_logprobs=ref, values=values,
+                         returns=returns if critic is not None else None)
+        return exp, metrics
+
+    def state_dict(self) -> dict:
+        return {"baseline": self.baseline.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.baseline.load_state_dict(state["baseline"])
+
+
+def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str) -> dict[str, float]:
+    """How far apart the policies are, measured on this batch's response tokens.
+
+    ``trainer_logprobs`` are log π_old as the trainer computes it (recomputed, or the first
+    forward of the update). ``rollout/logprob_gap_*`` = |log π_rollout - log π_old|: the
+    engine/trainer mismatch, ~1e-6 on CPU fp32 when both hold the same weights. ``kl``:
+    KL(π_old ‖ π_ref) per token, when a reference exists.
+    """
+    valid = exp.mask.bool()
+    out = {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
+    if valid.any():
+        diff = (exp.rollout_logprobs - trainer_logprobs).abs()[valid]
+        out = {"rollout/logprob_gap_max": float(diff.max()), "rollout/logprob_gap_mean": float(diff.mean())}
+    if exp.ref_logprobs is not None:
+        kl = kl_penalty(trainer_logprobs, exp.ref_logprobs, kl_estimator, mask=exp.mask)
+        out["kl"] = float(masked_mean(kl, exp.mask))
+    return out

@@ -1,0 +1,75 @@
+"""The actor's objective: policy loss + KL term + entropy bonus, picked by name from config.
+
+The loop never asks which algorithm runs: the config's names become functions here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from rlxf.algorithms import PolicyLossParams, kl_penalty, registry
+from rlxf.config.algorithm import AlgorithmConfig
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Mini-batch totals every micro-batch divides by, so accumulated gradients are exact."""
+
+    num_tokens: Tensor  # () valid tokens in the mini-batch
+    num_seqs: Tensor    # () sequences with a valid token in the mini-batch
+
+
+@dataclass(frozen=True)
+class PolicyObjective:
+    policy_loss: Callable
+    aggregate: Callable
+    params: PolicyLossParams
+    agg_norm: float | None
+    kl_in_loss: bool          # kl_mode == "loss" and kl_coef > 0
+    kl_estimator: str
+    entropy_coef: float
+
+    @classmethod
+    def from_config(cls, algo: AlgorithmConfig, max_new_tokens: int) -> PolicyObjective:
+        return cls(
+            policy_loss=registry.get("policy_loss", algo.policy_loss),
+            aggregate=registry.get("loss_agg", algo.loss_agg),
+            params=PolicyLossParams(clip_eps_low=algo.clip_eps_low, clip_eps_high=algo.clip_eps_high,
+                                    dual_clip_c=algo.dual_clip_c, cispo_eps_high=algo.cispo_eps_high,
+                                    tis_cap=algo.tis_cap),
+            agg_norm=float(algo.loss_agg_norm or max_new_tokens),
+            kl_in_loss=algo.kl_coef > 0 and algo.kl_mode == "loss",
+            kl_estimator=algo.kl_estimator,
+            entropy_coef=algo.entropy_coef,
+        )
+
+    def __call__(self, logprobs: Tensor, entropy: Tensor | None, old_logprobs: Tensor, advantages: Tensor,
+                 mask: Tensor, totals: Totals, *, rollout_logprobs: Tensor | None = None,
+                 ref_logprobs: Tensor | None = None, kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+        """This micro-batch's share of the mini-batch loss (sum the shares over micro-batches).
+
+        All tensors (b, T). Returns the scalar loss and detached 0-dim metrics, each also a
+        share: summed over the micro-batches of a mini-batch it gives the mini-batch value
+        (token-weighted for means), except ``*_max`` / ``*_min``, which combine by max / min.
+        """
+        agg = dict(num_tokens=totals.num_tokens, num_seqs=totals.num_seqs, norm=self.agg_norm)
+        token_loss, loss_metrics = self.policy_loss(logprobs, old_logprobs, advantages, mask, self.params,
+                                                    rollout_logprobs)
+        loss = self.aggregate(token_loss, mask, **agg)
+        share = mask.sum() / totals.num_tokens.clamp(min=1)
+        metrics = {f"policy/{k}": v if k.endswith(("_max", "_min")) else v * share
+                   for k, v in loss_metrics.items()}
+        metrics["policy/loss"] = loss.detach()
+        if self.kl_in_loss and ref_logprobs is not None:
+            kl = self.aggregate(kl_penalty(logprobs, ref_logprobs, self.kl_estimator, mask=mask), mask, **agg)
+            loss = loss + kl_coef * kl
+            metrics["policy/kl_loss"] = kl.detach()
+        if entropy is not None:
+            ent = self.aggregate(entropy, mask, **agg)
+            if self.entropy_coef > 0:
+                loss = loss - self.entropy_coef * ent
+            metrics["entropy"] = ent.detach()
+        return loss, metrics

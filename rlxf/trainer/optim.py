@@ -1,0 +1,35 @@
+"""AdamW with linear warmup and a constant or cosine schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rlxf.config.train import OptimConfig
+
+
+def lr_lambda(step: int, *, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
+    """Multiplier of the peak lr at optimizer step ``step`` (0-based).
+
+    Warmup: (step + 1) / warmup for the first ``warmup`` steps. Cosine: from 1 down to
+    ``min_ratio`` over the remaining ``total - warmup`` steps.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_optimizer(params, cfg: OptimConfig, total_steps: int):
+    """AdamW over the trainable ``params`` and its LambdaLR scheduler."""
+    params = [p for p in params if p.requires_grad]
+    fused = all(p.is_cuda for p in params) and bool(params)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                            weight_decay=cfg.weight_decay, fused=fused or None)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_lambda(s, warmup=cfg.warmup_steps, total=total_steps,
+                                 schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio))
+    return opt, sched

@@ -1,0 +1,258 @@
+"""The trainer's roles: the actor (policy being trained), the reference, the critic.
+
+Each is an object with a handful of methods the loop calls; a Ray placement can host the same
+classes in actors without the loop changing. All work happens in micro-batches of
+``micro_batch_size`` sequences, packed into one row each when ``packing`` is on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlxf.algorithms import loss_totals, value_loss
+from rlxf.config.train import OptimConfig
+from rlxf.models.logprobs import sequence_logprobs
+from rlxf.models.value_model import sequence_values
+from rlxf.trainer.objective import PolicyObjective, Totals
+from rlxf.trainer.optim import build_optimizer
+from rlxf.types import Experience
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    """How a role runs its model over a batch."""
+
+    micro_batch_size: int
+    packing: bool = True
+    temperature: float = 1.0   # log-probs of softmax(logits / T), matching the sampler
+    chunk_size: int = 1024     # tokens per log-softmax chunk
+
+
+def micro_batches(n: int, size: int) -> Iterator[list[int]]:
+    for start in range(0, n, size):
+        yield list(range(start, min(n, start + size)))
+
+
+def _pad_to(x: Tensor, width: int) -> Tensor:
+    return x if x.shape[1] == width else torch.nn.functional.pad(x, (0, width - x.shape[1]))
+
+
+@torch.no_grad()
+def batched_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list[int]],
+                     spec: ForwardSpec) -> Tensor:
+    """log π(a_t|s_t) for every response token, (B, T) right-padded with 0, without gradients."""
+    width = max((len(r) for r in response_ids), default=0)
+    out = []
+    for idx in micro_batches(len(response_ids), spec.micro_batch_size):
+        lp = sequence_logprobs(model, [prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
+                               temperature=spec.temperature, chunk_size=spec.chunk_size,
+                               packed=spec.packing).logprobs
+        out.append(_pad_to(lp.float(), width))
+    return torch.cat(out) if out else torch.zeros(0, width)
+
+
+class _Accumulator:
+    """Combines per-micro-batch metric shares into per-step values (see PolicyObjective)."""
+
+    def __init__(self) -> None:
+        self.mini: dict[str, Tensor] = {}
+        self.step: dict[str, list[float]] = {}
+
+    def add(self, metrics: dict[str, Tensor]) -> None:
+        for k, v in metrics.items():
+            v = v.detach().float()
+            if k not in self.mini:
+                self.mini[k] = v
+            elif k.endswith("_max"):
+                self.mini[k] = torch.maximum(self.mini[k], v)
+            elif k.endswith("_min"):
+                self.mini[k] = torch.minimum(self.mini[k], v)
+            else:
+                self.mini[k] = self.mini[k] + v
+
+    def end_mini_batch(self, extra: dict[str, float]) -> None:
+        for k, v in [*((k, float(v)) for k, v in self.mini.items()), *extra.items()]:
+            self.step.setdefault(k, []).append(v)
+        self.mini = {}
+
+    def result(self) -> dict[str, float]:
+        out = {}
+        for k, vs in self.step.items():
+            if k.endswith("_max"):
+                out[k] = max(vs)
+            elif k.endswith("_min"):
+                out[k] = min(vs)
+            elif k == "skipped":
+                out[k] = sum(vs)
+            else:
+                out[k] = sum(vs) / len(vs)
+        return out
+
+
+class _Trainable:
+    """Model + AdamW + schedule + the skip-on-non-finite optimizer step, shared by actor and critic."""
+
+    def __init__(self, model, optim: OptimConfig, total_steps: int, spec: ForwardSpec):
+        self.model = model
+        self.spec = spec
+        self.max_grad_norm = optim.max_grad_norm
+        self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps)
+
+    def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool]:
+        """Clip, step, zero. A non-finite loss or gradient skips the step: (grad_norm, skipped)."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
+        grad_norm = float(norm)
+        skipped = not (finite_loss and math.isfinite(grad_norm))
+        if not skipped:
+            self.optimizer.step()
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, skipped
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def adapter_state(self) -> dict[str, Tensor]:
+        """The trainable weights when only adapters train (LoRA), for the checkpoint's trainer
+        state; {} when the whole model trains (its weights are the checkpoint's model/)."""
+        params = dict(self.model.named_parameters())
+        trainable = {k: p.detach().cpu().clone() for k, p in params.items() if p.requires_grad}
+        return trainable if len(trainable) < len(params) else {}
+
+    def load_adapter_state(self, state: dict[str, Tensor]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for k, v in state.items():
+                params[k].copy_(v)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class Actor(_Trainable):
+    """The policy π_θ being trained."""
+
+    def __init__(self, model, objective: PolicyObjective, optim: OptimConfig, total_steps: int,
+                 spec: ForwardSpec):
+        super().__init__(model, optim, total_steps, spec)
+        self.objective = objective
+
+    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
+        return batched_logprobs(self.model, prompt_ids, response_ids, self.spec)
+
+    def update(self, exp: Experience, mini_batches: list[list[int]], kl_coef: float) -> tuple[dict[str, float], Tensor]:
+        """One optimizer step per mini-batch (a list of row indices of ``exp``).
+
+        When ``exp.old_logprobs`` is None (exactly one optimizer step on fresh samples, so
+        π_old = π_θ) the first forward's detached log-probs stand in for it. Returns the
+        step's metrics and the detached log-probs of each row's first forward, (B, T).
+        """
+        self.model.train()
+        acc = _Accumulator()
+        first = torch.zeros_like(exp.rollout_logprobs)
+        seen = torch.zeros(len(exp), dtype=torch.bool)
+        for rows in mini_batches:
+            mini = exp.select(rows)
+            num_tokens, num_seqs = loss_totals(mini.mask)
+            totals = Totals(num_tokens, num_seqs)
+            finite = True
+            for local in micro_batches(len(rows), self.spec.micro_batch_size):
+                mb = mini.select(local).trimmed()
+                out = sequence_logprobs(self.model, mb.prompt_ids, mb.response_ids,
+                                        temperature=self.spec.temperature, chunk_size=self.spec.chunk_size,
+                                        packed=self.spec.packing, with_entropy=True)
+                width = out.logprobs.shape[1]
+                logp = out.logprobs.float()
+                old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
+                loss, metrics = self.objective(
+                    logp, out.entropy.float() if out.entropy is not None else None, old,
+                    mb.advantages, mb.mask, totals, rollout_logprobs=mb.rollout_logprobs,
+                    ref_logprobs=mb.ref_logprobs, kl_coef=kl_coef)
+                finite = finite and bool(torch.isfinite(loss))
+                if finite:
+                    loss.backward()
+                acc.add(metrics)
+                global_rows = torch.tensor([rows[i] for i in local])
+                fresh = ~seen[global_rows]
+                first[global_rows[fresh], :width] = logp.detach()[fresh]
+                seen[global_rows] = True
+            grad_norm, skipped = self._optimizer_step(finite)
+            acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
+                                "lr": self.scheduler.get_last_lr()[0]})
+        return acc.result(), first
+
+
+class Reference:
+    """The frozen reference policy π_ref for the KL term."""
+
+    def __init__(self, model, spec: ForwardSpec):
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.spec = spec
+
+    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
+        return batched_logprobs(self.model, prompt_ids, response_ids, self.spec)
+
+
+class Critic(_Trainable):
+    """The value model V_φ of PPO: a causal-LM trunk with a scalar head."""
+
+    def __init__(self, model, optim: OptimConfig, total_steps: int, spec: ForwardSpec,
+                 value_clip: float | None, aggregate, agg_norm: float | None):
+        super().__init__(model, optim, total_steps, spec)
+        self.value_clip = value_clip
+        self.aggregate = aggregate
+        self.agg_norm = agg_norm
+
+    @torch.no_grad()
+    def values(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
+        """V(s_t) before each response token, (B, T)."""
+        self.model.eval()
+        width = max((len(r) for r in response_ids), default=0)
+        out = []
+        for idx in micro_batches(len(response_ids), self.spec.micro_batch_size):
+            v = sequence_values(self.model, [prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
+                                packed=self.spec.packing)
+            out.append(_pad_to(v.float(), width))
+        return torch.cat(out) if out else torch.zeros(0, width)
+
+    def update(self, exp: Experience, mini_batches: list[list[int]]) -> dict[str, float]:
+        self.model.train()
+        acc = _Accumulator()
+        for rows in mini_batches:
+            mini = exp.select(rows)
+            num_tokens, num_seqs = loss_totals(mini.mask)
+            finite = True
+            for local in micro_batches(len(rows), self.spec.micro_batch_size):
+                mb = mini.select(local).trimmed()
+                v = sequence_values(self.model, mb.prompt_ids, mb.response_ids, packed=self.spec.packing).float()
+                mask = mb.mask
+                token_loss, metrics = value_loss(v, mb.values, mb.returns, mask, self.value_clip)
+                loss = self.aggregate(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs,
+                                      norm=self.agg_norm)
+                finite = finite and bool(torch.isfinite(loss))
+                if finite:
+                    loss.backward()
+                share = mask.sum() / num_tokens.clamp(min=1)
+                acc.add({"critic/loss": loss.detach(),
+                         **{f"critic/{k}": m * share for k, m in metrics.items()}})
+            grad_norm, skipped = self._optimizer_step(finite)
+            acc.end_mini_batch({"critic/grad_norm": grad_norm, "skipped": float(skipped)})
+        return acc.result()

@@ -1,0 +1,21 @@
+"""Reward functions for the RL integration tests (named in configs as `rl_plugins:<name>`)."""
+
+from __future__ import annotations
+
+import torch
+
+from rlxf.algorithms import register
+
+
+def upper_fraction(sample, **_):
+    """Fraction of the response's characters that are capital letters: dense enough that a
+    randomly initialised model gets a signal from its first samples (CamelCase BPE pieces)."""
+    text = sample.response
+    return sum(c.isupper() for c in text) / max(1, len(text))
+
+
+@register("advantage", "nan_for_tests")
+def nan_advantages(rewards, mask, group_ids, values, params):
+    """NaN advantages: the loss turns non-finite, so the trainer must skip the step, then stop."""
+    nan = torch.full_like(rewards, float("nan"))
+    return nan, nan
