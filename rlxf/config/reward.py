@@ -156,7 +156,8 @@ class CodeVerifierConfig(_Verifier):
     )
     cpu_s: float = Field(2.0, gt=0, description="CPU-time budget per test case (decides timeouts).")
     wall_s: float | None = Field(
-        None, gt=0, description="Wall-clock backstop per test case; default 5 * cpu_s + 1."
+        None, gt=0, description="Wall-clock backstop per test case, for programs that sleep; default "
+        "10 * cpu_s + 5 (generous: CPU time decides timeouts, so load never changes a verdict)."
     )
     memory_mb: int = Field(512, ge=32, description="Address-space limit per process, MiB.")
     max_processes: int = Field(16, ge=1, description="Processes and threads a program may have at once.")

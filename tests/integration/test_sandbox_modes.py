@@ -185,3 +185,54 @@ def test_unprivileged_user_gets_strict_isolation_through_user_namespaces():
                            "-c", UNPRIVILEGED.format(module=str(module))],
                           capture_output=True, text=True, timeout=60, cwd="/")
     assert done.returncode == 0 and "unprivileged strict sandbox ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_dead_server_takes_its_programs_with_it_and_is_replaced(limits):
+    import threading
+    import time
+
+    if os.geteuid() != 0:
+        pytest.skip("counts the sandbox uid's processes, which is only distinct from ours as root")
+    try:
+        box = Sandbox(limits, concurrency=1, sandbox_uid=SANDBOX_UID)
+    except SandboxUnavailable as e:
+        pytest.skip(str(e))
+    with box:
+        idle = box._servers[0]
+        idle.proc.kill()                      # dies while idle: the next job gets a fresh server
+        idle.proc.wait()
+        assert verdicts(box.run(PROGRAMS["correct"], SUM)) == [True, True]
+        # dies mid-job: the job fails as a whole and its process tree goes with it
+        code = "import os, time\nos.fork()\nos.fork()\ntime.sleep(120)\n"
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(r=box.run(code, SUM[:1])))
+        runner.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _sleeping_sandbox_processes() < 4:
+            time.sleep(0.05)
+        assert _sleeping_sandbox_processes() == 4  # the program and its three descendants
+        box._servers[0].proc.kill()
+        runner.join(30)
+        assert result["r"].tests[0].status == "sandbox_error" and "died" in result["r"].error
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _sleeping_sandbox_processes():
+            time.sleep(0.05)
+        assert _sleeping_sandbox_processes() == 0
+        assert verdicts(box.run(PROGRAMS["correct"], SUM)) == [True, True]
+
+
+SANDBOX_UID = 61000
+
+
+def _sleeping_sandbox_processes() -> int:
+    """Host processes of the sandbox uid asleep in nanosleep (the test program's tree)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/wchan") as f:
+                waiting = f.read()
+            owner = os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            continue
+        count += owner == SANDBOX_UID and "nanosleep" in waiting
+    return count

@@ -22,7 +22,9 @@ Isolation (``isolation=``):
 
 Budgets are CPU time, not wall time: a correct program gets the same verdict whether the
 machine is idle or every core is busy. ``wall_s`` is only a backstop for programs that sleep
-or block, and defaults to ``5 * cpu_s + 1``.
+or block (stdin is a file that ends, so reading never blocks), and defaults to
+``10 * cpu_s + 5``: generous on purpose, so a busy machine never turns a correct program's
+verdict into a timeout.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -88,7 +90,7 @@ class SandboxLimits:
     """Limits for each test case of a program (each test runs in its own process)."""
 
     cpu_s: float = 2.0            # CPU-time budget (user + system); the verdict-defining limit
-    wall_s: float | None = None   # wall-clock backstop; None = 5 * cpu_s + 1
+    wall_s: float | None = None   # wall-clock backstop; None = 10 * cpu_s + 5
     memory_mb: int = 512          # address-space limit (RLIMIT_AS) of each process
     max_processes: int = 16       # processes + threads the program may have at once
     max_open_files: int = 64      # file descriptors
@@ -99,7 +101,7 @@ class SandboxLimits:
 
     @property
     def wall(self) -> float:
-        return self.wall_s if self.wall_s is not None else 5.0 * self.cpu_s + 1.0
+        return self.wall_s if self.wall_s is not None else 10.0 * self.cpu_s + 5.0
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "wall_s": self.wall}
@@ -369,23 +371,25 @@ class Sandbox:
         budget = len(tests) * limits.wall + 15.0
         start = time.monotonic()
         with self._slots:
-            try:
-                server = self._idle.get_nowait()
-            except queue.Empty:
-                server = self._spawn()
-            try:
-                server.send(job)
+            for _ in range(2):  # once more on a fresh server if the idle one had died
+                try:
+                    server = self._idle.get_nowait()
+                except queue.Empty:
+                    server = self._spawn()
+                try:
+                    server.send(job)
+                except (OSError, ValueError) as e:  # it died while idle: the job never started
+                    self._retire(server)
+                    answer = {"error": f"sandbox server pipe failed: {e}"}
+                    continue
                 answer = server.recv(timeout=budget)
-            except (OSError, ValueError) as e:
-                answer = {"error": f"sandbox server pipe failed: {e}"}
-                self._retire(server)
-            else:
                 if answer is None:
                     self._retire(server)
                     answer = {"error": "sandbox server died or did not answer in time; it was killed "
                                        "with the program's whole process tree"}
                 else:
                     self._idle.put(server)
+                break
         wall = time.monotonic() - start
         if answer.get("error"):
             return SandboxResult([TestOutcome("sandbox_error") for _ in tests], answer["error"], wall, nonce)
@@ -398,9 +402,6 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run, code, tests, limits=limits,
                                                                   fail_fast=fail_fast))
-
-    def with_limits(self, **changes: Any) -> SandboxLimits:
-        return replace(self.limits, **changes)
 
     def close(self) -> None:
         """Stop every server (their running programs are killed)."""

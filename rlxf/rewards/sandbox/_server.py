@@ -149,7 +149,11 @@ def setup_strict(init: dict) -> list[str]:
     # the root itself becomes read-only: the program can only write to its private /tmp
     mount(None, new_root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     os.chdir(new_root)
-    _check(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT[platform.machine()]), b".", b"."), "pivot_root")
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(38, f"pivot_root: syscall number unknown for {platform.machine()} (known: "
+                          f"{', '.join(SYS_PIVOT_ROOT)})")
+    _check(_libc.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount2(old root)")  # the host tree is gone
     os.chdir("/")
     prctl(PR_SET_DUMPABLE, 0)  # a program running as the same uid cannot ptrace us
@@ -620,8 +624,8 @@ def main() -> int:
         mechanisms = setup_strict(init) if init["mode"] == "strict" else [
             "rlimits: cpu, address space, processes (non-root only), open files, file size",
             "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
-    except OSError as e:
-        send(1, {"ok": False, "error": str(e)})
+    except Exception as e:  # noqa: BLE001 - the host decides: refuse, or fall back if allowed
+        send(1, {"ok": False, "error": f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e)})
         return 0
     send(1, {"ok": True, "mechanisms": mechanisms, "pid": os.getpid()})
     while True:
