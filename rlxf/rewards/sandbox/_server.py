@@ -622,7 +622,9 @@ def main() -> int:
             pass
     try:
         mechanisms = setup_strict(init) if init["mode"] == "strict" else [
-            "rlimits: cpu, address space, processes (non-root only), open files, file size",
+            "rlimits: cpu, address space, open files, file size",
+            "process-count limit" if os.geteuid() != 0 else
+            "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
             "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
     except Exception as e:  # noqa: BLE001 - the host decides: refuse, or fall back if allowed
         send(1, {"ok": False, "error": f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e)})
