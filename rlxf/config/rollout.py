@@ -13,17 +13,43 @@ class RolloutConfig(Section):
     backend: Literal["native", "hf"] = Field(
         "native",
         description="`native`: rlxf's engine (KV cache, prefix sharing, continuous batching; "
-        "Llama/Qwen2 families). `hf`: transformers.generate, the reference.",
+        "Llama/Qwen2 families; other models fall back to `hf` with a notice). "
+        "`hf`: transformers.generate, the reference.",
     )
     n: int = Field(8, ge=1, description="Samples per prompt (the group size G in GRPO).")
-    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature; 0 = greedy.")
+    temperature: float = Field(
+        1.0, ge=0.0,
+        description="Sampling temperature; 0 = greedy. Engine log-probs are those of "
+        "softmax(logits / temperature), before top-k / top-p truncation.",
+    )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 = off.")
     top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens; 0 = off.")
     max_new_tokens: int = Field(128, ge=1, description="Longest response in tokens.")
     stop_strings: list[str] = Field(
-        default_factory=list, description="Stop a response when it ends with one of these strings."
+        default_factory=list,
+        description="Stop a response once its decoded text contains one of these strings "
+        "(the token that completes it is kept).",
+    )
+    stop_token_ids: list[int] = Field(
+        default_factory=list,
+        description="Extra token ids that end a response, besides the model's eos ids.",
+    )
+    ignore_eos: bool = Field(
+        False, description="Do not stop at the model's eos ids (only at stop_token_ids / stop_strings / length)."
+    )
+    seed: int | None = Field(
+        None, ge=0,
+        description="Seed for sampling; None: each step's seeds come from the engine's generator "
+        "(itself seeded from run.seed), so runs are still reproducible.",
     )
     max_batch_size: int = Field(
-        512, ge=1, description="Native engine: most sequences decoded at once (KV-cache slots)."
+        512, ge=1, description="Native engine: most sequences decoded at once (KV-cache rows)."
+    )
+    max_model_len: int | None = Field(
+        None, ge=2,
+        description="Context window (prompt + response tokens); None = the model's max_position_embeddings.",
+    )
+    max_prefill_tokens: int = Field(
+        8192, ge=1, description="Native engine: most (padded) prompt tokens in one prefill forward."
     )
     compile: bool = Field(False, description="Native engine: torch.compile the decode step.")

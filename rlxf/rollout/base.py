@@ -1,0 +1,173 @@
+"""What every rollout engine takes and returns.
+
+    engine = build_engine("native", model, tokenizer)
+    groups = engine.generate([[1, 2, 3], GenerationRequest([4, 5], seed=7)], SamplingParams(n=8))
+    groups[i][j]            # the j-th of n Completions of request i
+    engine.update_weights(model.named_parameters(), version=step)
+
+**Which log-prob an engine reports.** For response token a_t sampled at state s_t (prompt plus
+a_<t), ``Completion.logprobs[t]`` is
+
+    log softmax(z_t / temperature)[a_t]                    (temperature > 0)
+    log softmax(z_t)[a_t]                                  (temperature == 0, greedy)
+
+with z_t the model's logits: after temperature scaling and BEFORE top-k / top-p truncation. It
+is exactly what the trainer recomputes with ``rlxf.models.logprobs.sequence_logprobs(...,
+temperature=T)``, so the engine/trainer gap measures numerics and staleness only. (With top-k or
+top-p the token was drawn from the truncated, renormalised distribution; the reported value is
+still the untruncated one, as in vLLM's default.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from rlxf.types import Completion
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: shared by every request of one ``generate`` call.
+
+    ``temperature == 0`` is greedy decoding (argmax; top-k, top-p and seeds are then ignored).
+    ``stop_token_ids`` end a response when sampled (the token is kept in ``response_ids``);
+    unless ``ignore_eos``, the model's own eos ids (generation config / tokenizer) are added to
+    them. ``stop_strings`` end a response as soon as its decoded text contains one of them (the
+    token that completed the string is kept; the engine needs a tokenizer). ``seed`` makes an
+    unseeded request reproducible: request i of the call then uses a seed derived from
+    (seed, i); a request's own seed wins over it.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 128
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        # Tuples keep the dataclass hashable and frozen even when lists are passed in.
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        object.__setattr__(self, "stop_strings", tuple(str(s) for s in self.stop_strings))
+        problems = []
+        if self.n < 1:
+            problems.append(f"n must be >= 1 (got {self.n})")
+        if self.temperature < 0:
+            problems.append(f"temperature must be >= 0, 0 = greedy (got {self.temperature})")
+        if not 0.0 < self.top_p <= 1.0:
+            problems.append(f"top_p must be in (0, 1], 1 = off (got {self.top_p})")
+        if self.top_k < 0:
+            problems.append(f"top_k must be >= 0, 0 = off (got {self.top_k})")
+        if self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens must be >= 1 (got {self.max_new_tokens})")
+        if any(s == "" for s in self.stop_strings):
+            problems.append("stop_strings must not contain the empty string")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            problems.append(f"seed must be in [0, 2**63) (got {self.seed})")
+        if problems:
+            raise ValueError("invalid SamplingParams: " + "; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @classmethod
+    def from_config(cls, cfg, **overrides) -> SamplingParams:
+        """From a ``rollout:`` config section (``rlxf.config.rollout.RolloutConfig``)."""
+        values = dict(
+            n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+            max_new_tokens=cfg.max_new_tokens, stop_token_ids=tuple(cfg.stop_token_ids),
+            stop_strings=tuple(cfg.stop_strings), seed=cfg.seed, ignore_eos=cfg.ignore_eos,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt (token ids after the chat template) and, optionally, its own sampling seed.
+
+    A seeded request samples the same tokens whatever else is in the batch and whichever cache
+    slot it lands in (the native engine draws its random numbers from (seed, sample index, step)).
+    """
+
+    prompt_ids: Sequence[int]
+    seed: int | None = None
+
+
+RequestLike = GenerationRequest | Sequence[int]
+
+
+def as_requests(requests: Iterable[RequestLike]) -> list[GenerationRequest]:
+    """Accept plain lists of prompt ids where a request without its own seed is meant."""
+    out = []
+    for r in requests:
+        if isinstance(r, GenerationRequest):
+            out.append(r)
+        elif isinstance(r, torch.Tensor):
+            out.append(GenerationRequest([int(t) for t in r.reshape(-1).tolist()]))
+        else:
+            out.append(GenerationRequest(list(r)))
+    return out
+
+
+def validate_prompt(prompt_ids: Sequence[int], *, vocab_size: int, context_window: int) -> str | None:
+    """Why this prompt cannot be generated from, or None when it can.
+
+    A failed request gets ``finish_reason="error"`` completions carrying this reason; the other
+    requests of the batch are unaffected.
+    """
+    if len(prompt_ids) == 0:
+        return "empty prompt: give at least one token (e.g. the chat template's opening tokens)"
+    if len(prompt_ids) >= context_window:
+        return (f"prompt has {len(prompt_ids)} tokens but the context window is {context_window}: "
+                f"no room to generate; shorten the prompt (data.max_prompt_len) or use a longer-context model")
+    bad = [t for t in prompt_ids if not 0 <= int(t) < vocab_size]
+    if bad:
+        return f"prompt holds token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}"
+    return None
+
+
+def error_completions(reason: str, n: int, version: int) -> list[Completion]:
+    return [Completion(response_ids=[], logprobs=[], finish_reason="error", policy_version=version, error=reason)
+            for _ in range(n)]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A rollout engine: generates responses, holds its own copy of the policy weights."""
+
+    policy_version: int
+
+    def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
+        """For each request, its ``sampling.n`` completions (in request order)."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy new policy weights in (HF parameter names, e.g. ``model.named_parameters()``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine settings that are not per-call sampling parameters (same for every backend).
+
+    ``device`` / ``dtype`` None: those of the model's parameters. ``max_model_len`` None: the
+    model's ``max_position_embeddings``. ``seed`` seeds the engine's own generator, which gives
+    unseeded requests their seeds (so whole runs are reproducible).
+    """
+
+    max_batch_size: int = 512
+    max_model_len: int | None = None
+    max_prefill_tokens: int = 8192
+    compile: bool = False
+    seed: int = 0
+    device: str | torch.device | None = None
+    dtype: torch.dtype | None = None

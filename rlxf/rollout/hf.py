@@ -1,0 +1,162 @@
+"""The reference engine: ``transformers`` ``generate`` on the engine's own copy of the model.
+
+Slow but simple, and it runs any causal LM transformers can: it is the native engine's
+correctness reference and its fallback for architectures the native engine does not implement.
+
+Randomness: transformers samples from torch's global generator, so this engine seeds it inside
+``torch.random.fork_rng`` (the caller's RNG state is untouched). A seeded request is generated
+in a batch of its own to make it reproducible on its own; unseeded requests are batched
+together under one seed drawn from the engine's generator. Samples are therefore reproducible
+but not the same as the native engine's (greedy outputs are).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from rlxf.rollout.base import (
+    EngineOptions,
+    RequestLike,
+    SamplingParams,
+    as_requests,
+    error_completions,
+    validate_prompt,
+)
+from rlxf.rollout.native.engine import model_eos_ids
+from rlxf.rollout.native.model import NativeWeights
+from rlxf.rollout.sampling import derive_seed
+from rlxf.rollout.stop import StopStrings
+from rlxf.types import Completion
+
+
+class HFEngine:
+    """``transformers.generate`` behind the Engine interface."""
+
+    name = "hf"
+
+    def __init__(self, model, tokenizer=None, options: EngineOptions | None = None):
+        from rlxf.models.loading import merged_state_dict, unwrap_model
+
+        options = options or EngineOptions()
+        base = unwrap_model(model)
+        # Our own copy: a deep copy of the plain model, LoRA deltas merged in.
+        state = merged_state_dict(model)
+        self.model = copy.deepcopy(base)
+        self.model.load_state_dict(state, strict=False)
+        param = next(self.model.parameters())
+        device = torch.device(options.device) if options.device is not None else param.device
+        self.model.to(device=device, dtype=options.dtype or param.dtype).eval()
+        self.model.config.use_cache = True
+        self.device = device
+        self.options = options
+        self.tokenizer = tokenizer
+        self.vocab_size = self.model.config.vocab_size
+        window = self.model.config.max_position_embeddings
+        self.context_window = window if options.max_model_len is None else min(window, options.max_model_len)
+        self.eos_ids = model_eos_ids(self.model, tokenizer)
+        pad = getattr(self.model.generation_config, "pad_token_id", None)
+        if pad is None and tokenizer is not None:
+            pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else 0
+        self.policy_version = 0
+        self._params = dict(self.model.named_parameters(remove_duplicate=False))
+        self._seed_rng = np.random.default_rng(options.seed)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        unknown = []
+        with torch.no_grad():
+            for raw, tensor in named_tensors:
+                name = NativeWeights.normalize_name(raw)
+                target = self._params.get(name)
+                if target is None:
+                    if "rotary_emb" not in name:
+                        unknown.append(raw)
+                    continue
+                target.copy_(tensor.detach())
+        if unknown:
+            raise KeyError(f"update_weights: {len(unknown)} names the engine does not know, e.g. {unknown[:5]}")
+        self.policy_version = int(version)
+
+    def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
+        reqs = as_requests(requests)
+        results: list[list[Completion] | None] = [None] * len(reqs)
+        seeded: list[tuple[int, int]] = []
+        unseeded: list[int] = []
+        for i, r in enumerate(reqs):
+            reason = validate_prompt(r.prompt_ids, vocab_size=self.vocab_size, context_window=self.context_window)
+            if reason is not None:
+                results[i] = error_completions(reason, sampling.n, self.policy_version)
+            elif r.seed is not None:
+                seeded.append((i, int(r.seed)))
+            elif sampling.seed is not None:
+                seeded.append((i, derive_seed(sampling.seed, i)))
+            else:
+                unseeded.append(i)
+        for i, seed in seeded:  # a seeded request on its own, so its samples do not depend on the batch
+            results[i] = self._generate([reqs[i].prompt_ids], sampling, seed)[0]
+        per_batch = max(1, self.options.max_batch_size // sampling.n)
+        for start in range(0, len(unseeded), per_batch):
+            chunk = unseeded[start:start + per_batch]
+            batch_seed = int(self._seed_rng.integers(0, 2**63 - 1))
+            for i, comps in zip(chunk, self._generate([reqs[i].prompt_ids for i in chunk], sampling, batch_seed),
+                                strict=True):
+                results[i] = comps
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _generate(self, prompts: list[Sequence[int]], sp: SamplingParams, seed: int) -> list[list[Completion]]:
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every prompt ends at the same column
+            ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        limits = [min(sp.max_new_tokens, self.context_window - n) for n in lengths]
+        stops = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
+        copies = 1 if sp.greedy else sp.n  # greedy samples are all the same: decode once, repeat
+        kwargs = dict(
+            max_new_tokens=max(limits), num_return_sequences=copies, do_sample=not sp.greedy,
+            eos_token_id=stops or None, pad_token_id=self.pad_id,
+            return_dict_in_generate=True, output_logits=True, use_cache=True,
+        )
+        if sp.greedy:
+            kwargs.update(temperature=None, top_k=None, top_p=None)
+        else:
+            kwargs.update(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
+        if sp.stop_strings:
+            kwargs.update(stop_strings=list(sp.stop_strings), tokenizer=self.tokenizer)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed % 2**63)
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        new = out.sequences[:, width:]
+        logits = torch.stack(out.logits, dim=1).float()               # (B*n, steps, V), raw
+        if not sp.greedy:
+            logits = logits / sp.temperature
+        lps = torch.log_softmax(logits, -1).gather(-1, new[..., None]).squeeze(-1)
+        matcher = StopStrings(self.tokenizer, sp.stop_strings, self.vocab_size) if sp.stop_strings else None
+        stop_set = set(stops)
+        results = []
+        new_l, lps_l = new.tolist(), lps.tolist()
+        for i in range(len(prompts)):
+            comps = []
+            for j in range(sp.n):
+                row = i * copies + (j if copies > 1 else 0)
+                toks, limit = new_l[row][: limits[i]], limits[i]
+                end, reason = limit, "length"
+                for t, tok in enumerate(toks):
+                    if tok in stop_set:
+                        end, reason = t + 1, "stop"
+                        break
+                if matcher is not None:
+                    hit = matcher.first_stop(toks[:end])
+                    if hit is not None and (reason != "stop" or hit < end):
+                        end, reason = hit, "stop_string"
+                comps.append(Completion(response_ids=toks[:end], logprobs=lps_l[row][:end],
+                                        finish_reason=reason, policy_version=self.policy_version))
+            results.append(comps)
+        return results

@@ -1,0 +1,395 @@
+"""The native rollout engine: continuous batching over a preallocated, prefix-shared KV cache.
+
+One ``generate`` call runs this loop until every request is answered:
+
+    admit   fill free sequence rows from the queue of waiting samples; a prompt seen for the
+            first time is prefilled once (batched with other new prompts) into a prompt slot,
+            and its n samples all read that slot
+    step    one batched decode step over every live sequence, then sample (batched)
+    finish  sequences that hit a stop token / stop string / their length limit return their
+            completion; the last live rows move into the freed rows, so the next step's batch
+            is dense and a waiting sample can take the space at once
+
+All per-sequence bookkeeping is in arrays indexed by row; the hot path has no per-sequence
+Python loop (stop strings excepted, and then only for rows whose token could complete one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from rlxf.rollout.base import (
+    EngineOptions,
+    RequestLike,
+    SamplingParams,
+    as_requests,
+    error_completions,
+    validate_prompt,
+)
+from rlxf.rollout.native.cache import KVCache
+from rlxf.rollout.native.model import (
+    DecodeBatch,
+    NativeWeights,
+    decode,
+    logits_of,
+    model_spec,
+    prefill,
+    rope_tables,
+)
+from rlxf.rollout.sampling import derive_seed, sample_keys, sample_tokens, uniforms
+from rlxf.rollout.stop import StopStrings
+from rlxf.types import Completion
+
+log = logging.getLogger(__name__)
+
+
+def model_eos_ids(model, tokenizer=None) -> tuple[int, ...]:
+    """The eos ids of the model's generation config, model config and tokenizer (union)."""
+    ids: list[int] = []
+    sources = [getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+               getattr(model.config, "eos_token_id", None),
+               getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None]
+    for value in sources:
+        for t in (value if isinstance(value, (list, tuple)) else [value]):
+            if t is not None and int(t) not in ids:
+                ids.append(int(t))
+    return tuple(ids)
+
+
+def _named_weights(model) -> Iterable[tuple[str, torch.Tensor]]:
+    from rlxf.models.loading import merged_state_dict
+
+    return merged_state_dict(model).items()
+
+
+class NativeEngine:
+    """rlxf's own engine for Llama / Qwen2 decoders (see the module docstring).
+
+    Holds its own copy of the weights (fused QKV and gate/up); ``update_weights`` copies into
+    it. ``options.compile`` wraps the decode step in ``torch.compile`` (dynamic shapes).
+    """
+
+    name = "native"
+
+    def __init__(self, model, tokenizer=None, options: EngineOptions | None = None):
+        from rlxf.models.loading import unwrap_model
+
+        options = options or EngineOptions()
+        base = unwrap_model(model)
+        spec = model_spec(base)
+        param = next(base.parameters())
+        device = torch.device(options.device) if options.device is not None else param.device
+        dtype = options.dtype or param.dtype
+        out_emb, in_emb = base.get_output_embeddings(), base.get_input_embeddings()
+        tied = out_emb is not None and out_emb.weight is in_emb.weight
+        if tied != spec.tied:
+            spec = type(spec)(**{**spec.__dict__, "tied": tied})
+        self.spec = spec
+        self.options = options
+        self.device, self.dtype = device, dtype
+        self.tokenizer = tokenizer
+        self.weights = NativeWeights.allocate(spec, device, dtype)
+        self.weights.load_(_named_weights(model), require_all=True)
+        window = spec.context_window if options.max_model_len is None else min(spec.context_window, options.max_model_len)
+        self.context_window = window
+        self.cos, self.sin_rot = rope_tables(base, spec, window, device, dtype)
+        self.eos_ids = model_eos_ids(base, tokenizer)
+        self.cache = KVCache(spec, device, dtype)
+        self.policy_version = 0
+        self._seed_rng = np.random.default_rng(options.seed)
+        self._stop_cache: dict[tuple[str, ...], StopStrings] = {}
+        self._decode = decode
+        if options.compile:
+            self._decode = torch.compile(decode, dynamic=True)
+
+    # ------------------------------------------------------------------------------------
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy new weights in (one ``copy_`` per tensor, into the fused layout) and set the version."""
+        self.weights.load_(named_tensors)
+        self.policy_version = int(version)
+
+    def stop_matcher(self, strings: tuple[str, ...]) -> StopStrings | None:
+        if not strings:
+            return None
+        if strings not in self._stop_cache:
+            self._stop_cache[strings] = StopStrings(self.tokenizer, strings, self.spec.vocab_size).to(self.device)
+        return self._stop_cache[strings]
+
+    def request_seeds(self, requests, sampling: SamplingParams) -> list[int]:
+        """Each request's own seed, else one derived from sampling.seed, else from the engine's RNG."""
+        seeds = []
+        for i, r in enumerate(requests):
+            if r.seed is not None:
+                seeds.append(int(r.seed))
+            elif sampling.seed is not None:
+                seeds.append(derive_seed(sampling.seed, i))
+            else:
+                seeds.append(int(self._seed_rng.integers(0, 2**63 - 1)))
+        return seeds
+
+    def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
+        """For each request, ``sampling.n`` completions; a bad prompt fails only its own request."""
+        reqs = as_requests(requests)
+        seeds = self.request_seeds(reqs, sampling)
+        results: list[list[Completion] | None] = [None] * len(reqs)
+        valid = []
+        for i, r in enumerate(reqs):
+            reason = validate_prompt(r.prompt_ids, vocab_size=self.spec.vocab_size, context_window=self.context_window)
+            if reason is None:
+                valid.append(i)
+            else:
+                results[i] = error_completions(reason, sampling.n, self.policy_version)
+        if valid:
+            with torch.inference_mode():
+                run = _Run(self, [reqs[i].prompt_ids for i in valid], [seeds[i] for i in valid], sampling)
+                for i, comps in zip(valid, run.run(), strict=True):
+                    results[i] = comps
+        return results  # type: ignore[return-value]
+
+
+class _Run:
+    """The state of one ``generate`` call (rows = sequences, slots = prompts)."""
+
+    def __init__(self, engine: NativeEngine, prompts: list[Sequence[int]], seeds: list[int], sampling: SamplingParams):
+        self.e, self.sp = engine, sampling
+        self.w, self.cache, dev = engine.weights, engine.cache, engine.device
+        self.dev = dev
+        spec = engine.spec
+        self.n = sampling.n
+        self.prompts = [torch.as_tensor(list(p), dtype=torch.long) for p in prompts]
+        self.plen = np.array([len(p) for p in prompts], dtype=np.int64)
+        self.seeds = np.array(seeds, dtype=np.uint64)
+        num_req = len(prompts)
+        total = num_req * self.n
+        ctx = engine.context_window
+        self.s_max = min(engine.options.max_batch_size, total)
+        self.g_max = min(self.s_max, num_req)
+        self.t_max = int(min(sampling.max_new_tokens, ctx - self.plen.min()))
+        self.p_max = int(self.plen.max())
+        self.cache.start(self.g_max, self.p_max, self.s_max, self.t_max)
+        self.hidden = torch.zeros(self.g_max, spec.hidden_size, device=dev, dtype=engine.dtype)
+        self.out_tok = torch.zeros(self.s_max, self.t_max, dtype=torch.long, device=dev)
+        self.out_lp = torch.zeros(self.s_max, self.t_max, dtype=torch.float32, device=dev)
+        stops = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(engine.eos_ids))
+        self.stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=dev)
+        self.matcher = engine.stop_matcher(sampling.stop_strings)
+        # rows (sequences)
+        self.B = 0
+        self.row_req = np.zeros(self.s_max, np.int64)
+        self.row_member = np.zeros(self.s_max, np.int64)
+        self.row_slot = np.zeros(self.s_max, np.int64)
+        self.row_ntok = np.zeros(self.s_max, np.int64)
+        self.row_limit = np.zeros(self.s_max, np.int64)
+        self.row_key = np.zeros(self.s_max, np.uint64)
+        # slots (prompts)
+        self.G = 0
+        self.slot_req = np.zeros(self.g_max, np.int64)
+        self.slot_plen = np.zeros(self.g_max, np.int64)
+        self.req_slot = np.full(num_req, -1, np.int64)
+        # requests
+        self.queue = deque(range(num_req))
+        self.next_member = np.zeros(num_req, np.int64)
+        self.unfinished = np.full(num_req, self.n, np.int64)
+        self.results: list[list[Completion | None]] = [[None] * self.n for _ in range(num_req)]
+        self.limits = np.minimum(sampling.max_new_tokens, ctx - self.plen)
+
+    def run(self) -> list[list[Completion]]:
+        while self.queue or self.B:
+            self.admit()
+            if self.B:
+                self.step()
+        return self.results  # type: ignore[return-value]
+
+    # -- admission -----------------------------------------------------------------------------
+    def admit(self) -> None:
+        free = self.s_max - self.B
+        new_slots: list[int] = []
+        members: list[tuple[int, int]] = []
+        while free > 0 and self.queue:
+            r = self.queue[0]
+            if self.req_slot[r] < 0:
+                if self.G == self.g_max:
+                    break
+                g = self.G
+                self.G += 1
+                self.req_slot[r], self.slot_req[g], self.slot_plen[g] = g, r, self.plen[r]
+                new_slots.append(g)
+            k = int(min(free, self.n - self.next_member[r]))
+            members.extend((r, int(self.next_member[r]) + j) for j in range(k))
+            self.next_member[r] += k
+            free -= k
+            if self.next_member[r] == self.n:
+                self.queue.popleft()
+        if new_slots:
+            self.prefill(new_slots)
+        if members:
+            self.place(members)
+
+    def prefill(self, slots: list[int]) -> None:
+        """Prefill new prompts (shortest first, in chunks of at most max_prefill_tokens)."""
+        slots = sorted(slots, key=lambda g: self.slot_plen[g])
+        budget = self.e.options.max_prefill_tokens
+        chunk: list[int] = []
+        for g in slots:
+            if chunk and (len(chunk) + 1) * int(self.slot_plen[g]) > budget:
+                self._prefill_chunk(chunk)
+                chunk = []
+            chunk.append(g)
+        self._prefill_chunk(chunk)
+
+    def _prefill_chunk(self, slots: list[int]) -> None:
+        width = int(self.slot_plen[slots].max())
+        ids = torch.zeros(len(slots), width, dtype=torch.long)
+        for i, g in enumerate(slots):
+            p = self.prompts[self.slot_req[g]]
+            ids[i, : len(p)] = p
+        slot_t = torch.tensor(slots, dtype=torch.long, device=self.dev)
+
+        def write_kv(layer, k, v):
+            self.cache.write_prompt(layer, slot_t, k, v)
+
+        hidden = prefill(self.w, ids.to(self.dev), self.e.cos, self.e.sin_rot, write_kv)
+        last = torch.as_tensor(self.slot_plen[slots] - 1, device=self.dev)
+        self.hidden[slot_t] = hidden[torch.arange(len(slots), device=self.dev), last]
+
+    def place(self, members: list[tuple[int, int]]) -> None:
+        """Put new samples in rows [B, B + A) and sample their first token from the prompt's logits."""
+        lo, a = self.B, len(members)
+        hi = lo + a
+        req = np.array([m[0] for m in members], np.int64)
+        member = np.array([m[1] for m in members], np.int64)
+        self.row_req[lo:hi], self.row_member[lo:hi] = req, member
+        self.row_slot[lo:hi] = self.req_slot[req]
+        self.row_ntok[lo:hi] = 0
+        self.row_limit[lo:hi] = self.limits[req]
+        self.row_key[lo:hi] = sample_keys(self.seeds[req], member)
+        self.B = hi
+        self.cache.clear_rows(lo, hi)
+        logits = logits_of(self.w, self.hidden[torch.as_tensor(self.row_slot[lo:hi], device=self.dev)])
+        self.sample_and_record(lo, hi, logits)
+
+    # -- decoding ------------------------------------------------------------------------------
+    def step(self) -> None:
+        b, g, n = self.B, self.G, self.n
+        spec, dev, dt = self.e.spec, self.dev, self.e.dtype
+        ntok = self.row_ntok[:b]
+        slot = self.row_slot[:b]
+        at = torch.as_tensor(ntok - 1, device=dev)
+        pos = torch.as_tensor(self.slot_plen[slot] + ntok - 1, device=dev)
+        self.cache.fit(int(ntok.max()), b)
+        t_width, p_width = self.cache.width, self.cache.prompt.shape[4]
+        neg = torch.tensor(float("-inf"), device=dev, dtype=dt)
+        zero = torch.zeros((), device=dev, dtype=dt)
+        gen_ok = torch.arange(t_width, device=dev)[None, :] <= at[:, None]
+        gen_bias = torch.where(gen_ok, zero, neg)[:, None, None, :].expand(b, spec.num_kv_heads, 1, t_width)
+        plen = torch.as_tensor(self.slot_plen[:g], device=dev)
+        prompt_ok = torch.arange(p_width, device=dev)[None, :] < plen[:, None]
+        prompt_bias = torch.where(prompt_ok, zero, neg)[:, None, None, :].expand(g, spec.num_kv_heads, 1, p_width)
+        seq_slots = slot * n + self.row_member[:b]
+        group_rows = np.zeros(g * n, np.int64)
+        group_rows[seq_slots] = np.arange(b)
+        rows = torch.arange(b, device=dev)
+        batch = DecodeBatch(
+            tokens=self.out_tok[rows, at],
+            cos=self.e.cos[pos][:, None, :], sin_rot=self.e.sin_rot[pos][:, None, :],
+            write_at=at,
+            gen_bias=gen_bias.reshape(b * spec.num_kv_heads, 1, t_width),
+            prompt_bias=prompt_bias.reshape(g * spec.num_kv_heads, 1, p_width),
+            group_rows=torch.as_tensor(group_rows, device=dev),
+            seq_slots=torch.as_tensor(seq_slots, device=dev),
+            n=n, num_prompts=g, prompt_width=p_width, gen_width=t_width,
+        )
+        logits = self.e._decode(self.w, batch, self.cache)
+        self.sample_and_record(0, b, logits)
+
+    def sample_and_record(self, lo: int, hi: int, logits: torch.Tensor) -> None:
+        sp = self.sp
+        ntok = self.row_ntok[lo:hi].copy()
+        u = None
+        if not sp.greedy:
+            u = torch.as_tensor(uniforms(self.row_key[lo:hi], ntok), device=self.dev)
+        tokens, lps = sample_tokens(logits, u, temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
+        rows = torch.arange(lo, hi, device=self.dev)
+        at = torch.as_tensor(ntok, device=self.dev)
+        self.out_tok[rows, at] = tokens
+        self.out_lp[rows, at] = lps
+        self.row_ntok[lo:hi] = ntok + 1
+        # finish reasons, in priority order: stop token, stop string, length
+        reason = np.full(hi - lo, "", dtype=object)
+        if self.row_limit is not None:
+            reason[self.row_ntok[lo:hi] >= self.row_limit[lo:hi]] = "length"
+        if self.matcher is not None:
+            cand = self.matcher.candidates(tokens).nonzero().flatten().tolist()
+            for i in cand:
+                r = lo + i
+                ids = self.out_tok[r, : self.row_ntok[r]].tolist()
+                if self.matcher.ends_here(ids):
+                    reason[i] = "stop_string"
+        if self.stop_ids.numel():
+            reason[torch.isin(tokens, self.stop_ids).cpu().numpy()] = "stop"
+        done = np.nonzero(reason != "")[0]
+        if done.size:
+            self.finish(lo + done, reason[done])
+
+    # -- finishing and compaction --------------------------------------------------------------
+    def finish(self, rows: np.ndarray, reasons: np.ndarray) -> None:
+        lengths = self.row_ntok[rows]
+        width = int(lengths.max())
+        rows_t = torch.as_tensor(rows, device=self.dev)
+        toks = self.out_tok[rows_t, :width].tolist()
+        lps = self.out_lp[rows_t, :width].tolist()
+        version = self.e.policy_version
+        freed_slots = []
+        for i, r in enumerate(rows.tolist()):
+            req, m, ln = int(self.row_req[r]), int(self.row_member[r]), int(lengths[i])
+            self.results[req][m] = Completion(response_ids=toks[i][:ln], logprobs=lps[i][:ln],
+                                              finish_reason=str(reasons[i]), policy_version=version)
+            self.unfinished[req] -= 1
+            if self.unfinished[req] == 0:
+                freed_slots.append(int(self.req_slot[req]))
+                self.req_slot[req] = -1
+        self._compact_rows(rows)
+        if freed_slots:
+            self._compact_slots(np.array(freed_slots, np.int64))
+
+    def _compact_rows(self, dead: np.ndarray) -> None:
+        b = self.B
+        alive = np.ones(b, bool)
+        alive[dead] = False
+        new_b = int(alive.sum())
+        holes = np.nonzero(~alive[:new_b])[0]
+        movers = np.nonzero(alive[new_b:])[0] + new_b
+        if holes.size:
+            for arr in (self.row_req, self.row_member, self.row_slot, self.row_ntok, self.row_limit, self.row_key):
+                arr[holes] = arr[movers]
+            width = int(self.row_ntok[holes].max())
+            src = torch.as_tensor(movers, device=self.dev)
+            dst = torch.as_tensor(holes, device=self.dev)
+            self.cache.move_gen(src, dst, width)
+            self.out_tok[dst, :width] = self.out_tok[src, :width]
+            self.out_lp[dst, :width] = self.out_lp[src, :width]
+        self.B = new_b
+
+    def _compact_slots(self, dead: np.ndarray) -> None:
+        g = self.G
+        alive = np.ones(g, bool)
+        alive[dead] = False
+        new_g = int(alive.sum())
+        holes = np.nonzero(~alive[:new_g])[0]
+        movers = np.nonzero(alive[new_g:])[0] + new_g
+        if holes.size:
+            self.slot_req[holes], self.slot_plen[holes] = self.slot_req[movers], self.slot_plen[movers]
+            self.req_slot[self.slot_req[holes]] = holes
+            remap = np.arange(g)
+            remap[movers] = holes
+            self.row_slot[: self.B] = remap[self.row_slot[: self.B]]
+            src = torch.as_tensor(movers, device=self.dev)
+            dst = torch.as_tensor(holes, device=self.dev)
+            self.cache.move_prompt(src, dst)
+            self.hidden[dst] = self.hidden[src]
+        self.G = new_g
