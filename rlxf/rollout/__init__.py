@@ -9,9 +9,10 @@ Importing this package imports no backend; ``build_engine`` imports the one it b
 """
 
 from rlxf.rollout.base import Engine, EngineOptions, GenerationRequest, SamplingParams
+from rlxf.rollout.gap import logprob_gap
 from rlxf.rollout.registry import BACKENDS, build_engine, build_engine_from_config
 
 __all__ = [
     "BACKENDS", "Engine", "EngineOptions", "GenerationRequest", "SamplingParams",
-    "build_engine", "build_engine_from_config",
+    "build_engine", "build_engine_from_config", "logprob_gap",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -101,6 +102,7 @@ class NativeEngine:
         self.eos_ids = model_eos_ids(base, tokenizer)
         self.cache = KVCache(spec, device, dtype)
         self.policy_version = 0
+        self.last_stats = RunStats()
         self._seed_rng = np.random.default_rng(options.seed)
         self._stop_cache: dict[tuple[str, ...], StopStrings] = {}
         self._decode = decode
@@ -144,12 +146,30 @@ class NativeEngine:
                 valid.append(i)
             else:
                 results[i] = error_completions(reason, sampling.n, self.policy_version)
+        self.last_stats = RunStats()
         if valid:
             with torch.inference_mode():
                 run = _Run(self, [reqs[i].prompt_ids for i in valid], [seeds[i] for i in valid], sampling)
                 for i, comps in zip(valid, run.run(), strict=True):
                     results[i] = comps
+                self.last_stats = run.stats
         return results  # type: ignore[return-value]
+
+
+@dataclass
+class RunStats:
+    """What one ``generate`` call did (``NativeEngine.last_stats``)."""
+
+    decode_steps: int = 0         # batched decode steps
+    rows_decoded: int = 0         # sum over steps of the live batch size (mean batch = rows / steps)
+    prefill_prompts: int = 0      # prompts prefilled (each once, whatever n is)
+    prefill_tokens: int = 0       # prompt tokens prefilled (without padding)
+    generated_tokens: int = 0     # response tokens sampled
+    max_live: int = 0             # most sequences decoded at once
+
+    @property
+    def mean_batch(self) -> float:
+        return self.rows_decoded / self.decode_steps if self.decode_steps else 0.0
 
 
 class _Run:
@@ -197,6 +217,7 @@ class _Run:
         self.unfinished = np.full(num_req, self.n, np.int64)
         self.results: list[list[Completion | None]] = [[None] * self.n for _ in range(num_req)]
         self.limits = np.minimum(sampling.max_new_tokens, ctx - self.plen)
+        self.stats = RunStats()
 
     def run(self) -> list[list[Completion]]:
         while self.queue or self.B:
@@ -254,6 +275,8 @@ class _Run:
             self.cache.write_prompt(layer, slot_t, k, v)
 
         hidden = prefill(self.w, ids.to(self.dev), self.e.cos, self.e.sin_rot, write_kv)
+        self.stats.prefill_prompts += len(slots)
+        self.stats.prefill_tokens += int(self.slot_plen[slots].sum())
         last = torch.as_tensor(self.slot_plen[slots] - 1, device=self.dev)
         self.hidden[slot_t] = hidden[torch.arange(len(slots), device=self.dev), last]
 
@@ -305,6 +328,8 @@ class _Run:
             n=n, num_prompts=g, prompt_width=p_width, gen_width=t_width,
         )
         logits = self.e._decode(self.w, batch, self.cache)
+        self.stats.decode_steps += 1
+        self.stats.rows_decoded += b
         self.sample_and_record(0, b, logits)
 
     def sample_and_record(self, lo: int, hi: int, logits: torch.Tensor) -> None:
@@ -319,10 +344,11 @@ class _Run:
         self.out_tok[rows, at] = tokens
         self.out_lp[rows, at] = lps
         self.row_ntok[lo:hi] = ntok + 1
+        self.stats.generated_tokens += hi - lo
+        self.stats.max_live = max(self.stats.max_live, self.B)
         # finish reasons, in priority order: stop token, stop string, length
         reason = np.full(hi - lo, "", dtype=object)
-        if self.row_limit is not None:
-            reason[self.row_ntok[lo:hi] >= self.row_limit[lo:hi]] = "length"
+        reason[self.row_ntok[lo:hi] >= self.row_limit[lo:hi]] = "length"
         if self.matcher is not None:
             cand = self.matcher.candidates(tokens).nonzero().flatten().tolist()
             for i in cand:
