@@ -18,8 +18,10 @@ from pathlib import Path
 
 from rich.logging import RichHandler
 
+from rlxf.errors import UserInputError
 
-class RunDirError(ValueError):
+
+class RunDirError(UserInputError):
     """The run directory cannot be used as asked (exists, or is missing on --resume)."""
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -20,30 +19,39 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def train(
         config: Path = ConfigArg,
-        overrides: Optional[list[str]] = OverridesArg,
+        overrides: list[str] | None = OverridesArg,
         resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
     ) -> None:
         """Run RL training (GRPO, DAPO, PPO, ...) from a config."""
         _impl("train").run(config, overrides or [], resume=resume, overwrite=overwrite)
 
+    @app.command()
+    def sft(
+        config: Path = ConfigArg,
+        overrides: list[str] | None = OverridesArg,
+        overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
+    ) -> None:
+        """Supervised fine-tuning on demonstrations (prompt/response data or a task's answers)."""
+        _impl("sft").run(config, overrides or [], overwrite=overwrite)
+
     @app.command("eval")
     def eval_(
         config: Path = ConfigArg,
-        overrides: Optional[list[str]] = OverridesArg,
-        checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Checkpoint dir (or HF model dir) to evaluate; default model.path."),
+        overrides: list[str] | None = OverridesArg,
+        checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Checkpoint dir (or HF model dir) to evaluate; default model.path."),
     ) -> None:
         """Evaluate a model on the held-out split: greedy accuracy and pass@k."""
         _impl("evaluate").run(config, overrides or [], checkpoint=checkpoint)
 
     @app.command()
-    def explain(config: Path = ConfigArg, overrides: Optional[list[str]] = OverridesArg) -> None:
+    def explain(config: Path = ConfigArg, overrides: list[str] | None = OverridesArg) -> None:
         """Print the resolved config, the batch arithmetic and a memory estimate per role."""
         _impl("explain").run(config, overrides or [])
 
     @app.command("config-docs")
     def config_docs(
-        section: Optional[str] = typer.Argument(None, help="Only this section, e.g. `rollout`."),
+        section: str | None = typer.Argument(None, help="Only this section, e.g. `rollout`."),
     ) -> None:
         """Print every config field with its type, default and meaning."""
         _impl("config_docs").run(section)
@@ -51,7 +59,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         run_dirs: list[Path] = typer.Argument(..., help="Run directories; several are overlaid for comparison."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file; default RUN_DIR/report.html."),
+        out: Path | None = typer.Option(None, "--out", help="Output HTML file; default RUN_DIR/report.html."),
     ) -> None:
         """Write report.html with plots of a run's metrics (several runs overlaid)."""
         _impl("report").run(run_dirs, out)
@@ -82,7 +90,7 @@ def register(app: typer.Typer) -> None:
     @app.command("serve-reward")
     def serve_reward(
         config: Path = ConfigArg,
-        overrides: Optional[list[str]] = OverridesArg,
+        overrides: list[str] | None = OverridesArg,
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8008, "--port"),
     ) -> None:

@@ -9,14 +9,14 @@ import traceback
 import click
 import typer
 
+from rlxf.errors import UserInputError
 
-class UsageError(Exception):
+
+class UsageError(UserInputError):
     """Bad input from the user (exit code 2): a config, a path, an argument."""
 
 
 def run_app(app: typer.Typer, args: list[str]) -> int:
-    from rlxf.config import ConfigError
-
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="rlxf", standalone_mode=False)
@@ -28,7 +28,7 @@ def run_app(app: typer.Typer, args: list[str]) -> int:
     except click.ClickException as e:  # bad usage: unknown option, missing argument
         e.show()
         return 2
-    except (ConfigError, UsageError) as e:
+    except UserInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -19,9 +19,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlxf.config.schema import Config
+from rlxf.errors import UserInputError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserInputError):
     """A config that cannot run. ``str(err)`` is a message a user can act on."""
 
 

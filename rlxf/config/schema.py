@@ -13,7 +13,7 @@ from rlxf.config.model import ModelConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.config.rollout import RolloutConfig
 from rlxf.config.run import CheckpointConfig, LoggingConfig, RunConfig
-from rlxf.config.train import CriticConfig, EvalConfig, TrainConfig, TrainDerived, check_divisible
+from rlxf.config.train import CriticConfig, EvalConfig, SFTConfig, TrainConfig, TrainDerived, check_divisible
 
 
 class Config(Section):
@@ -28,6 +28,7 @@ class Config(Section):
     train: TrainConfig = Field(default_factory=TrainConfig, description="Batch sizes and optimisation.")
     critic: CriticConfig = Field(default_factory=CriticConfig, description="PPO critic (value model).")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning (`rlxf sft`).")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics and samples.")
     plugins: list[str] = Field(

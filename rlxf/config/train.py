@@ -86,3 +86,22 @@ def check_divisible(samples: int, mini: int, micro: int) -> None:
         )
 
 
+
+
+class SFTConfig(Section):
+    steps: int = Field(1000, ge=1, description="Optimizer steps of supervised fine-tuning (`rlxf sft`).")
+    batch_size: int = Field(32, ge=1, description="Examples per optimizer step.")
+    micro_batch_size: int = Field(32, ge=1, description="Examples per forward/backward (packed); divides batch_size.")
+    max_seconds: float | None = Field(
+        None, gt=0, description="Stop after this much wall time even if `steps` are not done (a time-matched baseline)."
+    )
+    eval_every: int = Field(0, ge=0, description="Evaluate on the held-out prompts every N steps with the reward (0 = at the end only).")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
+
+    @model_validator(mode="after")
+    def _divides(self) -> SFTConfig:
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"sft.micro_batch_size={self.micro_batch_size} does not divide sft.batch_size={self.batch_size}"
+            )
+        return self

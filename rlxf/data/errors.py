@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rlxf.errors import UserInputError
 
-class DataError(ValueError):
+
+class DataError(UserInputError):
     """Bad or unusable data (a malformed file line, a missing field, an empty dataset)."""

@@ -7,7 +7,14 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
@@ -24,9 +31,12 @@ class ProgressDisplay:
 
     FIELDS = (("reward", "reward/mean", ".3f"), ("acc", "accuracy", ".3f"), ("kl", "kl", ".4f"),
               ("tok/s", "throughput/tokens_per_s", ",.0f"))
+    SFT_FIELDS = (("loss", "sft/loss", ".4f"), ("eval acc", "eval/accuracy", ".3f"),
+                  ("tok/s", "throughput/tokens_per_s", ",.0f"))
 
     def __init__(self, total: int, start: int = 0, *, enabled: bool = True, log_every: int = 1,
-                 console: Console | None = None):
+                 console: Console | None = None, fields: tuple[tuple[str, str, str], ...] | None = None):
+        self.fields = fields or self.FIELDS
         self.console = console or Console(stderr=True)
         self.total = total
         self.log_every = log_every
@@ -44,7 +54,7 @@ class ProgressDisplay:
             self._progress.start()
 
     def summary(self, metrics: dict[str, Any]) -> str:
-        return "  ".join(f"{label} {_fmt(metrics, key, spec)}" for label, key, spec in self.FIELDS)
+        return "  ".join(f"{label} {_fmt(metrics, key, spec)}" for label, key, spec in self.fields)
 
     def update(self, step: int, metrics: dict[str, Any]) -> None:
         if self._progress is not None:

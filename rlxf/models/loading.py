@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlxf.errors import UserInputError
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from rlxf.config.model import LoraConfig, ModelConfig
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UserInputError):
     """A model or tokenizer that cannot be loaded; the message says which path and what to do."""
 
 
