@@ -83,3 +83,59 @@ def test_non_finite_loss_skips_then_stops(tmp_path, nano_model_dir, capsys):
     base = load_file(nano_model_dir / "model.safetensors")
     if weights is not None:                                   # a skipped step never changes weights
         assert all(torch.equal(weights[k], base[k]) for k in base)
+
+
+KILL_DURING_CHECKPOINT = """
+import os, signal, sys
+import rlxf.trainer.checkpoint as checkpoint
+real_fsync_tree = checkpoint._fsync_tree
+def killed_mid_write(path):
+    # step_2's files are written to the temporary directory but not yet renamed into place
+    if path.name.startswith(".tmp-step_2"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_fsync_tree(path)
+checkpoint._fsync_tree = killed_mid_write
+from rlxf.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_during_checkpoint_write_then_resume(tmp_path, nano_model_dir):
+    """SIGKILL while step 2's checkpoint is being written: the half-written checkpoint is
+    ignored, --resume continues from step 1, and the result equals an uninterrupted run."""
+    import subprocess
+    import sys
+
+    from rl_helpers import HERE, REPO
+
+    runs = str(tmp_path / "runs")
+    straight = write_config(tmp_path / "a", nano_model_dir, run={"name": "straight", "output_dir": runs},
+                            train={"steps": 3}, checkpoint={"every": 1})
+    killed = write_config(tmp_path / "b", nano_model_dir, run={"name": "killed", "output_dir": runs},
+                          train={"steps": 3}, checkpoint={"every": 1})
+    assert rlxf_subprocess("train", str(straight)).returncode == 0
+    env = {"PYTHONPATH": str(HERE), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", KILL_DURING_CHECKPOINT, "train", str(killed)], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == -9, r.stderr
+    ckpts = tmp_path / "runs/killed/checkpoints"
+    assert (ckpts / "step_1").exists() and not (ckpts / "step_2").exists()
+    assert any(p.name.startswith(".tmp-step_2") for p in ckpts.iterdir())
+    r = rlxf_subprocess("train", str(killed), "--resume")
+    assert r.returncode == 0, r.stderr
+    assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir())
+    a = load_file(tmp_path / "runs/straight/checkpoints/step_3/model/model.safetensors")
+    b = load_file(ckpts / "step_3/model/model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [m["step"] for m in metrics(tmp_path / "runs/killed")] == [1, 2, 3]
+
+
+def test_eval_command_standalone(tmp_path, nano_model_dir, capsys):
+    import json as _json
+
+    cfg = write_config(tmp_path, nano_model_dir, eval={"num_problems": 6, "pass_k": 2},
+                       reward={"verifiers": [{"type": "numeric", "extract": ["last_number"]}]})
+    assert main(["eval", str(cfg), "--checkpoint", str(nano_model_dir)]) == 0
+    out = _json.loads(capsys.readouterr().out)
+    assert out["eval/num_problems"] == 6 and 0 <= out["eval/accuracy"] <= 1 and "eval/pass@k" in out
+    assert main(["eval", str(cfg), "--checkpoint", str(tmp_path / "nowhere")]) == 2
