@@ -70,17 +70,15 @@ class KVCache:
         return kv[0].flatten(0, 1), kv[1].flatten(0, 1)
 
     # --- writes ----------------------------------------------------------------------------
-    def write_gen(self, layer: int, k: torch.Tensor, v: torch.Tensor, at: torch.Tensor) -> None:
-        """k, v (B, Hkv, D) of row b go to generated position ``at[b]``."""
-        rows = torch.arange(k.shape[0], device=k.device)
-        self.gen[layer, 0][rows, :, at] = k
-        self.gen[layer, 1][rows, :, at] = v
+    def write_gen(self, layer: int, kv: torch.Tensor, at: torch.Tensor) -> None:
+        """kv (B, 2, Hkv, D): row b's key and value go to generated position ``at[b]``."""
+        rows = torch.arange(kv.shape[0], device=kv.device)
+        self.gen[layer][:, rows, :, at] = kv
 
-    def write_prompt(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """k, v (G, Hkv, P', D) of prompts going to prompt slots ``slots`` (G,); columns >= P' are zeroed."""
-        p = k.shape[2]
-        self.prompt[layer, 0, :, :, :p].index_copy_(0, slots, k)
-        self.prompt[layer, 1, :, :, :p].index_copy_(0, slots, v)
+    def write_prompt(self, layer: int, slots: torch.Tensor, kv: torch.Tensor) -> None:
+        """kv (G, P', 2, Hkv, D) of prompts going to prompt slots ``slots`` (G,); columns >= P' are zeroed."""
+        p = kv.shape[1]
+        self.prompt[layer, :, :, :, :p].index_copy_(1, slots, kv.permute(2, 0, 3, 1, 4))
         if p < self.prompt.shape[4]:
             self.prompt[layer, :, :, :, p:].index_fill_(1, slots, 0)
 

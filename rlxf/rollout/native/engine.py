@@ -33,6 +33,7 @@ from rlxf.rollout.base import (
     validate_prompt,
 )
 from rlxf.rollout.native.cache import KVCache
+from rlxf.rollout.native.kernels import select_kernels
 from rlxf.rollout.native.model import (
     DecodeBatch,
     NativeWeights,
@@ -98,9 +99,10 @@ class NativeEngine:
         self.weights.load_(_named_weights(model), require_all=True)
         window = spec.context_window if options.max_model_len is None else min(spec.context_window, options.max_model_len)
         self.context_window = window
-        self.cos, self.sin_rot = rope_tables(base, spec, window, device, dtype)
+        self.cos, self.sin = rope_tables(base, spec, window, device)
         self.eos_ids = model_eos_ids(base, tokenizer)
         self.cache = KVCache(spec, device, dtype)
+        self.kernels = select_kernels(device, dtype)
         self.policy_version = 0
         self.last_stats = RunStats()
         self._seed_rng = np.random.default_rng(options.seed)
@@ -271,10 +273,10 @@ class _Run:
             ids[i, : len(p)] = p
         slot_t = torch.tensor(slots, dtype=torch.long, device=self.dev)
 
-        def write_kv(layer, k, v):
-            self.cache.write_prompt(layer, slot_t, k, v)
+        def write_kv(layer, kv):
+            self.cache.write_prompt(layer, slot_t, kv)
 
-        hidden = prefill(self.w, ids.to(self.dev), self.e.cos, self.e.sin_rot, write_kv)
+        hidden = prefill(self.w, self.e.kernels, ids.to(self.dev), self.e.cos, self.e.sin, write_kv)
         self.stats.prefill_prompts += len(slots)
         self.stats.prefill_tokens += int(self.slot_plen[slots].sum())
         last = torch.as_tensor(self.slot_plen[slots] - 1, device=self.dev)
@@ -293,41 +295,48 @@ class _Run:
         self.row_key[lo:hi] = sample_keys(self.seeds[req], member)
         self.B = hi
         self.cache.clear_rows(lo, hi)
-        logits = logits_of(self.w, self.hidden[torch.as_tensor(self.row_slot[lo:hi], device=self.dev)])
+        logits = logits_of(self.w, self.e.kernels, self.hidden[torch.as_tensor(self.row_slot[lo:hi], device=self.dev)])
         self.sample_and_record(lo, hi, logits)
 
     # -- decoding ------------------------------------------------------------------------------
     def step(self) -> None:
         b, g, n = self.B, self.G, self.n
         spec, dev, dt = self.e.spec, self.dev, self.e.dtype
+        hq, hkv = spec.num_heads, spec.num_kv_heads
+        r = hq // hkv
         ntok = self.row_ntok[:b]
         slot = self.row_slot[:b]
+        member = self.row_member[:b]
         at = torch.as_tensor(ntok - 1, device=dev)
         pos = torch.as_tensor(self.slot_plen[slot] + ntok - 1, device=dev)
         self.cache.fit(int(ntok.max()), b)
-        t_width, p_width = self.cache.width, self.cache.prompt.shape[4]
+        width, p_width = self.cache.width, self.cache.prompt.shape[4]
         neg = torch.tensor(float("-inf"), device=dev, dtype=dt)
         zero = torch.zeros((), device=dev, dtype=dt)
-        gen_ok = torch.arange(t_width, device=dev)[None, :] <= at[:, None]
-        gen_bias = torch.where(gen_ok, zero, neg)[:, None, None, :].expand(b, spec.num_kv_heads, 1, t_width)
+        gen_ok = torch.arange(width, device=dev)[None, :] <= at[:, None]
+        gen_bias = torch.where(gen_ok, zero, neg)[:, None, None, :].expand(b, hkv, 1, width)
         plen = torch.as_tensor(self.slot_plen[:g], device=dev)
         prompt_ok = torch.arange(p_width, device=dev)[None, :] < plen[:, None]
-        prompt_bias = torch.where(prompt_ok, zero, neg)[:, None, None, :].expand(g, spec.num_kv_heads, 1, p_width)
-        seq_slots = slot * n + self.row_member[:b]
-        group_rows = np.zeros(g * n, np.int64)
-        group_rows[seq_slots] = np.arange(b)
+        prompt_bias = torch.where(prompt_ok, zero, neg)[:, None, None, :].expand(g, hkv, 1, p_width)
+        # query row (b, h, k) = b*Hq + h*r + k; group row (g, h, j, k) = ((g*Hkv + h)*n + j)*r + k
+        h_r = np.arange(hkv)[:, None] * r + np.arange(r)[None, :]                      # (Hkv, r)
+        member_row = np.zeros((g, n), np.int64)
+        member_row[slot, member] = np.arange(b)
+        to_group = member_row[:, None, :, None] * hq + h_r[None, :, None, :]          # (G, Hkv, n, r)
+        to_row = ((slot[:, None, None] * hkv + np.arange(hkv)[None, :, None]) * n + member[:, None, None]) * r \
+            + np.arange(r)[None, None, :]                                              # (B, Hkv, r)
         rows = torch.arange(b, device=dev)
         batch = DecodeBatch(
             tokens=self.out_tok[rows, at],
-            cos=self.e.cos[pos][:, None, :], sin_rot=self.e.sin_rot[pos][:, None, :],
+            cos=self.e.cos[pos][:, None, :], sin=self.e.sin[pos][:, None, :],
             write_at=at,
-            gen_bias=gen_bias.reshape(b * spec.num_kv_heads, 1, t_width),
-            prompt_bias=prompt_bias.reshape(g * spec.num_kv_heads, 1, p_width),
-            group_rows=torch.as_tensor(group_rows, device=dev),
-            seq_slots=torch.as_tensor(seq_slots, device=dev),
-            n=n, num_prompts=g, prompt_width=p_width, gen_width=t_width,
+            gen_bias=gen_bias.reshape(b * hkv, 1, width),
+            prompt_bias=prompt_bias.reshape(g * hkv, 1, p_width),
+            to_group=torch.as_tensor(to_group.reshape(-1), device=dev),
+            to_row=torch.as_tensor(to_row.reshape(-1), device=dev),
+            n=n, num_prompts=g,
         )
-        logits = self.e._decode(self.w, batch, self.cache)
+        logits = self.e._decode(self.w, self.e.kernels, batch, self.cache)
         self.stats.decode_steps += 1
         self.stats.rows_decoded += b
         self.sample_and_record(0, b, logits)

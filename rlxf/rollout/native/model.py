@@ -1,9 +1,12 @@
 """The native engine's own copy of a Llama / Qwen2 decoder, laid out for batched decoding.
 
 Weights are re-laid out once: q, k and v projections fused into one (N_qkv, H) matrix per layer,
-gate and up into one (2I, H) matrix. Every Hugging Face parameter name maps to a view of these
-tensors, so ``load_`` (used by ``update_weights``) is one ``copy_`` per parameter and nothing
-else. The forward code is plain torch, written for the shapes of decoding: one new token per
+gate and up into one (2I, H) matrix, and within each q/k head the rows reordered from
+transformers' half-split rotary layout (x_0..x_{D/2-1}, x_{D/2}..x_{D-1}) to interleaved pairs
+(x_0, x_{D/2}, x_1, x_{D/2+1}, ...), so that the rotary embedding is one complex multiply.
+Attention scores are dot products over a head, which do not change when q and k are permuted
+alike. Every Hugging Face parameter name maps to a (strided) view of these tensors, so
+``load_`` (used by ``update_weights``) is one ``copy_`` per parameter and nothing else. The forward code is plain torch, written for the shapes of decoding: one new token per
 live sequence, the prompt's keys/values shared by all samples of a group (see ``attention``).
 
 Notation: B live sequences, G live prompts (prefix slots), n samples per prompt, H hidden size,
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from rlxf.rollout.native.kernels import TorchKernels
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -98,12 +103,11 @@ def model_spec(model) -> ModelSpec:
     )
 
 
-def rope_tables(model, spec: ModelSpec, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin_rot), each (length, D): rotary tables for positions 0..length-1.
+def rope_tables(model, spec: ModelSpec, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), each (length, D/2) float32: rotary tables for positions 0..length-1.
 
-    ``sin_rot`` has its first half negated, so that ``rotate_half(x) * sin`` (transformers'
-    form) equals ``x.roll(D/2, -1) * sin_rot``. Computed exactly as transformers computes them
-    (float32 positions times the model's inv_freq buffer, then the attention scaling).
+    Computed as transformers computes them (float32 positions times the model's inv_freq
+    buffer, then the attention scaling), so the rotated q/k match its values.
     """
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
     if rotary is None or not hasattr(rotary, "inv_freq"):
@@ -112,11 +116,24 @@ def rope_tables(model, spec: ModelSpec, length: int, device, dtype) -> tuple[tor
     scaling = float(getattr(rotary, "attention_scaling", 1.0))
     pos = torch.arange(length, device=device, dtype=torch.float32)
     freqs = pos[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos() * scaling, emb.sin() * scaling
-    half = spec.head_dim // 2
-    sin_rot = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
-    return cos.to(dtype), sin_rot.to(dtype)
+    return freqs.cos() * scaling, freqs.sin() * scaling
+
+
+def rotate_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Rotary embedding, in place, of x (..., heads, D) in the interleaved layout.
+
+    ``cos``/``sin`` (..., 1, D/2) broadcast over heads. Pair (a, b) = (x_2i, x_2i+1) becomes
+    (a cos - b sin, a sin + b cos): one complex multiply for float32, real arithmetic otherwise.
+    """
+    if x.dtype == torch.float32:
+        z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
+        z.mul_(torch.complex(cos, sin))
+        return
+    pairs = x.unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0].clone(), pairs[..., 1].clone()
+    c, s = cos.to(x.dtype), sin.to(x.dtype)
+    pairs[..., 0] = a * c - b * s
+    pairs[..., 1] = a * s + b * c
 
 
 @dataclass
@@ -142,17 +159,23 @@ class NativeWeights:
     layers: list[LayerWeights]
     norm: torch.Tensor                # (H,)
     lm_head: torch.Tensor             # (V, H); the same tensor as embed when tied
-    targets: dict[str, torch.Tensor] = field(default_factory=dict)
+    targets: dict[str, torch.Tensor] = field(default_factory=dict)   # HF name -> (strided) view to copy into
+    shapes: dict[str, torch.Size] = field(default_factory=dict)      # HF name -> the HF tensor's shape
 
     @classmethod
     def allocate(cls, spec: ModelSpec, device, dtype) -> NativeWeights:
         def empty(*shape):
             return torch.empty(*shape, device=device, dtype=dtype)
 
-        h, i, q, kv = spec.hidden_size, spec.intermediate_size, spec.q_dim, spec.kv_dim
+        h, i, q, kv, d = spec.hidden_size, spec.intermediate_size, spec.q_dim, spec.kv_dim, spec.head_dim
+
+        def rotary_rows(rows: torch.Tensor, heads: int) -> torch.Tensor:
+            # storage (heads, D/2, 2, ...) seen as transformers' (heads, 2, D/2, ...) half-split order
+            return rows.view(heads, d // 2, 2, *rows.shape[1:]).transpose(1, 2)
+
         embed = empty(spec.vocab_size, h)
         lm_head = embed if spec.tied else empty(spec.vocab_size, h)
-        targets = {"model.embed_tokens.weight": embed, "model.norm.weight": None, "lm_head.weight": lm_head}
+        targets = {"model.embed_tokens.weight": embed, "lm_head.weight": lm_head}
         layers = []
         for n in range(spec.num_layers):
             lw = LayerWeights(
@@ -164,10 +187,12 @@ class NativeWeights:
             p = f"model.layers.{n}."
             targets[p + "input_layernorm.weight"] = lw.ln1
             targets[p + "post_attention_layernorm.weight"] = lw.ln2
-            for name, rows in (("q_proj", slice(0, q)), ("k_proj", slice(q, q + kv)), ("v_proj", slice(q + kv, q + 2 * kv))):
-                targets[p + f"self_attn.{name}.weight"] = lw.wqkv[rows]
+            parts = (("q_proj", slice(0, q), spec.num_heads), ("k_proj", slice(q, q + kv), spec.num_kv_heads),
+                     ("v_proj", slice(q + kv, q + 2 * kv), 0))
+            for name, rows, heads in parts:
+                targets[p + f"self_attn.{name}.weight"] = rotary_rows(lw.wqkv[rows], heads) if heads else lw.wqkv[rows]
                 if lw.bqkv is not None:
-                    targets[p + f"self_attn.{name}.bias"] = lw.bqkv[rows]
+                    targets[p + f"self_attn.{name}.bias"] = rotary_rows(lw.bqkv[rows], heads) if heads else lw.bqkv[rows]
             targets[p + "self_attn.o_proj.weight"] = lw.wo
             if lw.bo is not None:
                 targets[p + "self_attn.o_proj.bias"] = lw.bo
@@ -181,7 +206,9 @@ class NativeWeights:
             layers.append(lw)
         norm = empty(h)
         targets["model.norm.weight"] = norm
-        return cls(spec=spec, embed=embed, layers=layers, norm=norm, lm_head=lm_head, targets=targets)
+        shapes = {name: torch.Size((t.shape[0] * t.shape[1] * t.shape[2], *t.shape[3:])) if t.dim() >= 3 and "proj" in name
+                  else t.shape for name, t in targets.items()}
+        return cls(spec=spec, embed=embed, layers=layers, norm=norm, lm_head=lm_head, targets=targets, shapes=shapes)
 
     @staticmethod
     def normalize_name(name: str) -> str:
@@ -208,10 +235,10 @@ class NativeWeights:
                 if not name.endswith(_IGNORED_NAME_SUFFIXES):
                     unknown.append(raw)
                 continue
-            if target.shape != tensor.shape:
-                raise ValueError(f"update_weights: {raw} has shape {tuple(tensor.shape)}, the engine's "
-                                 f"copy has {tuple(target.shape)}; is this the same model architecture?")
-            target.copy_(tensor.detach())
+            if tensor.shape != self.shapes[name]:
+                raise ValueError(f"update_weights: {raw} has shape {tuple(tensor.shape)}, the engine's copy "
+                                 f"{tuple(self.shapes[name])}; is this the same model architecture?")
+            target.copy_(tensor.detach().reshape(target.shape))
             seen.add(name)
         if unknown:
             hint = (" LoRA adapter tensors cannot be copied one by one: pass "
@@ -235,79 +262,52 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_rot: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of x (..., heads, D) with per-row tables (..., 1, D)."""
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_rot
-
-
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
-           residual: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w.T (+ b) (+ residual), with the residual add fused into the matmul when possible."""
-    if residual is None:
-        return F.linear(x, w, b)
-    out = torch.addmm(residual, x, w.t())
-    return out if b is None else out.add_(b)
-
-
-def mlp(x: torch.Tensor, lw: LayerWeights, residual: torch.Tensor) -> torch.Tensor:
-    gu = linear(x, lw.wgu, lw.bgu)
-    gate, up = gu.chunk(2, dim=-1)
-    return linear(F.silu(gate) * up, lw.wd, lw.bd, residual)
-
-
 @torch.no_grad()
-def prefill(
-    w: NativeWeights,
-    ids: torch.Tensor,
-    cos: torch.Tensor,
-    sin_rot: torch.Tensor,
-    write_kv,
-) -> torch.Tensor:
+def prefill(w: NativeWeights, k: TorchKernels, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+            write_kv) -> torch.Tensor:
     """Run right-padded prompts through the model; return the final-norm hidden states (G, P, H).
 
-    ``ids`` (G, P). ``write_kv(layer, k, v)`` receives each layer's rotated keys and values,
-    (G, Hkv, P, D). Causal attention alone is exact for every real token: padding sits after
-    a prompt's last token, so no real query can see it.
+    ``k`` the matmul kernels; ``ids`` (G, P); ``cos``/``sin`` the (context, D/2) rotary tables. ``write_kv(layer, kv)``
+    receives each layer's rotated keys and values, (G, P, 2, Hkv, D). Causal attention alone
+    is exact for every real token: padding sits after a prompt's last token, so no real query
+    can see it.
     """
     s = w.spec
     g, p = ids.shape
+    hq, hkv = s.num_heads, s.num_kv_heads
     x = w.embed[ids.reshape(-1)]                                   # (G*P, H)
-    c, sr = cos[:p][None, :, None, :], sin_rot[:p][None, :, None, :]  # (1, P, 1, D)
+    c, sn = cos[:p][None, :, None, :], sin[:p][None, :, None, :]   # (1, P, 1, D/2)
     for layer, lw in enumerate(w.layers):
-        h = rms_norm(x, lw.ln1, s.rms_eps)
-        qkv = linear(h, lw.wqkv, lw.bqkv).view(g, p, s.num_heads + 2 * s.num_kv_heads, s.head_dim)
-        qk = apply_rope(qkv[:, :, : s.num_heads + s.num_kv_heads], c, sr)
-        q = qk[:, :, : s.num_heads].transpose(1, 2)                  # (G, Hq, P, D)
-        k = qk[:, :, s.num_heads:].transpose(1, 2)                   # (G, Hkv, P, D)
-        v = qkv[:, :, s.num_heads + s.num_kv_heads:].transpose(1, 2)
-        write_kv(layer, k, v)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=s.group > 1)
-        x = linear(o.transpose(1, 2).reshape(g * p, s.q_dim), lw.wo, lw.bo, x)
-        x = mlp(rms_norm(x, lw.ln2, s.rms_eps), lw, x)
+        qkv = k.linear(rms_norm(x, lw.ln1, s.rms_eps), lw.wqkv, lw.bqkv).view(g, p, hq + 2 * hkv, s.head_dim)
+        rotate_(qkv[:, :, : hq + hkv], c, sn)
+        write_kv(layer, qkv[:, :, hq:].unflatten(2, (2, hkv)))
+        q, key, v = (qkv[:, :, a:b].transpose(1, 2) for a, b in ((0, hq), (hq, hq + hkv), (hq + hkv, hq + 2 * hkv)))
+        o = F.scaled_dot_product_attention(q, key, v, is_causal=True, enable_gqa=s.group > 1)
+        x = k.linear_add(o.transpose(1, 2).reshape(g * p, s.q_dim), lw.wo, lw.bo, x)
+        x = k.linear_add(k.gated(rms_norm(x, lw.ln2, s.rms_eps), lw.wgu, lw.bgu), lw.wd, lw.bd, x)
     return rms_norm(x, w.norm, s.rms_eps).view(g, p, s.hidden_size)
 
 
 @dataclass
 class DecodeBatch:
-    """Per-step indices shared by all layers (built once per decode step by the engine).
+    """Per-step inputs and indices shared by all layers (built once per decode step by the engine).
 
-    Row b of the batch is a sequence; it belongs to prompt slot ``prefix[b]`` as sample
-    ``member[b]`` of at most ``n`` members. Prompt keys/values live once per prompt slot; a
-    sequence's own generated keys/values live in its row of the generated-token cache.
+    Row b of the batch is a sequence, sample ``member[b]`` (of n member places) of the prompt
+    in slot ``prefix[b]``. Prompt keys/values live once per prompt slot; a sequence's own
+    generated keys/values live in its row of the generated-token cache. Query rows are
+    flattened as (B*Hq) = (b, kv head, r); "group rows" as (G*Hkv*n*r) = (g, kv head, j, r).
     """
 
     tokens: torch.Tensor       # (B,) long, the last sampled token of each sequence (its KV is not cached yet)
-    cos: torch.Tensor          # (B, 1, D) rotary tables at each sequence's position
-    sin_rot: torch.Tensor      # (B, 1, D)
+    cos: torch.Tensor          # (B, 1, D/2) rotary tables at each sequence's position
+    sin: torch.Tensor          # (B, 1, D/2)
     write_at: torch.Tensor     # (B,) long, index in the generated cache where this token's KV goes
-    gen_bias: torch.Tensor     # (B*Hkv, 1, T) 0 on generated positions <= write_at, -inf after
+    gen_bias: torch.Tensor     # (B*Hkv, 1, W) 0 on generated positions <= write_at, -inf after
     prompt_bias: torch.Tensor  # (G*Hkv, 1, P) 0 on a prompt's positions, -inf on its padding
-    group_rows: torch.Tensor   # (G*n,) long, the sequence row of member j of prompt g (any row if none)
-    seq_slots: torch.Tensor    # (B,) long, prefix[b] * n + member[b]
-    n: int                     # member slots per prompt
+    to_group: torch.Tensor     # (G*Hkv*n*r,) long, the query row (B*Hq) of each group row (row 0 if no member)
+    to_row: torch.Tensor       # (B*Hq,) long, the group row of each query row
+    n: int                     # member places per prompt
     num_prompts: int           # G
-    prompt_width: int          # P
-    gen_width: int             # T
 
 
 def attention(q: torch.Tensor, prompt_k, prompt_v, gen_k, gen_v, d: DecodeBatch, scale: float, n_kv: int) -> torch.Tensor:
@@ -316,52 +316,50 @@ def attention(q: torch.Tensor, prompt_k, prompt_v, gen_k, gen_v, d: DecodeBatch,
     Prompt part, shared: the queries of a prompt's n samples are gathered into one (n*r, D)
     block per (prompt, kv head) and multiplied with that prompt's keys once, so a prompt's
     keys/values are read once per step, not n times (prefix sharing; cf. "cascade" /
-    shared-prefix attention). Generated part: each sequence against its own keys. One softmax
-    over both parts' scores (concatenated per sequence), then each part's probabilities times
-    its values. Returns (B, Hq*D).
+    shared-prefix attention). Generated part: each sequence against its own keys, (r, D)
+    queries per kv head. One softmax over both parts' scores (concatenated per sequence), then
+    each part's probabilities times its values. Returns (B, Hq*D).
     """
     b, hq, dim = q.shape
     r = hq // n_kv
-    g, n, p, t = d.num_prompts, d.n, d.prompt_width, d.gen_width
-    qg = q.view(b, n_kv, r, dim)
-    # scores against the prompt, grouped by prompt: (G*Hkv, n*r, P)
-    q_grp = qg.index_select(0, d.group_rows).view(g, n, n_kv, r, dim).transpose(1, 2).reshape(g * n_kv, n * r, dim)
-    s_p = torch.baddbmm(d.prompt_bias, q_grp, prompt_k.transpose(1, 2), alpha=scale)
-    s_p = s_p.view(g, n_kv, n, r, p).transpose(1, 2).reshape(g * n, n_kv, r, p).index_select(0, d.seq_slots)
-    # scores against the sequence's own generated tokens: (B*Hkv, r, T)
-    s_g = torch.baddbmm(d.gen_bias, qg.reshape(b * n_kv, r, dim), gen_k.transpose(1, 2), alpha=scale)
-    scores = torch.cat((s_p, s_g.view(b, n_kv, r, t)), dim=-1)      # (B, Hkv, r, P+T)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    out = torch.bmm(probs[..., p:].flatten(0, 1), gen_v)            # (B*Hkv, r, D)
-    pp = probs[..., :p].index_select(0, d.group_rows).view(g, n, n_kv, r, p).transpose(1, 2).reshape(g * n_kv, n * r, p)
-    o_p = torch.bmm(pp, prompt_v).view(g, n_kv, n, r, dim).transpose(1, 2).reshape(g * n, hq * dim)
-    return out.view(b, hq * dim).add_(o_p.index_select(0, d.seq_slots))
+    p = prompt_k.shape[1]
+    rows = d.to_group.shape[0] // (d.num_prompts * n_kv)          # n * r
+    q = q.reshape(b * hq, dim)
+    q_grp = q.index_select(0, d.to_group).view(-1, rows, dim)
+    s_p = torch.baddbmm(d.prompt_bias, q_grp, prompt_k.transpose(1, 2), alpha=scale)   # (G*Hkv, n*r, P)
+    s_g = torch.baddbmm(d.gen_bias, q.view(b * n_kv, r, dim), gen_k.transpose(1, 2), alpha=scale)  # (B*Hkv, r, W)
+    scores = torch.cat((s_p.view(-1, p).index_select(0, d.to_row).view(b * n_kv, r, p), s_g), dim=-1)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)   # (B*Hkv, r, P+W)
+    out = torch.bmm(probs[..., p:], gen_v)                                     # (B*Hkv, r, D)
+    p_grp = probs[..., :p].reshape(b * hq, p).index_select(0, d.to_group).view(-1, rows, p)
+    o_p = torch.bmm(p_grp, prompt_v).view(-1, dim).index_select(0, d.to_row)  # (B*Hq, D)
+    return out.view(b, hq * dim).add_(o_p.view(b, hq * dim))
 
 
 @torch.no_grad()
-def decode(w: NativeWeights, d: DecodeBatch, cache) -> torch.Tensor:
+def decode(w: NativeWeights, k: TorchKernels, d: DecodeBatch, cache) -> torch.Tensor:
     """One decoding step for every live sequence; returns the next-token logits (B, V) float32.
 
     ``cache`` provides ``prompt_kv(layer, G)`` -> (k, v) each (G*Hkv, P, D),
-    ``gen_kv(layer, B)`` -> (k, v) each (B*Hkv, T, D), and ``write_gen(layer, k, v, at)``.
+    ``gen_kv(layer, B)`` -> (k, v) each (B*Hkv, W, D), and ``write_gen(layer, kv, at)``.
     """
     s = w.spec
     b = d.tokens.shape[0]
+    hq, hkv = s.num_heads, s.num_kv_heads
     scale = s.head_dim ** -0.5
     x = w.embed[d.tokens]                                           # (B, H)
     for layer, lw in enumerate(w.layers):
-        h = rms_norm(x, lw.ln1, s.rms_eps)
-        qkv = linear(h, lw.wqkv, lw.bqkv).view(b, s.num_heads + 2 * s.num_kv_heads, s.head_dim)
-        qk = apply_rope(qkv[:, : s.num_heads + s.num_kv_heads], d.cos, d.sin_rot)
-        cache.write_gen(layer, qk[:, s.num_heads:], qkv[:, s.num_heads + s.num_kv_heads:], d.write_at)
+        qkv = k.linear(rms_norm(x, lw.ln1, s.rms_eps), lw.wqkv, lw.bqkv).view(b, hq + 2 * hkv, s.head_dim)
+        rotate_(qkv[:, : hq + hkv], d.cos, d.sin)
+        cache.write_gen(layer, qkv[:, hq:].unflatten(1, (2, hkv)), d.write_at)
         pk, pv = cache.prompt_kv(layer, d.num_prompts)
         gk, gv = cache.gen_kv(layer, b)
-        o = attention(qk[:, : s.num_heads], pk, pv, gk, gv, d, scale, s.num_kv_heads)
-        x = linear(o, lw.wo, lw.bo, x)
-        x = mlp(rms_norm(x, lw.ln2, s.rms_eps), lw, x)
-    return logits_of(w, rms_norm(x, w.norm, s.rms_eps))
+        o = attention(qkv[:, :hq], pk, pv, gk, gv, d, scale, hkv)
+        x = k.linear_add(o, lw.wo, lw.bo, x)
+        x = k.linear_add(k.gated(rms_norm(x, lw.ln2, s.rms_eps), lw.wgu, lw.bgu), lw.wd, lw.bd, x)
+    return logits_of(w, k, rms_norm(x, w.norm, s.rms_eps))
 
 
-def logits_of(w: NativeWeights, hidden: torch.Tensor) -> torch.Tensor:
+def logits_of(w: NativeWeights, k: TorchKernels, hidden: torch.Tensor) -> torch.Tensor:
     """(N, H) final-norm hidden states -> (N, V) float32 logits."""
-    return F.linear(hidden, w.lm_head).float()
+    return k.linear(hidden, w.lm_head).float()

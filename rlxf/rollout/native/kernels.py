@@ -1,0 +1,88 @@
+"""The matmuls of the native engine's linear layers, picked once per engine.
+
+On x86 CPUs torch's ``F.linear`` / ``addmm`` call MKL's sgemm, which on some CPUs (AMD, seen
+here) runs its AVX2 code path; oneDNN, which torch also ships, dispatches on the instruction
+set and runs AVX-512 there, about 2x the fp32 throughput on this machine's decode shapes. Its
+linear op also fuses what follows the matmul: the residual add, and the SiLU gate times the up
+projection of the MLP. Both compute in IEEE fp32 (no reduced-precision modes are enabled).
+
+``select_kernels`` uses oneDNN on CPU when the op exists and agrees with ``F.linear`` on a probe,
+and plain torch otherwise (CUDA, other builds).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class TorchKernels:
+    """Plain torch: one fused gate/up matmul, SiLU and multiply, addmm for residual adds."""
+
+    name = "torch"
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(x, w, b)
+
+    def linear_add(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor) -> torch.Tensor:
+        """x @ w.T + b + residual."""
+        out = torch.addmm(residual, x, w.t())
+        return out if b is None else out.add_(b)
+
+    def gated(self, x: torch.Tensor, wgu: torch.Tensor, bgu: torch.Tensor | None) -> torch.Tensor:
+        """SiLU(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up), with ``wgu`` = [w_gate; w_up]."""
+        gate, up = F.linear(x, wgu, bgu).chunk(2, dim=-1)
+        return F.silu(gate).mul_(up)
+
+
+class OneDNNKernels(TorchKernels):
+    """oneDNN's linear with fused post-ops (CPU)."""
+
+    name = "onednn"
+
+    def __init__(self):
+        self._op = torch.ops.mkldnn._linear_pointwise
+
+    def linear(self, x, w, b=None):
+        return self._op(x, w, b, "none", [], "")
+
+    def linear_add(self, x, w, b, residual):
+        return self._op.binary(x, residual, w, b, "add")
+
+    def gated(self, x, wgu, bgu):
+        i = wgu.shape[0] // 2
+        gate = self._op(x, wgu[:i], None if bgu is None else bgu[:i], "swish", [], "")
+        return self._op.binary(x, gate, wgu[i:], None if bgu is None else bgu[i:], "mul")
+
+
+def _probe(k: TorchKernels, dtype: torch.dtype) -> bool:
+    """Whether ``k`` runs here and agrees with plain torch (random small problem)."""
+    g = torch.Generator().manual_seed(0)
+    x, res = torch.randn(5, 16, generator=g).to(dtype), torch.randn(5, 8, generator=g).to(dtype)
+    w, b = torch.randn(8, 16, generator=g).to(dtype), torch.randn(8, generator=g).to(dtype)
+    wgu = torch.randn(16, 16, generator=g).to(dtype)
+    ref = TorchKernels()
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    try:
+        pairs = [(k.linear(x, w, b), ref.linear(x, w, b)), (k.linear_add(x, w, b, res), ref.linear_add(x, w, b, res)),
+                 (k.gated(x, wgu, None), ref.gated(x, wgu, None))]
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return all(a.shape == r.shape and torch.allclose(a.float(), r.float(), atol=tol, rtol=tol) for a, r in pairs)
+
+
+def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto") -> TorchKernels:
+    """oneDNN on CPU when it works (``prefer="auto"`` or ``"onednn"``), plain torch otherwise."""
+    if prefer not in ("auto", "onednn", "torch"):
+        raise ValueError(f"unknown kernels {prefer!r}; valid: auto, onednn, torch")
+    if prefer != "torch" and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
+            and torch.backends.mkldnn.is_available():
+        try:
+            k = OneDNNKernels()
+        except (AttributeError, RuntimeError):
+            k = None
+        if k is not None and _probe(k, dtype):
+            return k
+    if prefer == "onednn":
+        raise RuntimeError("oneDNN linear kernels are not usable here (not a CPU, or this torch build lacks them)")
+    return TorchKernels()
