@@ -33,17 +33,14 @@ def ids(groups):
     return [[c.response_ids for c in group] for group in groups]
 
 
-def test_seeded_request_samples_the_same_alone_in_a_batch_and_in_any_slot(engine):
+def test_seeded_request_samples_the_same_alone_in_a_batch_and_in_any_slot(tiny, tokenizer_for_tests, engine):
     target = GenerationRequest(prompts(1, seed=1)[0], seed=1234)
     sp = SamplingParams(n=3, temperature=1.0, max_new_tokens=12, ignore_eos=True)
     alone = engine.generate([target], sp)[0]
     others = [GenerationRequest(p, seed=i) for i, p in enumerate(prompts(4, seed=2))]
     batched = engine.generate(others[:2] + [target] + others[2:], sp)[2]
-    engine.options = type(engine.options)(**{**engine.options.__dict__, "max_batch_size": 2})
-    try:
-        squeezed = engine.generate(others + [target], sp)[4]  # different rows, continuous batching
-    finally:
-        engine.options = type(engine.options)(**{**engine.options.__dict__, "max_batch_size": 512})
+    two_rows = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2)
+    squeezed = two_rows.generate(others + [target], sp)[4]  # other rows, admitted after the rest
     assert [c.response_ids for c in alone] == [c.response_ids for c in batched] == [c.response_ids for c in squeezed]
     assert len({tuple(c.response_ids) for c in alone}) == 3  # the n samples differ from each other
     other_seed = engine.generate([GenerationRequest(target.prompt_ids, seed=99)], sp)[0]
