@@ -43,10 +43,18 @@ class HFEngine:
 
         options = options or EngineOptions()
         base = unwrap_model(model)
-        # Our own copy: a deep copy of the plain model, LoRA deltas merged in.
-        state = merged_state_dict(model)
-        self.model = copy.deepcopy(base)
-        self.model.load_state_dict(state, strict=False)
+        if base is not model:
+            # a PEFT wrapper: our own plain copy, with the LoRA deltas merged in
+            from transformers import AutoModelForCausalLM
+
+            self.model = AutoModelForCausalLM.from_config(copy.deepcopy(base.config))
+            missing, unexpected = self.model.load_state_dict(merged_state_dict(model), strict=False)
+            if unexpected or set(missing) - {"lm_head.weight"}:
+                raise KeyError(f"merged LoRA weights do not fit the base architecture: missing {missing[:5]}, "
+                               f"unexpected {unexpected[:5]}")
+            self.model.generation_config = copy.deepcopy(base.generation_config)
+        else:
+            self.model = copy.deepcopy(base)
         param = next(self.model.parameters())
         device = torch.device(options.device) if options.device is not None else param.device
         self.model.to(device=device, dtype=options.dtype or param.dtype).eval()

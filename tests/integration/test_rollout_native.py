@@ -189,3 +189,25 @@ def test_models_the_native_engine_does_not_implement_fall_back_to_hf(caplog):
     assert type(eng).__name__ == "HFEngine" and "using 'hf' instead" in caplog.text
     out = eng.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_new_tokens=4, ignore_eos=True))
     assert len(out[0][0].response_ids) == 4
+
+
+def test_lora_wrapped_models_are_copied_with_their_adapters_merged(tiny, tokenizer_for_tests):
+    from rlxf.config.model import LoraConfig
+    from rlxf.models import apply_lora, merged_state_dict
+
+    peft_model = apply_lora(copy.deepcopy(tiny), LoraConfig(r=4, alpha=8))
+    with torch.no_grad():  # LoRA B starts at zero: give the adapters an effect
+        for name, prm in peft_model.named_parameters():
+            if "lora_B" in name:
+                prm.normal_(0, 0.2, generator=torch.Generator().manual_seed(len(name)))
+    merged = copy.deepcopy(tiny)
+    merged.load_state_dict(merged_state_dict(peft_model), strict=False)
+    p = prompts(2, seed=14)
+    sp = SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True)
+    expected = ids(build_engine("native", merged, tokenizer_for_tests).generate(p, sp))
+    assert expected != ids(build_engine("native", tiny, tokenizer_for_tests).generate(p, sp))
+    for backend in ("native", "hf"):
+        assert ids(build_engine(backend, peft_model, tokenizer_for_tests).generate(p, sp)) == expected, backend
+    eng = build_engine("native", tiny, tokenizer_for_tests)
+    eng.update_weights(merged_state_dict(peft_model).items(), version=1)
+    assert ids(eng.generate(p, sp)) == expected
