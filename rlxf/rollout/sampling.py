@@ -137,8 +137,11 @@ def sample_tokens(
         return tokens, x.gather(-1, tokens[:, None]).squeeze(-1) - lse
     probs = torch.softmax(x, -1)
     tokens = _sample_full(probs, u)
-    # log p(tok) = (x_tok - max x) + log p(argmax): exact in float32 even where p(tok) would
-    # underflow, and p(argmax) >= 1/V never does.
-    top, arg = x.max(-1)
-    logp = x.gather(-1, tokens[:, None]).squeeze(-1) - top + torch.log(probs.gather(-1, arg[:, None]).squeeze(-1))
+    p_tok = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    logp = torch.log(p_tok)
+    tiny = p_tok < 1e-30  # float32 softmax loses precision (denormals, 0): recompute those rows exactly
+    if bool(tiny.any()):
+        rows = tiny.nonzero().squeeze(-1)
+        exact = x[rows].gather(-1, tokens[rows, None]).squeeze(-1) - torch.logsumexp(x[rows], -1)
+        logp = logp.index_put((rows,), exact)
     return tokens, logp
