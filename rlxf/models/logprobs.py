@@ -262,6 +262,46 @@ def shared_prompt_hidden(trunk: torch.nn.Module, prompt_ids: list[list[int]], re
     return hidden.index_select(0, index.to(device))
 
 
+class TokenLogprobEntropy(torch.autograd.Function):
+    """log p(y) and H(p) of each row of logits z (N, V), p = softmax(z), in a few passes over z.
+
+    Forward: m = max z, e = exp(z - m), s = sum e, log Z = m + log s, p = e / s,
+    log p(y) = z_y - log Z, H = log Z - sum_v p_v z_v. Only p (and H) are kept for backward, where
+
+        d log p(y) / dz = onehot(y) - p          d H / dz = -p (log p + H)
+
+    (the second from H = -sum p log p), so a loss without an entropy term costs one pass over
+    p, and autograd never builds the softmax / product graph of the plain formulas.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+        ctx.set_materialize_grads(False)
+        m = logits.amax(-1, keepdim=True)
+        p = torch.sub(logits, m).exp_()
+        s = p.sum(-1, keepdim=True)
+        logz = m + s.log()
+        p.div_(s)
+        logp = logits.gather(-1, targets[:, None]) - logz
+        entropy = None
+        if with_entropy:
+            entropy = (logz - torch.bmm(p.unsqueeze(1), logits.unsqueeze(2)).squeeze(-1)).squeeze(-1)
+        ctx.save_for_backward(p, targets, entropy)
+        return logp.squeeze(-1), entropy
+
+    @staticmethod
+    def backward(ctx, g_logp, g_entropy):
+        p, targets, entropy = ctx.saved_tensors
+        grad = None
+        if g_logp is not None:
+            grad = p * -g_logp[:, None]
+            grad.scatter_add_(-1, targets[:, None], g_logp[:, None])
+        if g_entropy is not None and entropy is not None:
+            g_h = -(torch.special.xlogy(p, p) + p * entropy[:, None]) * g_entropy[:, None]
+            grad = g_h if grad is None else grad.add_(g_h)
+        return grad, None, None
+
+
 def _head_chunk(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float,
                 softcap: float | None, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
@@ -269,14 +309,8 @@ def _head_chunk(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Modu
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:
         logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
-    if with_entropy:
-        # H = logZ - sum_v p_v z_v  (the same as -sum p log p, without forming log p)
-        entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    else:
-        entropy = logp.new_zeros(())
-    return logp, entropy
+    logp, entropy = TokenLogprobEntropy.apply(logits, targets, with_entropy)
+    return logp, entropy if with_entropy else logp.new_zeros(())
 
 
 def causal_lm_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, float | None]:
