@@ -8,7 +8,7 @@ t < R_i,
     entropy[i, t]  = -sum_v softmax(z_t / temperature)_v * log softmax(z_t / temperature)_v
     values[i, t]   = V(s_t), the value head read at the same position (the state before a_t)
 
-and 0 for t >= R_i (T = the longest response). Three things keep it cheap:
+and 0 for t >= R_i (T = the longest response). What keeps it cheap:
 
 * **Packing.** All sequences of a micro-batch are concatenated into one row with position ids
   restarting at 0 per sequence; transformers derives a block-diagonal causal mask from the
@@ -22,9 +22,13 @@ and 0 for t >= R_i (T = the longest response). Three things keep it cheap:
   its (chunk x hidden) input is kept for the backward pass, where its logits are recomputed.
   That costs one extra head matmul per chunk in the backward pass (the head's forward is a
   third of its forward+backward), and cuts what is held for the backward pass from the fp32
-  logits of every response token (twice that with entropy: the softmax too) to their
-  (tokens x hidden) inputs (checked in ``tests/unit/models/test_logprobs.py``).
-  A single chunk is not checkpointed: nothing else would be computed while its logits are held.
+  softmax of every response token to their (tokens x hidden) inputs (checked in
+  ``tests/unit/models/test_logprobs.py``). A single chunk is not checkpointed: nothing else
+  would be computed while its logits are held.
+* **One pass for log-prob and entropy** (``TokenLogprobEntropy``): both come from one softmax,
+  and the backward pass is written out (onehot - p; -p (log p + H)), so autograd builds no
+  graph through vocabulary-wide intermediates and an entropy used only as a metric costs no
+  backward work. Tiny preset, 64 x 128 tokens, 2 threads: 12% off the training forward+backward.
 * **Shared prompts.** The samples of a group (GRPO's n responses to one prompt) share their
   prompt. When that saves tokens, each distinct prompt runs through the trunk once, and every
   response then runs with its prompt's keys and values as the attention cache (gathered per
