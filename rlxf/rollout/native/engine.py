@@ -1,4 +1,4 @@
-"""The native rollout engine: continuous batching over a preallocated, prefix-shared KV cache.
+"""The native rollout engine: continuous batching over a prefix-shared KV cache.
 
 One ``generate`` call runs this loop until every request is answered:
 
@@ -10,8 +10,10 @@ One ``generate`` call runs this loop until every request is answered:
             completion; the last live rows move into the freed rows, so the next step's batch
             is dense and a waiting sample can take the space at once
 
-All per-sequence bookkeeping is in arrays indexed by row; the hot path has no per-sequence
-Python loop (stop strings excepted, and then only for rows whose token could complete one).
+The KV cache (``cache.py``) is allocated at the start of a call for all of its rows and
+prompts; only the generated-token width grows, 32 positions at a time. All per-sequence
+bookkeeping is in arrays indexed by row; the hot path has no per-sequence Python loop (stop
+strings excepted, and then only for rows whose token could complete one).
 """
 
 from __future__ import annotations

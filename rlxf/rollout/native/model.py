@@ -6,11 +6,14 @@ transformers' half-split rotary layout (x_0..x_{D/2-1}, x_{D/2}..x_{D-1}) to int
 (x_0, x_{D/2}, x_1, x_{D/2+1}, ...), so that the rotary embedding is one complex multiply.
 Attention scores are dot products over a head, which do not change when q and k are permuted
 alike. Every Hugging Face parameter name maps to a (strided) view of these tensors, so
-``load_`` (used by ``update_weights``) is one ``copy_`` per parameter and nothing else. The forward code is plain torch, written for the shapes of decoding: one new token per
-live sequence, the prompt's keys/values shared by all samples of a group (see ``attention``).
+``load_`` (used by ``update_weights``) is one ``copy_`` per parameter and nothing else.
+
+The forward code is plain torch (plus the matmul kernels of ``kernels.py``), written for the
+shapes of decoding: one new token per live sequence, the prompt's keys/values shared by all
+samples of a group (see ``attention``).
 
 Notation: B live sequences, G live prompts (prefix slots), n samples per prompt, H hidden size,
-Hq query heads, Hkv key/value heads, r = Hq / Hkv, D head dim, P prompt width, T generated width.
+Hq query heads, Hkv key/value heads, r = Hq / Hkv, D head dim, P prompt width, W generated width.
 """
 
 from __future__ import annotations
@@ -267,10 +270,10 @@ def prefill(w: NativeWeights, k: TorchKernels, ids: torch.Tensor, cos: torch.Ten
             write_kv) -> torch.Tensor:
     """Run right-padded prompts through the model; return the final-norm hidden states (G, P, H).
 
-    ``k`` the matmul kernels; ``ids`` (G, P); ``cos``/``sin`` the (context, D/2) rotary tables. ``write_kv(layer, kv)``
-    receives each layer's rotated keys and values, (G, P, 2, Hkv, D). Causal attention alone
-    is exact for every real token: padding sits after a prompt's last token, so no real query
-    can see it.
+    ``k`` the matmul kernels; ``ids`` (G, P); ``cos``/``sin`` the (context, D/2) rotary tables.
+    ``write_kv(layer, kv)`` receives each layer's rotated keys and values, (G, P, 2, Hkv, D).
+    Causal attention alone is exact for every real token: padding sits after a prompt's last
+    token, so no real query can see it.
     """
     s = w.spec
     g, p = ids.shape
