@@ -39,8 +39,8 @@ class RolloutConfig(Section):
     )
     seed: int | None = Field(
         None, ge=0,
-        description="Seed for sampling; None: each step's seeds come from the engine's generator "
-        "(itself seeded from run.seed), so runs are still reproducible.",
+        description="Seed of the engine's generator, which gives every request of every step its "
+        "own sampling seed (so steps differ and runs repeat); None = run.seed.",
     )
     max_batch_size: int = Field(
         512, ge=1, description="Native engine: most sequences decoded at once (KV-cache rows)."
@@ -52,4 +52,8 @@ class RolloutConfig(Section):
     max_prefill_tokens: int = Field(
         8192, ge=1, description="Native engine: most (padded) prompt tokens in one prefill forward."
     )
-    compile: bool = Field(False, description="Native engine: torch.compile the decode step.")
+    compile: bool = Field(
+        False,
+        description="Native engine: torch.compile the decode step. For CUDA; on CPU it is slower than "
+        "the default oneDNN path (and compiling takes minutes).",
+    )

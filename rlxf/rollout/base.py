@@ -80,11 +80,15 @@ class SamplingParams:
 
     @classmethod
     def from_config(cls, cfg, **overrides) -> SamplingParams:
-        """From a ``rollout:`` config section (``rlxf.config.rollout.RolloutConfig``)."""
+        """From a ``rollout:`` config section (``rlxf.config.rollout.RolloutConfig``).
+
+        ``cfg.seed`` seeds the engine (``build_engine_from_config``), not each call: a fixed
+        per-call seed would give every step the same random numbers.
+        """
         values = dict(
             n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
             max_new_tokens=cfg.max_new_tokens, stop_token_ids=tuple(cfg.stop_token_ids),
-            stop_strings=tuple(cfg.stop_strings), seed=cfg.seed, ignore_eos=cfg.ignore_eos,
+            stop_strings=tuple(cfg.stop_strings), ignore_eos=cfg.ignore_eos,
         )
         values.update(overrides)
         return cls(**values)

@@ -48,9 +48,14 @@ def build_engine(backend: str, model, tokenizer=None, options: EngineOptions | N
 
 
 def build_engine_from_config(cfg, model, tokenizer=None, *, device=None, dtype=None, seed: int = 0) -> Engine:
-    """From a ``rollout:`` config section (``rlxf.config.rollout.RolloutConfig``)."""
+    """From a ``rollout:`` config section (``rlxf.config.rollout.RolloutConfig``).
+
+    The engine's generator is seeded with ``cfg.seed``, or ``seed`` (the run's seed) when that
+    is None.
+    """
     options = EngineOptions(
         max_batch_size=cfg.max_batch_size, max_model_len=cfg.max_model_len,
-        max_prefill_tokens=cfg.max_prefill_tokens, compile=cfg.compile, seed=seed, device=device, dtype=dtype,
+        max_prefill_tokens=cfg.max_prefill_tokens, compile=cfg.compile,
+        seed=cfg.seed if cfg.seed is not None else seed, device=device, dtype=dtype,
     )
     return build_engine(cfg.backend, model, tokenizer, options)
