@@ -142,3 +142,22 @@ def test_hf_engine_logprobs_and_stops(built, tokenizer_for_tests):
     assert logprob_gap(lp, out.logprobs, out.mask)["max_abs"].item() < 1e-4
     again = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=10, seed=1))
     assert [[c.response_ids for c in g] for g in again] == [[c.response_ids for c in g] for g in groups[:-1]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_engine_matches_hf_and_the_trainer(built, tokenizer_for_tests):
+    import copy
+
+    from rlxf.models.logprobs import sequence_logprobs
+
+    model = copy.deepcopy(built("tiny")).to("cuda")
+    assert_same_greedy(model, tokenizer_for_tests, make_prompts(4, seed=7), max_new_tokens=24)
+    prompts = make_prompts(4, seed=8)
+    groups = build_engine("native", model, tokenizer_for_tests).generate(
+        prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=24, seed=0))
+    flat = [(p, c) for p, g in zip(prompts, groups, strict=True) for c in g]
+    with torch.no_grad():
+        out = sequence_logprobs(model, [p for p, _ in flat], [c.response_ids for _, c in flat])
+    width = out.logprobs.shape[1]
+    lp = torch.tensor([c.logprobs + [0.0] * (width - len(c.logprobs)) for _, c in flat], device="cuda")
+    assert logprob_gap(lp, out.logprobs, out.mask)["max_abs"].item() < 1e-3  # fp32; GPU kernels sum in other orders
