@@ -258,9 +258,15 @@ class NativeWeights:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """weight * x / sqrt(mean(x^2) + eps), the statistics in float32 (as transformers does)."""
+    """weight * x / sqrt(mean(x^2) + eps), the statistics in float32 (as transformers does).
+
+    float32: mean(x^2) comes from one norm reduction, (|x|^2 / H), then two in-place scalings:
+    three passes over x instead of the four or five of the composite ``F.rms_norm`` (~5-10%
+    of a CPU decode step).
+    """
     if x.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
+        scale = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        return (x * scale).mul_(weight)
     xf = x.float()
     return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
