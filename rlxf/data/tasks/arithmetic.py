@@ -33,6 +33,19 @@ class ArithmeticOptions(BaseModel):
         2, description="Operands per problem, or [min, max] to draw the count uniformly."
     )
     allow_negative: bool = Field(True, description="Allow negative answers; false redraws problems below 0.")
+    zero_pad: bool = Field(
+        False,
+        description="Write every operand with max_digits digits and the answer with answer_digits digits, "
+        "zero-padded ('042+917=' -> '0959'): a fixed layout that small models learn column by column.",
+    )
+    answer_digits: int | None = Field(
+        None, ge=1, le=40, description="zero_pad: digits of the answer; default max_digits + 1."
+    )
+    carries: tuple[int, int] | None = Field(
+        None,
+        description="Addition only: keep problems whose column addition carries between [min, max] times "
+        "(a difficulty knob: [0, 1] easy, [2, 3] hard for 3-digit sums).",
+    )
     format: str = Field(
         "compact",
         description="`compact` ('12+345='), `question` ('What is 12 + 345?'), or a format string with "
@@ -58,6 +71,13 @@ class ArithmeticOptions(BaseModel):
     def _digits(self) -> ArithmeticOptions:
         if self.min_digits > self.max_digits:
             raise ValueError(f"min_digits={self.min_digits} > max_digits={self.max_digits}")
+        if self.carries is not None:
+            if self.ops != "+":
+                raise ValueError(f"carries counts the carries of an addition; it needs ops '+' (got {self.ops!r})")
+            if not 0 <= self.carries[0] <= self.carries[1]:
+                raise ValueError(f"carries must be [min, max] with 0 <= min <= max (got {list(self.carries)})")
+        if self.zero_pad and self.allow_negative and "-" in self.ops:
+            raise ValueError("zero_pad writes answers without a sign; set allow_negative: false with '-'")
         template = FORMATS.get(self.format, self.format)
         if "{expr}" not in template and "{spaced}" not in template:
             raise ValueError(f"format {self.format!r} is not one of {sorted(FORMATS)} and has no {{expr}} or {{spaced}}")
@@ -78,6 +98,17 @@ def evaluate(operands: list[int], ops: list[str]) -> int:
             terms.append(x)
             signs.append(1 if op == "+" else -1)
     return sum(s * t for s, t in zip(signs, terms, strict=True))
+
+
+def count_carries(operands: list[int]) -> int:
+    """How many columns carry when ``operands`` are added in columns, right to left."""
+    carries = carry = 0
+    width = max(len(str(x)) for x in operands)
+    for col in range(width):
+        total = carry + sum(x // 10**col % 10 for x in operands)
+        carry = total // 10
+        carries += carry > 0
+    return carries
 
 
 _INT = re.compile(r"-?\d+")
@@ -111,13 +142,20 @@ class ArithmeticTask:
                 operands.append(rng.randint(0 if d == 1 else 10 ** (d - 1), 10 ** d - 1))
             ops = [rng.choice(o.ops) for _ in range(n - 1)]
             value = evaluate(operands, ops)
-            if o.allow_negative or value >= 0:
-                break
+            if not (o.allow_negative or value >= 0):
+                continue
+            if o.carries is not None and not o.carries[0] <= count_carries(operands) <= o.carries[1]:
+                continue
+            break
         else:
-            raise DataError("arithmetic: could not draw a problem with a non-negative answer; set allow_negative")
-        expr = "".join(f"{x}{op}" for x, op in zip(operands, ops, strict=False)) + str(operands[-1])
-        spaced = "".join(f"{x} {op} " for x, op in zip(operands, ops, strict=False)) + str(operands[-1])
-        return TaskItem(self._template.format(expr=expr, spaced=spaced), str(value),
+            raise DataError(f"arithmetic: no problem in 1000 draws meets the options {self.options}; "
+                            f"widen carries / digits or set allow_negative")
+        width = o.max_digits if o.zero_pad else 0
+        shown = [str(x).zfill(width) for x in operands]
+        expr = "".join(f"{x}{op}" for x, op in zip(shown, ops, strict=False)) + shown[-1]
+        spaced = "".join(f"{x} {op} " for x, op in zip(shown, ops, strict=False)) + shown[-1]
+        answer = str(value).zfill(o.answer_digits or o.max_digits + 1) if o.zero_pad else str(value)
+        return TaskItem(self._template.format(expr=expr, spaced=spaced), answer,
                         {"expression": expr, "operands": operands, "ops": ops})
 
     def splits(self, train_size: int, test_size: int, seed: int) -> tuple[list[TaskItem], list[TaskItem]]:

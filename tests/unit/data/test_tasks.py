@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rlxf.data import DataError, get_task, task_names
 from rlxf.data.tasks import check_disjoint
-from rlxf.data.tasks.arithmetic import evaluate, last_integer
+from rlxf.data.tasks.arithmetic import count_carries, evaluate, last_integer
 
 
 @pytest.mark.parametrize("operands,ops,want", [
@@ -90,6 +90,9 @@ def test_arithmetic_score():
     ({"min_digits": 4, "max_digits": 2}, "min_digits=4 > max_digits=2"),
     ({"num_operands": 1}, "num_operands"),
     ({"format": "no placeholder"}, "format"),
+    ({"ops": "+-", "carries": [0, 1]}, "needs ops '\\+'"),
+    ({"ops": "+", "carries": [2, 1]}, "carries must be"),
+    ({"ops": "-", "zero_pad": True}, "allow_negative: false"),
 ])
 def test_bad_arithmetic_options(options, match):
     with pytest.raises(DataError, match=match):
@@ -155,3 +158,30 @@ def test_reasoning_gym_bad_names_and_options():
         get_task("reasoning_gym:leg_counting", {"seed": 3})
     with pytest.raises(DataError, match="rejects data.task_options"):
         get_task("reasoning_gym:leg_counting", {"no_such_option": 1})
+
+
+@pytest.mark.parametrize("operands,want", [
+    ([123, 456], 0),          # 3+6, 2+5, 1+4: no column reaches 10
+    ([195, 5], 2),            # 5+5=10 carry, 9+0+1=10 carry, 1+0+1=2
+    ([999, 1], 3),            # every column carries
+    ([672, 461], 2),          # 2+1=3, 7+6=13 carry, 6+4+1=11 carry
+    ([55, 55, 55], 2),        # 15 carry 1, 5*3+1=16 carry 1
+])
+def test_count_carries_by_hand(operands, want):
+    assert count_carries(operands) == want
+
+
+def test_carries_and_zero_padding():
+    hard = get_task("arithmetic", {"min_digits": 3, "max_digits": 3, "ops": "+", "zero_pad": True,
+                                   "carries": [2, 3]})
+    easy = get_task("arithmetic", {"min_digits": 1, "max_digits": 3, "ops": "+", "zero_pad": True,
+                                   "carries": [0, 1]})
+    train, test = hard.splits(200, 50, seed=0)
+    for item in train + test:
+        a, b = item.metadata["operands"]
+        assert count_carries([a, b]) >= 2
+        assert item.question == f"{a:03d}+{b:03d}=" and item.answer == f"{a + b:04d}"
+    etrain, _ = easy.splits(200, 10, seed=0)
+    assert all(count_carries(i.metadata["operands"]) <= 1 for i in etrain)
+    assert {i.question for i in etrain}.isdisjoint({i.question for i in test})  # easy demos never show a hard test problem
+    assert hard.score("1133", "1133", {}) == 1.0 and hard.score("133", "1133", {}) == 0.0
