@@ -122,15 +122,16 @@ def rope_tables(model, spec: ModelSpec, length: int, device) -> tuple[torch.Tens
     return freqs.cos() * scaling, freqs.sin() * scaling
 
 
-def rotate_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+def rotate_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: torch.Tensor | None = None) -> None:
     """Rotary embedding, in place, of x (..., heads, D) in the interleaved layout.
 
     ``cos``/``sin`` (..., 1, D/2) broadcast over heads. Pair (a, b) = (x_2i, x_2i+1) becomes
-    (a cos - b sin, a sin + b cos): one complex multiply for float32, real arithmetic otherwise.
+    (a cos - b sin, a sin + b cos): one complex multiply for float32 (by ``rot`` = cos + i sin
+    when the caller has built it once for all layers), real arithmetic otherwise.
     """
     if x.dtype == torch.float32:
         z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
-        z.mul_(torch.complex(cos, sin))
+        z.mul_(torch.complex(cos, sin) if rot is None else rot)
         return
     pairs = x.unflatten(-1, (-1, 2))
     a, b = pairs[..., 0].clone(), pairs[..., 1].clone()
@@ -286,9 +287,10 @@ def prefill(w: NativeWeights, k: TorchKernels, ids: torch.Tensor, cos: torch.Ten
     hq, hkv = s.num_heads, s.num_kv_heads
     x = w.embed[ids.reshape(-1)]                                   # (G*P, H)
     c, sn = cos[:p][None, :, None, :], sin[:p][None, :, None, :]   # (1, P, 1, D/2)
+    rot = torch.complex(c, sn) if x.dtype == torch.float32 else None
     for layer, lw in enumerate(w.layers):
         qkv = k.linear(rms_norm(x, lw.ln1, s.rms_eps), lw.wqkv, lw.bqkv).view(g, p, hq + 2 * hkv, s.head_dim)
-        rotate_(qkv[:, :, : hq + hkv], c, sn)
+        rotate_(qkv[:, :, : hq + hkv], c, sn, rot)
         write_kv(layer, qkv[:, :, hq:].unflatten(2, (2, hkv)))
         q, key, v = (qkv[:, :, a:b].transpose(1, 2) for a, b in ((0, hq), (hq, hq + hkv), (hq + hkv, hq + 2 * hkv)))
         o = F.scaled_dot_product_attention(q, key, v, is_causal=True, enable_gqa=s.group > 1)
@@ -357,9 +359,10 @@ def decode(w: NativeWeights, k: TorchKernels, d: DecodeBatch, cache) -> torch.Te
     hq, hkv = s.num_heads, s.num_kv_heads
     scale = s.head_dim ** -0.5
     x = w.embed[d.tokens]                                           # (B, H)
+    rot = torch.complex(d.cos, d.sin) if x.dtype == torch.float32 else None
     for layer, lw in enumerate(w.layers):
         qkv = k.linear(rms_norm(x, lw.ln1, s.rms_eps), lw.wqkv, lw.bqkv).view(b, hq + 2 * hkv, s.head_dim)
-        rotate_(qkv[:, : hq + hkv], d.cos, d.sin)
+        rotate_(qkv[:, : hq + hkv], d.cos, d.sin, rot)
         cache.write_gen(layer, qkv[:, hq:].unflatten(1, (2, hkv)), d.write_at)
         pk, pv = cache.prompt_kv(layer, d.num_prompts)
         gk, gv = cache.gen_kv(layer, b)
