@@ -16,6 +16,9 @@ so both sides generate the same number of tokens), temperature 1.0, no top-k / t
   ``num_return_sequences=8`` (512 sequences in one batch, DynamicCache, sdpa attention),
   ``do_sample=True, top_k=0, top_p=1.0``; plain ``generate``, no scores returned.
 
+``update_weights`` (the trainer -> engine weight sync) is timed against cloning the same
+parameters, the cheapest full copy.
+
 Each side runs in its own subprocess (after one small warm-up call), so its peak RSS
 (``ru_maxrss``: model, tokenizer, caches, everything) is its own. tokens/s counts generated
 tokens over the wall time of the generate call, prefill included.
@@ -105,6 +108,17 @@ def worker(args) -> dict:
         assert got == tokens, (got, tokens)
         info["kv_cache_mb"] = engine.cache.nbytes() / 2**20
         info["mean_batch"] = engine.last_stats.mean_batch
+        # update_weights against the cheapest full copy of the same tensors (best of 5 each)
+        params = list(model.named_parameters())
+        sync, copy = [], []
+        for _ in range(5):
+            t = time.perf_counter()
+            engine.update_weights(params, version=1)
+            sync.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            [p.detach().clone() for _, p in params]
+            copy.append(time.perf_counter() - t)
+        info["update_ms"], info["clone_ms"] = 1e3 * min(sync), 1e3 * min(copy)
     else:
         width = max(len(p) for p in prompts)
         pad = cfg.pad_token_id or 0
@@ -177,6 +191,8 @@ def main() -> None:
               f"{hf['tok_per_s'] if hf else float('nan'):>11,.0f}{ratio:>8}{cpu_ratio:>11}"
               f"{nat['peak_rss_mb']:>10,.0f}MB{hf['peak_rss_mb'] if hf else float('nan'):>7,.0f}MB"
               f"{nat['kv_cache_mb']:>8,.0f}MB{100 * nat['flops'] / nat['seconds'] / peak:>14.1f}%", flush=True)
+        print(f"        native update_weights: {nat['update_ms']:.1f} ms; cloning the same parameters: "
+              f"{nat['clone_ms']:.1f} ms", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
