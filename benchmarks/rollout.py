@@ -10,8 +10,9 @@ so both sides generate the same number of tokens), temperature 1.0, no top-k / t
 ``--threads`` torch threads (default 2).
 
 * native: ``build_engine("native", model).generate(prompts, SamplingParams(n=8, ...))``; every
-  prompt prefilled once and shared by its 8 samples, all 512 sequences decoded together
-  (``--max-batch-size``).
+  prompt prefilled once and shared by its 8 samples, all 512 sequences decoded at once
+  (``--max-batch-size``), by ``--threads`` decode workers of one intra-op thread each (the
+  engine's default on CPU; ``--engine-threads`` sets another count).
 * HF: one ``model.generate`` call over the 64 left-padded prompts with
   ``num_return_sequences=8`` (512 sequences in one batch, DynamicCache, sdpa attention),
   ``do_sample=True, top_k=0, top_p=1.0``; plain ``generate``, no scores returned.
@@ -98,7 +99,8 @@ def worker(args) -> dict:
     if args.side == "native":
         from rlxf.rollout import SamplingParams, build_engine
 
-        engine = build_engine("native", model, tok, max_batch_size=args.max_batch_size, compile=args.compile)
+        engine = build_engine("native", model, tok, max_batch_size=args.max_batch_size, compile=args.compile,
+                              threads=args.engine_threads)
         engine.generate(prompts[:2], SamplingParams(n=2, max_new_tokens=4, ignore_eos=True))  # warm-up
         sp = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.tokens, ignore_eos=True, seed=0)
         start, cpu = time.perf_counter(), time.process_time()
@@ -106,7 +108,8 @@ def worker(args) -> dict:
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         got = sum(len(c.response_ids) for g in out for c in g)
         assert got == tokens, (got, tokens)
-        info["kv_cache_mb"] = engine.cache.nbytes() / 2**20
+        info["kv_cache_mb"] = sum(c.nbytes() for c in engine.caches) / 2**20
+        info["workers"] = engine.workers_for(len(prompts))
         info["mean_batch"] = engine.last_stats.mean_batch
         # update_weights against the cheapest full copy of the same tensors (best of 5 each)
         params = list(model.named_parameters())
@@ -147,7 +150,8 @@ def run_side(side: str, preset: str, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", side, "--preset", preset, "--threads", str(args.threads),
            "--prompts", str(args.prompts), "--n", str(args.n), "--tokens", str(args.tokens),
            "--min-prompt", str(args.min_prompt), "--max-prompt", str(args.max_prompt),
-           "--max-batch-size", str(args.max_batch_size)] + (["--compile"] if args.compile else [])
+           "--max-batch-size", str(args.max_batch_size)] + (["--compile"] if args.compile else []) \
+        + (["--engine-threads", str(args.engine_threads)] if args.engine_threads else [])
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -166,6 +170,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-batch-size", type=int, default=512)
     ap.add_argument("--compile", action="store_true", help="native engine with torch.compile")
+    ap.add_argument("--engine-threads", type=int, default=None,
+                    help="native engine decode workers (default: --threads)")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--worker", choices=["native", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--preset", help=argparse.SUPPRESS)

@@ -45,6 +45,11 @@ class RolloutConfig(Section):
     max_batch_size: int = Field(
         512, ge=1, description="Native engine: most sequences decoded at once (KV-cache rows)."
     )
+    threads: int | None = Field(
+        None, ge=1,
+        description="Native engine on CPU: decode workers, each a thread with its own batch and one "
+        "intra-op thread; None = torch's thread count.",
+    )
     max_model_len: int | None = Field(
         None, ge=2,
         description="Context window (prompt + response tokens); None = the model's max_position_embeddings.",

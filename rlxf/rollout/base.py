@@ -165,10 +165,12 @@ class EngineOptions:
 
     ``device`` / ``dtype`` None: those of the model's parameters. ``max_model_len`` None: the
     model's ``max_position_embeddings``. ``seed`` seeds the engine's own generator, which gives
-    unseeded requests their seeds (so whole runs are reproducible).
+    unseeded requests their seeds (so whole runs are reproducible). ``threads``: CPU decode
+    workers of the native engine (None: ``torch.get_num_threads()``).
     """
 
     max_batch_size: int = 512
+    threads: int | None = None
     max_model_len: int | None = None
     max_prefill_tokens: int = 8192
     compile: bool = False

@@ -54,7 +54,7 @@ def build_engine_from_config(cfg, model, tokenizer=None, *, device=None, dtype=N
     is None.
     """
     options = EngineOptions(
-        max_batch_size=cfg.max_batch_size, max_model_len=cfg.max_model_len,
+        max_batch_size=cfg.max_batch_size, threads=cfg.threads, max_model_len=cfg.max_model_len,
         max_prefill_tokens=cfg.max_prefill_tokens, compile=cfg.compile,
         seed=cfg.seed if cfg.seed is not None else seed, device=device, dtype=dtype,
     )

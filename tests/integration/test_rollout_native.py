@@ -39,16 +39,18 @@ def test_seeded_request_samples_the_same_alone_in_a_batch_and_in_any_slot(tiny, 
     alone = engine.generate([target], sp)[0]
     others = [GenerationRequest(p, seed=i) for i, p in enumerate(prompts(4, seed=2))]
     batched = engine.generate(others[:2] + [target] + others[2:], sp)[2]
-    two_rows = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2)
+    two_rows = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2, threads=1)
     squeezed = two_rows.generate(others + [target], sp)[4]  # other rows, admitted after the rest
     assert [c.response_ids for c in alone] == [c.response_ids for c in batched] == [c.response_ids for c in squeezed]
+    # bit for bit: a row's arithmetic does not depend on the batch (see OneDNNKernels, prefill)
+    assert [c.logprobs for c in alone] == [c.logprobs for c in batched] == [c.logprobs for c in squeezed]
     assert len({tuple(c.response_ids) for c in alone}) == 3  # the n samples differ from each other
     other_seed = engine.generate([GenerationRequest(target.prompt_ids, seed=99)], sp)[0]
     assert [c.response_ids for c in other_seed] != [c.response_ids for c in alone]
 
 
 def test_more_requests_than_slots_all_complete_as_if_generated_alone(tiny, tokenizer_for_tests):
-    eng = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=3)
+    eng = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=3, threads=1)
     ps = prompts(6, seed=3)
     sp = SamplingParams(n=2, temperature=1.0, max_new_tokens=10, ignore_eos=True, seed=7)
     together = eng.generate(ps, sp)
@@ -67,7 +69,7 @@ def test_a_long_sequence_does_not_hold_finished_slots_idle(tiny, tokenizer_for_t
     # whole batch takes the 39 decode steps the long one needs (its first token comes from the
     # prefill) and every one of them decodes 2 rows until the shorts run out (8 x 4 steps);
     # static batches of 2 would take 39 + 4 x 4 steps.
-    eng = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2, max_model_len=64)
+    eng = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2, max_model_len=64, threads=1)
     long_req, short = prompts(1, seed=4)[0], prompts(8, lo=59, hi=60, seed=5)
     sp = SamplingParams(temperature=0.0, max_new_tokens=40, ignore_eos=True)
     out = eng.generate([long_req] + short, sp)
@@ -79,10 +81,23 @@ def test_a_long_sequence_does_not_hold_finished_slots_idle(tiny, tokenizer_for_t
     assert all(g[0].finish_reason == "length" for g in out)
 
 
+def test_decode_workers_give_the_same_results_as_one_batch(tiny, tokenizer_for_tests):
+    ps = prompts(7, seed=15)
+    sp = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=2)
+    one = build_engine("native", tiny, tokenizer_for_tests, threads=1)
+    three = build_engine("native", tiny, tokenizer_for_tests, threads=3, max_batch_size=6)
+    a, b = one.generate(ps, sp), three.generate(ps, sp)
+    assert ids(a) == ids(b)
+    assert [[c.logprobs for c in g] for g in a] == [[c.logprobs for c in g] for g in b]
+    assert three.workers_for(len(ps)) == 3 and three.last_stats.generated_tokens == 7 * 3 * 10
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=10, ignore_eos=True)
+    assert ids(one.generate(ps, greedy)) == ids(three.generate(ps, greedy))
+
+
 def test_a_group_larger_than_the_batch_is_split_across_admissions(tiny, tokenizer_for_tests):
     sp = SamplingParams(n=5, temperature=1.0, max_new_tokens=8, ignore_eos=True)
     req = [GenerationRequest(prompts(1, seed=6)[0], seed=3)]
-    small = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2).generate(req, sp)
+    small = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=2, threads=1).generate(req, sp)
     big = build_engine("native", tiny, tokenizer_for_tests).generate(req, sp)
     assert ids(small) == ids(big)
 

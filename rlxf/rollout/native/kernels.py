@@ -36,20 +36,36 @@ class TorchKernels:
 
 
 class OneDNNKernels(TorchKernels):
-    """oneDNN's linear with fused post-ops (CPU)."""
+    """oneDNN's linear with fused post-ops (CPU).
+
+    Batch invariance: single-threaded, oneDNN computes a row of the output the same way for
+    any number of rows >= 2, but takes another path (a matrix-vector product, rounding
+    differently) for one row. A single row is therefore padded to two, so that a sequence's
+    logits, and with them its seeded samples, do not depend on how many others share its batch.
+    """
 
     name = "onednn"
 
     def __init__(self):
         self._op = torch.ops.mkldnn._linear_pointwise
 
+    @staticmethod
+    def _two_rows(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(x.expand(2, *x.shape[1:]) for x in xs)
+
     def linear(self, x, w, b=None):
+        if x.shape[0] == 1:
+            return self.linear(*self._two_rows(x), w, b)[:1]
         return self._op(x, w, b, "none", [], "")
 
     def linear_add(self, x, w, b, residual):
+        if x.shape[0] == 1:
+            return self.linear_add(*self._two_rows(x), w, b, *self._two_rows(residual))[:1]
         return self._op.binary(x, residual, w, b, "add")
 
     def gated(self, x, wgu, bgu):
+        if x.shape[0] == 1:
+            return self.gated(*self._two_rows(x), wgu, bgu)[:1]
         i = wgu.shape[0] // 2
         gate = self._op(x, wgu[:i], None if bgu is None else bgu[:i], "swish", [], "")
         return self._op.binary(x, gate, wgu[i:], None if bgu is None else bgu[i:], "mul")
