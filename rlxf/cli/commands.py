@@ -27,6 +27,17 @@ def register(app: typer.Typer) -> None:
         _impl("train").run(config, overrides or [], resume=resume, overwrite=overwrite)
 
     @app.command()
+    def quickstart(
+        out: Path = typer.Argument(Path("runs/quickstart"), help="Directory for the quickstart's runs."),
+        seed: int = typer.Option(0, "--seed", help="Seed of every stage."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Delete OUT first if it exists."),
+        rl_steps: int | None = typer.Option(None, "--rl-steps", help="GRPO steps (default: the recipe's)."),
+        sft_steps: int | None = typer.Option(None, "--sft-steps", help="SFT steps (default: the recipe's)."),
+    ) -> None:
+        """The quickstart: SFT a tiny model on easy arithmetic, GRPO on harder problems, compare."""
+        _impl("quickstart").run(out, seed=seed, overwrite=overwrite, rl_steps=rl_steps, sft_steps=sft_steps)
+
+    @app.command()
     def sft(
         config: Path = ConfigArg,
         overrides: list[str] | None = OverridesArg,

@@ -60,9 +60,9 @@ def collect(roles: Roles, step: int, timer: PhaseTimer) -> tuple[list[Trajectory
     need = cfg.train.prompts_per_step
     n = roles.sampling.n
     kept: list[Trajectory] = []
-    last_round: list[Trajectory] = []
-    reward_metrics: dict[str, float] = {}
-    drawn = dropped = 0
+    generated: list[Trajectory] = []
+    failures: dict[str, float] = {}   # verifier errors / timeouts / crashes, over every round
+    drawn = 0
     for rnd in range(cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 1):
         missing = need - len(kept) // n
         prompts = roles.sampler.next_batch(missing)
@@ -71,27 +71,29 @@ def collect(roles: Roles, step: int, timer: PhaseTimer) -> tuple[list[Trajectory
             trajs = generate(roles.engine, roles.tokenizer, prompts, seeds, roles.sampling, first_group=drawn)
         drawn += len(prompts)
         with timer("reward"):
-            reward_metrics = score(roles.reward, trajs, roles.sampling.max_new_tokens)
-        last_round = trajs
+            for key, value in score(roles.reward, trajs, roles.sampling.max_new_tokens).items():
+                if key.endswith(("errors", "timeouts", "crashes")):
+                    failures[key] = failures.get(key, 0.0) + value
+        generated += trajs
         if cfg.algorithm.dynamic_sampling:
             rewards = torch.tensor([t.reward for t in trajs])
             groups = torch.tensor([t.group for t in trajs])
             keep = dynamic_sampling_keep(rewards, groups).tolist() if trajs else []
-            dropped += len(trajs) - sum(keep)
             trajs = [t for t, k in zip(trajs, keep) if k]
         kept += trajs
         if len(kept) >= need * n:
             break
     if not kept:  # every group agreed in every round: nothing to learn from, train on zeros
-        kept = last_round
+        kept = generated[-need * n:]
     if len(kept) > need * n:  # whole groups only: keep the first `need` groups
-        first = sorted({t.group for t in kept})[:need]
-        kept = [t for t in kept if t.group in set(first)]
-    metrics = batch_metrics_of(kept)
+        first = set(sorted({t.group for t in kept})[:need])
+        kept = [t for t in kept if t.group in first]
+    # rewards and accuracy of everything sampled: the policy's performance, not the filtered batch's
+    metrics = batch_metrics_of(generated)
     if cfg.algorithm.dynamic_sampling:
         metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
-                    "sampling/dropped_samples": float(dropped)}
-    metrics |= {k: v for k, v in reward_metrics.items() if k.endswith(("errors", "timeouts", "crashes"))}
+                    "sampling/kept_frac": len(kept) / max(1, len(generated))}
+    metrics |= failures
     return kept, metrics
 
 
