@@ -33,9 +33,11 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete OUT first if it exists."),
         rl_steps: int | None = typer.Option(None, "--rl-steps", help="GRPO steps (default: the recipe's)."),
         sft_steps: int | None = typer.Option(None, "--sft-steps", help="SFT steps (default: the recipe's)."),
+        preset: str = typer.Option("tiny", "--preset", help="Model size preset (see init-model)."),
     ) -> None:
         """The quickstart: SFT a tiny model on easy arithmetic, GRPO on harder problems, compare."""
-        _impl("quickstart").run(out, seed=seed, overwrite=overwrite, rl_steps=rl_steps, sft_steps=sft_steps)
+        _impl("quickstart").run(out, seed=seed, overwrite=overwrite, rl_steps=rl_steps, sft_steps=sft_steps,
+                                preset=preset)
 
     @app.command()
     def sft(
