@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
 from rich.logging import RichHandler
 
 from rlxf.errors import UserInputError
@@ -95,7 +96,9 @@ def setup_logging(log_file: Path | None, *, console: bool = True, level: int = l
         logger.removeHandler(handler)
         handler.close()
     if console:
-        logger.addHandler(RichHandler(show_path=False, rich_tracebacks=False, markup=False))
+        # stderr: a command's stdout stays machine-readable (`rlxf eval ... | jq`)
+        logger.addHandler(RichHandler(console=Console(stderr=True), show_path=False,
+                                      rich_tracebacks=False, markup=False))
     if log_file is not None:
         fh = logging.FileHandler(log_file)
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+_TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_registries():
+    """Plugins a test registers (e.g. the `nan_for_tests` advantage) vanish after it: the
+    registries are restored, and test-local plugin modules are forgotten so the next test that
+    names them imports (and registers) them afresh."""
+    from rlxf.algorithms import registry
+
+    saved = {kind: dict(fns) for kind, fns in registry._REGISTRIES.items()}
+    modules = set(sys.modules)
+    yield
+    for kind, fns in saved.items():
+        registry._REGISTRIES[kind].clear()
+        registry._REGISTRIES[kind].update(fns)
+    for name in set(sys.modules) - modules:
+        path = getattr(sys.modules[name], "__file__", None) or ""
+        if path and Path(path).resolve().is_relative_to(_TESTS):
+            del sys.modules[name]
 
 
 @pytest.fixture(scope="session")

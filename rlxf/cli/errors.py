@@ -16,16 +16,31 @@ class UsageError(UserInputError):
     """Bad input from the user (exit code 2): a config, a path, an argument."""
 
 
+def _click_classes() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(Exit, Abort, ClickException) of click and of typer, which vendors its own copy of click."""
+    exits = [click.exceptions.Exit, *(getattr(typer, "Exit", ()),)]
+    aborts = [click.exceptions.Abort, *(getattr(typer, "Abort", ()),)]
+    errors: list[type] = [click.ClickException]
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:  # typer without a vendored click raises click's own classes
+        pass
+    else:
+        errors.append(ClickException)
+    return tuple(exits), tuple(aborts), tuple(errors)
+
+
 def run_app(app: typer.Typer, args: list[str]) -> int:
+    exit_types, abort_types, usage_types = _click_classes()
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="rlxf", standalone_mode=False)
-    except click.exceptions.Exit as e:
+    except exit_types as e:
         return e.exit_code
-    except click.exceptions.Abort:
+    except abort_types:
         print("aborted", file=sys.stderr)
         return 1
-    except click.ClickException as e:  # bad usage: unknown option, missing argument
+    except usage_types as e:  # bad usage: unknown command or option, missing argument
         e.show()
         return 2
     except UserInputError as e:

@@ -8,10 +8,14 @@ ones are on: ``sink.log(step, metrics)``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
+
+log = logging.getLogger("rlxf")
 
 
 class MetricsSink(Protocol):
@@ -224,17 +228,27 @@ class MultiSink:
             sink.close()
 
 
+SINKS: dict[str, Callable[[Path, str, str, dict[str, Any]], MetricsSink]] = {
+    "tensorboard": lambda run_dir, project, name, config: TensorBoardSink(run_dir / "tensorboard"),
+    "wandb": lambda run_dir, project, name, config: WandbSink(project, name, config, run_dir),
+    "mlflow": lambda run_dir, project, name, config: MlflowSink(project, name, config),
+}
+
+
 def build_sinks(names: list[str], run_dir: Path, *, project: str, run_name: str,
                 config: dict[str, Any]) -> MultiSink:
-    """metrics.jsonl plus every sink named in ``names`` (``logging.sinks``)."""
+    """metrics.jsonl plus every sink named in ``names`` (``logging.sinks``).
+
+    A sink whose package is not installed becomes a NullSink, with a warning that names the
+    extra to install: metrics.jsonl still has everything, and the run does not stop.
+    """
     sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
     for name in names:
-        if name == "tensorboard":
-            sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-        elif name == "wandb":
-            sinks.append(WandbSink(project, run_name, config, run_dir))
-        elif name == "mlflow":
-            sinks.append(MlflowSink(project, run_name, config))
-        else:  # the config schema only admits the names above
-            raise ValueError(f"unknown metrics sink {name!r}; valid: tensorboard, wandb, mlflow")
+        if name not in SINKS:  # the config schema only admits the names above
+            raise ValueError(f"unknown metrics sink {name!r}; valid: {', '.join(SINKS)}")
+        try:
+            sinks.append(SINKS[name](run_dir, project, run_name, config))
+        except ImportError as e:
+            log.warning("%s; logging to metrics.jsonl only", e)
+            sinks.append(NullSink())
     return MultiSink(sinks)

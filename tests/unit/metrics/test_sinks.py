@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import types
 
-from rlxf.metrics.sinks import JsonlWriter, MultiSink, NullSink, build_sinks, read_jsonl, repair_tail, truncate_after_step
+import pytest
+
+from rlxf.metrics.sinks import (
+    JsonlWriter,
+    MultiSink,
+    NullSink,
+    build_sinks,
+    read_jsonl,
+    repair_tail,
+    truncate_after_step,
+)
 
 WRITER = """
 import sys
@@ -97,3 +109,57 @@ def test_multi_and_null_sinks_fan_out():
     sink.log(4, {"k": 2.0})
     sink.close()
     assert seen == [(4, {"k": 2.0}), (4, {"k": 2.0}), "closed", "closed"]
+
+
+def test_tensorboard_sink_writes_events(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sink = build_sinks(["tensorboard"], tmp_path, project="p", run_name="r", config={})
+    for step in (1, 2):
+        sink.log(step, {"reward/mean": 0.5 * step})
+    sink.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 0.5), (2, 1.0)]
+
+
+class _FakeWandb(types.ModuleType):
+    """A stand-in for the wandb package that records what rlxf asks of it."""
+
+    def __init__(self):
+        super().__init__("wandb")
+        self.calls = []
+
+    def init(self, **kwargs):
+        self.calls.append(("init", kwargs["project"], kwargs["name"]))
+        fake = self
+
+        class Run:
+            def log(self, metrics, step):
+                fake.calls.append(("log", step, dict(metrics)))
+
+            def finish(self):
+                fake.calls.append(("finish",))
+        return Run()
+
+
+def test_wandb_sink_through_a_fake_package(tmp_path, monkeypatch):
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    sink = build_sinks(["wandb"], tmp_path, project="proj", run_name="run", config={"a": 1})
+    sink.log(3, {"kl": 0.1})
+    sink.close()
+    assert fake.calls == [("init", "proj", "run"), ("log", 3, {"kl": 0.1}), ("finish",)]
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 3, "kl": 0.1}]
+
+
+def test_missing_sink_package_becomes_null_sink_with_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "mlflow", None)   # import mlflow -> ImportError
+    monkeypatch.setattr(logging.getLogger("rlxf"), "propagate", True)  # a CLI test may have turned it off
+    sink = build_sinks(["mlflow"], tmp_path, project="p", run_name="r", config={})
+    assert isinstance(sink.sinks[1], NullSink)
+    assert "pip install 'rlxf[mlflow]'" in caplog.text
+    sink.log(1, {"x": 1.0})
+    sink.close()
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "x": 1.0}]
