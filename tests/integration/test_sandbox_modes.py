@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -180,10 +181,17 @@ def test_unprivileged_user_gets_strict_isolation_through_user_namespaces():
     system_python = "/usr/bin/python3"
     if os.geteuid() != 0 or not shutil.which("setpriv") or not Path(system_python).exists():
         pytest.skip("needs root (to become nobody with setpriv) and a system Python nobody can run")
-    module = Path(__file__).resolve().parents[2] / "rlxf" / "rewards" / "sandbox" / "__init__.py"
+    # a copy user nobody can read, wherever the checkout lives (a fresh clone may sit in a 0700 dir)
+    shared = Path(tempfile.mkdtemp(prefix="rlxf-sandbox-test-"))
+    shutil.copytree(Path(__file__).resolve().parents[2] / "rlxf" / "rewards" / "sandbox", shared / "sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [shared, *shared.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    module = shared / "sandbox" / "__init__.py"
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-I",
                            "-c", UNPRIVILEGED.format(module=str(module))],
                           capture_output=True, text=True, timeout=60, cwd="/")
+    shutil.rmtree(shared)
     assert done.returncode == 0 and "unprivileged strict sandbox ok" in done.stdout, done.stderr[-2000:]
 
 
