@@ -35,7 +35,9 @@ class ProgressDisplay:
                   ("tok/s", "throughput/tokens_per_s", ",.0f"))
 
     def __init__(self, total: int, start: int = 0, *, enabled: bool = True, log_every: int = 1,
-                 console: Console | None = None, fields: tuple[tuple[str, str, str], ...] | None = None):
+                 console: Console | None = None, fields: tuple[tuple[str, str, str], ...] | None = None,
+                 max_seconds: float | None = None):
+        self.max_seconds = max_seconds  # a time limit ends the work first when it is the nearer end
         self.fields = fields or self.FIELDS
         self.console = console or Console(stderr=True)
         self.total = total
@@ -50,7 +52,9 @@ class ProgressDisplay:
                 TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("ETA"),
                 TimeRemainingColumn(), console=self.console, transient=False,
             )
-            self._task = self._progress.add_task("", total=total, completed=start)
+            # a time-limited run has no step count to reach: an open-ended bar, no ETA
+            self._task = self._progress.add_task("", total=None if max_seconds is not None else total,
+                                                 completed=start)
             self._progress.start()
 
     def summary(self, metrics: dict[str, Any]) -> str:
@@ -63,6 +67,8 @@ class ProgressDisplay:
             done = step - self._start
             elapsed = time.perf_counter() - self._t0
             eta = elapsed / done * (self.total - step) if done else float("nan")
+            if self.max_seconds is not None:
+                eta = min(eta, max(0.0, self.max_seconds - elapsed))
             self.console.print(f"step {step}/{self.total}  {self.summary(metrics)}  eta {eta:.0f}s",
                                highlight=False)
 

@@ -97,6 +97,7 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
     last: dict[str, float] = {}
     try:
         with ProgressDisplay(cfg.sft.steps, enabled=cfg.logging.progress, log_every=cfg.logging.log_every,
+                             max_seconds=cfg.sft.max_seconds,
                              fields=ProgressDisplay.SFT_FIELDS) as progress:
             def on_step(step: int, metrics: dict[str, float]) -> None:
                 nonlocal last
