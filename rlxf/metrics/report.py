@@ -32,7 +32,7 @@ PLOTS = (
     Plot("KL to reference", ("kl", "policy/approx_kl"), "KL (nats/token)"),
     Plot("Entropy", ("entropy",), "nats/token"),
     Plot("Response length", ("response/length_mean", "response/length_max"), "tokens"),
-    Plot("Clip fraction", ("policy/clip_frac_low", "policy/clip_frac_high"), "fraction of tokens"),
+    Plot("Clip fraction", ("policy/clipfrac_low", "policy/clipfrac_high"), "fraction of tokens"),
 )
 STYLES = ("-", "--", ":", "-.")
 

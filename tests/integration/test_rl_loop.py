@@ -7,6 +7,7 @@ from rl_helpers import metrics, rlxf_subprocess, write_config
 from safetensors.torch import load_file
 
 from rlxf.cli.main import main
+from rlxf.metrics.report import PLOTS
 from rlxf.models import load_model
 
 
@@ -37,6 +38,8 @@ def test_grpo_learns_a_dense_reward(tmp_path, nano_model_dir):
                 "time/sync"):
         assert key in m, key
     assert m["rollout/logprob_gap_max"] < 1e-4
+    empty = [plot.title for plot in PLOTS if not any(key in m for key in plot.keys)]
+    assert not empty, f"report plots with no metric from a real run: {empty}"
 
 
 def test_resume_is_bit_identical(tmp_path, nano_model_dir):

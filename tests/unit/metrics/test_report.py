@@ -19,7 +19,7 @@ def _synthetic_run(path, n=30, shift=0.0):
         for s in range(1, n + 1):
             rec = {"step": s, "reward/mean": 0.2 + 0.02 * s + shift, "accuracy": 0.1 + 0.02 * s,
                    "kl": 0.001 * s, "entropy": 1.5 - 0.02 * s, "response/length_mean": 20 + math.sin(s),
-                   "response/length_max": 40, "policy/clip_frac_low": 0.01, "policy/clip_frac_high": 0.02,
+                   "response/length_max": 40, "policy/clipfrac_low": 0.01, "policy/clipfrac_high": 0.02,
                    "time/rollout": 1.0, "time/reward": 0.1, "time/experience": 0.3, "time/train": 0.8,
                    "time/sync": 0.05, "throughput/tokens_per_s": 1000.0 + s}
             if s % 10 == 0:
