@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlxf.errors import UserInputError
+from rlxf.models.kernels import LinearKernels, use_fast_linears
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -127,8 +128,11 @@ def load_model(
     revision: str | None = None,
     trust_remote_code: bool = False,
     attn_implementation: str | None = "sdpa",
+    linear_kernels: LinearKernels = "auto",
 ) -> PreTrainedModel:
     """A causal LM from a local directory or hub id, on ``device`` in ``dtype``.
+
+    On CPU in fp32 its linear layers run on oneDNN (``linear_kernels``; see ``rlxf.models.kernels``).
 
     With ``lora.r > 0`` the model is wrapped in PEFT LoRA adapters (needs ``rlxf[peft]``); only
     the adapters then require grad. ``use_cache`` is turned off in the config: the trainer never
@@ -148,6 +152,7 @@ def load_model(
         raise hub_error(source, e) from None
     model.to(dev)
     model.config.use_cache = False
+    use_fast_linears(model, linear_kernels)
     if gradient_checkpointing:
         enable_checkpointing(model)
     if lora is not None and lora.r > 0:
@@ -204,7 +209,7 @@ def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToken
     model = load_model(
         cfg.path, device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         lora=cfg.lora, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-        attn_implementation=cfg.attn_implementation,
+        attn_implementation=cfg.attn_implementation, linear_kernels=cfg.linear_kernels,
     )
     return model, tokenizer
 

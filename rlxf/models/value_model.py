@@ -17,6 +17,7 @@ from typing import Literal
 
 import torch
 
+from rlxf.models.kernels import LinearKernels, use_fast_linears
 from rlxf.models.loading import (
     ModelLoadError,
     check_source,
@@ -71,6 +72,7 @@ class ValueModel(torch.nn.Module):
         revision: str | None = None,
         trust_remote_code: bool = False,
         attn_implementation: str | None = "sdpa",
+        linear_kernels: LinearKernels = "auto",
     ) -> ValueModel:
         """The trunk of a causal LM or of a saved ValueModel; the head from ``value_head.safetensors``
         when the directory has one, else a new zero head."""
@@ -91,6 +93,7 @@ class ValueModel(torch.nn.Module):
         if gradient_checkpointing:
             enable_checkpointing(trunk)
         model = cls(trunk)
+        use_fast_linears(model, linear_kernels)
         head_file = Path(source) / HEAD_FILE
         if head_file.is_file():
             from safetensors.torch import load_file

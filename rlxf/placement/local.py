@@ -65,14 +65,16 @@ def build(cfg: Config) -> Roles:
     reference = None
     if cfg.algorithm.kl_coef > 0:
         reference = Reference(load_model(cfg.model.path, device=device, dtype=dtype, revision=cfg.model.revision,
-                                         trust_remote_code=cfg.model.trust_remote_code), spec)
+                                         trust_remote_code=cfg.model.trust_remote_code,
+                                         linear_kernels=cfg.model.linear_kernels), spec)
     critic = None
     if needs_critic(cfg.algorithm.advantage):
         from rlxf.models.value_model import ValueModel
 
         value_model = ValueModel.from_pretrained(cfg.critic.path or cfg.model.path, device=device, dtype=dtype,
                                                  gradient_checkpointing=cfg.model.gradient_checkpointing,
-                                                 trust_remote_code=cfg.model.trust_remote_code)
+                                                 trust_remote_code=cfg.model.trust_remote_code,
+                                                 linear_kernels=cfg.model.linear_kernels)
         critic = Critic(value_model, cfg.critic.optim, total_optimizer_steps, spec, cfg.algorithm.value_clip,
                         registry.get("loss_agg", cfg.algorithm.loss_agg),
                         float(cfg.algorithm.loss_agg_norm or cfg.rollout.max_new_tokens))

@@ -22,9 +22,11 @@ def test_init_model_dir_is_hf_loadable(nano_model_dir):
     files = {p.name for p in nano_model_dir.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "rlxf_init.json"} <= files
     hf = AutoModelForCausalLM.from_pretrained(nano_model_dir)
-    ours = load_model(nano_model_dir, device="cpu")
     ids = [5, 17, 300, 42, 2]
-    torch.testing.assert_close(_logits(hf, ids), _logits(ours, ids), rtol=0, atol=0)
+    same_kernels = load_model(nano_model_dir, device="cpu", linear_kernels="torch")
+    torch.testing.assert_close(_logits(hf, ids), _logits(same_kernels, ids), rtol=0, atol=0)
+    ours = load_model(nano_model_dir, device="cpu")  # oneDNN matmuls where they work: rounding apart
+    torch.testing.assert_close(_logits(hf, ids), _logits(ours, ids), rtol=1e-5, atol=1e-5)
     tok = AutoTokenizer.from_pretrained(nano_model_dir)
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
                                    add_generation_prompt=True).endswith("<|im_start|>assistant\n")
