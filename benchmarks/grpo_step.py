@@ -30,8 +30,11 @@ MFU = model FLOPs / step time / matmul peak, with model FLOPs = 2 N x (response 
 prompt tokens once per prompt) for generation + 6 N x (prompt + response tokens of every
 sample) for the training forward/backward (N = parameters, the tied embedding counted once:
 it is the output head's matmul; attention score FLOPs are left out). The same count for both
-sides, whatever work each skips. The peak is the best of a few fp32 ``torch.mm`` runs on
-``--threads`` threads, measured by this script.
+sides, whatever work each skips. The peak is the best of a few fp32 square matmuls on
+``--threads`` threads over torch.mm (MKL) and oneDNN (``benchmarks/common.py``), measured by
+this script: rlxf's trainer and engine run their linear layers on oneDNN on CPU
+(``rlxf.models.kernels``), which reaches about twice MKL's rate on this AMD machine; TRL runs
+transformers' own ``nn.Linear`` (MKL).
 
 Prints; never asserts. Timings on a shared machine are noisy: the ratio of the two sides,
 measured back to back, is the figure to read (the load average is printed with it). The CPU-time
@@ -51,6 +54,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import matmul_peak
 
 PROMPTS_PER_STEP = 8
 N_SAMPLES = 8
@@ -199,22 +204,6 @@ def rlxf_worker(args) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # driver
-def matmul_peak_gflops(threads: int, repeats: int = 5) -> float:
-    """Best fp32 ``torch.mm`` rate over a few square sizes, on ``threads`` threads."""
-    import torch
-
-    torch.set_num_threads(threads)
-    best = 0.0
-    for n in (512, 1024, 2048):
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
-    return best
-
-
 def build_models(presets: list[str], root: Path) -> dict[str, Path]:
     out = {}
     for preset in presets:
@@ -332,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.omp_wait_policy != "default":  # the peak is measured here, under the same policy
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     load_start = os.getloadavg()[0]
-    peak = matmul_peak_gflops(args.threads)
+    peak = matmul_peak(args.threads) / 1e9
     print(f"fp32 matmul peak on {args.threads} threads: {peak:.1f} GFLOP/s; load average {load_start:.2f}")
     print(f"{PROMPTS_PER_STEP} prompts x {N_SAMPLES} samples; {args.rounds} round(s) of warm-up {args.warmup} + "
           f"{args.steps} timed steps per side; TRL micro-batch {args.trl_micro_batch}; rlxf micro-batch "

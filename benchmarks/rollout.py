@@ -49,6 +49,8 @@ import subprocess
 import sys
 import time
 
+from common import matmul_peak
+
 
 def make_prompts(count: int, lo: int, hi: int, vocab: int, seed: int = 0) -> list[list[int]]:
     import torch
@@ -57,29 +59,6 @@ def make_prompts(count: int, lo: int, hi: int, vocab: int, seed: int = 0) -> lis
     lengths = torch.randint(lo, hi + 1, (count,), generator=g).tolist()
     # ids 4.. skip the special tokens (eos, pad, chat markers) of the built-in tokenizer
     return [torch.randint(4, vocab, (n,), generator=g).tolist() for n in lengths]
-
-
-def matmul_peak(threads: int, size: int = 2048, reps: int = 5) -> float:
-    """Best fp32 FLOP/s of a size^3 matmul, over torch.mm (MKL) and oneDNN's linear (both ship with torch)."""
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    kernels = [lambda: a @ b]
-    try:
-        op = torch.ops.mkldnn._linear_pointwise
-        op(a[:8, :8], b[:8, :8], None, "none", [], "")
-        kernels.append(lambda: op(a, b, None, "none", [], ""))
-    except (AttributeError, RuntimeError):
-        pass
-    best = float("inf")
-    for kernel in kernels:
-        kernel()
-        for _ in range(reps):
-            t = time.perf_counter()
-            kernel()
-            best = min(best, time.perf_counter() - t)
-    return 2 * size**3 / best
 
 
 def worker(args) -> dict:
