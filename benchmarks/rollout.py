@@ -28,7 +28,7 @@ Fraction of peak = model FLOPs / time / matmul peak, with model FLOPs per genera
 2 x parameters (the tied embedding once: it is the output head's matmul) + attention
 4 x layers x query heads x head dim x context length (QK^T and PV over the prompt and the
 tokens before it); the prefill is not counted (it is done once per prompt). The matmul peak is
-the best of a few fp32 2048^3 matmuls on the same threads, measured here, with torch.mm (MKL) and
+the best of a few fp32 1024^3 and 2048^3 matmuls on the same threads (``benchmarks/common.py``), with torch.mm (MKL) and
 with oneDNN's linear (the native engine's kernel on CPU; on this AMD machine MKL runs its AVX2
 path and oneDNN AVX-512, about 2x faster).
 
@@ -162,7 +162,7 @@ def main() -> None:
     peak = matmul_peak(args.threads)
     print(f"workload: {args.prompts} prompts (lengths {args.min_prompt}-{args.max_prompt}) x n={args.n}, "
           f"{args.tokens} new tokens, temperature 1.0, fp32, {args.threads} threads")
-    print(f"fp32 matmul peak (2048^3, best of torch.mm and oneDNN, {args.threads} threads): {peak / 1e9:.0f} GFLOP/s")
+    print(f"fp32 matmul peak (square matmuls, best of torch.mm and oneDNN, {args.threads} threads): {peak / 1e9:.0f} GFLOP/s")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     header = (f"{'preset':<7}{'params':>10}{'native tok/s':>14}{'HF tok/s':>11}{'ratio':>8}{'CPU ratio':>11}"
               f"{'native RSS':>12}{'HF RSS':>9}{'KV cache':>10}{'native % peak':>15}")
