@@ -92,18 +92,23 @@ def _line_plot(plot: Plot, runs: list[RunMetrics]):
 
 
 def _time_plot(runs: list[RunMetrics]):
-    """Mean seconds per step in each phase, one stacked bar per run."""
+    """Mean seconds per training step in each phase, one stacked bar per run.
+
+    Phases that run only on some steps (eval, checkpoint) are averaged over every step too, so
+    each part is that phase's share of the run's time per step.
+    """
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * max(2, len(runs))))
     drawn = False
     for ri, run in enumerate(runs):
         left = 0.0
+        steps = len(run.series("time/step")[1])
         for pi, phase in enumerate(PHASES):
             _, ys = run.series(f"time/{phase}")
             if not ys:
                 continue
-            mean = sum(ys) / len(ys)
+            mean = sum(ys) / max(steps, len(ys))
             ax.barh(ri, mean, left=left, color=f"C{pi}", label=phase if ri == 0 or not drawn else None)
             left += mean
             drawn = True

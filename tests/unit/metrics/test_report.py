@@ -72,3 +72,13 @@ def test_report_in_headless_chromium(tmp_path):
     # plots make many distinct colours; a blank or broken page has a handful
     colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colours) > 200
+
+
+def test_time_bar_averages_occasional_phases_over_every_step():
+    from rlxf.metrics.report import RunMetrics, _time_plot
+
+    records = [{"step": s, "time/step": 1.0, "time/rollout": 0.6, "time/train": 0.4} for s in range(1, 5)]
+    records.append({"step": 4, "time/eval": 2.0})         # one evaluation in four steps
+    fig = _time_plot([RunMetrics("r", records)])
+    widths = [round(p.get_width(), 6) for p in fig.axes[0].patches]
+    assert widths == [0.6, 0.4, 0.5]                     # rollout, train, eval: 2.0 s / 4 steps
