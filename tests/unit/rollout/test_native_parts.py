@@ -33,6 +33,22 @@ def test_onednn_kernels_agree_with_plain_torch():
     torch.testing.assert_close(t.gated(x, wgu, bgu), gate * torch.sigmoid(gate) * up, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.skipif(select_kernels(torch.device("cpu"), torch.float32).name != "onednn",
+                    reason="oneDNN linear not available in this torch build")
+def test_packed_weights_give_the_unpacked_bits_and_follow_in_place_updates():
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 64, generator=g), torch.randn(96, 64, generator=g)
+    k = OneDNNKernels()
+    unpacked = k._op(x, w, None, "none", [], "")
+    assert torch.equal(k.linear(x, w), unpacked)                    # packed once, same bits
+    assert torch.equal(k.linear(x[:2].contiguous(), w), unpacked[:2])
+    assert len(k._packs) == 1
+    with torch.no_grad():
+        w[:48].copy_(torch.randn(48, 64, generator=g))              # what update_weights does: an in-place copy
+    torch.testing.assert_close(k.linear(x, w), x @ w.T, atol=1e-4, rtol=1e-5)
+    assert len(k._packs) == 1                                       # re-packed in place of the stale one
+
+
 def test_interleaved_rotation_equals_transformers_half_split_rotation():
     from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
