@@ -57,6 +57,13 @@ class RolloutConfig(Section):
     max_prefill_tokens: int = Field(
         8192, ge=1, description="Native engine: most (padded) prompt tokens in one prefill forward."
     )
+    pack_weights: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Native engine on CPU: keep the weights in oneDNN's blocked layout instead of "
+        "reordering them inside every decode matmul (20-25% faster matmuls at decode's few rows, "
+        "bit-identical results, one more copy of the weights in memory). `auto`: on when that copy "
+        "is at most 64 MiB.",
+    )
     compile: bool = Field(
         False,
         description="Native engine: torch.compile the decode step. For CUDA; on CPU it is slower than "

@@ -57,5 +57,6 @@ def build_engine_from_config(cfg, model, tokenizer=None, *, device=None, dtype=N
         max_batch_size=cfg.max_batch_size, threads=cfg.threads, max_model_len=cfg.max_model_len,
         max_prefill_tokens=cfg.max_prefill_tokens, compile=cfg.compile,
         seed=cfg.seed if cfg.seed is not None else seed, device=device, dtype=dtype,
+        pack_weights={"auto": None, "on": True, "off": False}[cfg.pack_weights],
     )
     return build_engine(cfg.backend, model, tokenizer, options)

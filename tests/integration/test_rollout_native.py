@@ -226,3 +226,19 @@ def test_lora_wrapped_models_are_copied_with_their_adapters_merged(tiny, tokeniz
     eng = build_engine("native", tiny, tokenizer_for_tests)
     eng.update_weights(merged_state_dict(peft_model).items(), version=1)
     assert ids(eng.generate(p, sp)) == expected
+
+
+def test_packed_weights_are_a_memory_bounded_choice_with_the_same_samples(tiny, tokenizer_for_tests, monkeypatch):
+    from rlxf.rollout.base import EngineOptions
+
+    packed = build_engine("native", tiny, tokenizer_for_tests)                 # 13.6 MB of weights: packed
+    plain = build_engine("native", tiny, tokenizer_for_tests, pack_weights=False)
+    if packed.kernels.name != "onednn":
+        pytest.skip("oneDNN kernels not available here")
+    assert packed.kernels._reorder is not None and plain.kernels._reorder is None
+    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=12, seed=5)
+    a, b = packed.generate(prompts(4), sampling), plain.generate(prompts(4), sampling)
+    assert ids(a) == ids(b)
+    assert [[c.logprobs for c in g] for g in a] == [[c.logprobs for c in g] for g in b]
+    monkeypatch.setattr(EngineOptions, "PACK_WEIGHTS_AUTO_MAX_BYTES", 1 << 20)  # a model over the bound
+    assert build_engine("native", tiny, tokenizer_for_tests).kernels._reorder is None

@@ -114,7 +114,10 @@ class NativeEngine:
         self.eos_ids = model_eos_ids(base, tokenizer)
         self.caches = [KVCache(spec, device, dtype)]  # one per decode worker
         # torch.compile cannot trace oneDNN's linear op: a compiled decode step uses plain torch
-        self.kernels = select_kernels(device, dtype, prefer="torch" if options.compile else "auto")
+        weight_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
+        pack = options.pack_weights if options.pack_weights is not None \
+            else weight_bytes <= options.PACK_WEIGHTS_AUTO_MAX_BYTES
+        self.kernels = select_kernels(device, dtype, prefer="torch" if options.compile else "auto", pack=pack)
         self.policy_version = 0
         self.last_stats = RunStats()
         self._seed_rng = np.random.default_rng(options.seed)

@@ -47,9 +47,9 @@ class OneDNNKernels(TorchKernels):
     name = "onednn"
     PACK_ROWS = 64   # the batch-size hint oneDNN picks its blocked weight layout for
 
-    def __init__(self):
+    def __init__(self, pack: bool = True):
         self._op = torch.ops.mkldnn._linear_pointwise
-        self._reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
+        self._reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None) if pack else None
         self._packs: dict[tuple, tuple[int, torch.Tensor]] = {}
 
     def _packed(self, w: torch.Tensor) -> torch.Tensor:
@@ -59,7 +59,7 @@ class OneDNNKernels(TorchKernels):
         costs about as much as the product (20-25% of a decode matmul measured here). The
         products are bit-identical either way. A weight's version counter (shared by its views,
         bumped by ``update_weights``' in-place copies) tells when to reorder again. Costs one
-        more copy of the weights in memory.
+        more copy of the weights in memory, so it is a choice (``pack``; see ``EngineOptions``).
         """
         if self._reorder is None or w.requires_grad:
             return w
@@ -108,14 +108,15 @@ def _probe(k: TorchKernels, dtype: torch.dtype) -> bool:
     return all(a.shape == r.shape and torch.allclose(a.float(), r.float(), atol=tol, rtol=tol) for a, r in pairs)
 
 
-def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto") -> TorchKernels:
-    """oneDNN on CPU when it works (``prefer="auto"`` or ``"onednn"``), plain torch otherwise."""
+def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto", *, pack: bool = True) -> TorchKernels:
+    """oneDNN on CPU when it works (``prefer="auto"`` or ``"onednn"``), plain torch otherwise;
+    ``pack``: oneDNN keeps its weights reordered (faster, one more copy of them in memory)."""
     if prefer not in ("auto", "onednn", "torch"):
         raise ValueError(f"unknown kernels {prefer!r}; valid: auto, onednn, torch")
     if prefer != "torch" and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
             and torch.backends.mkldnn.is_available():
         try:
-            k = OneDNNKernels()
+            k = OneDNNKernels(pack=pack)
         except (AttributeError, RuntimeError):
             k = None
         if k is not None and _probe(k, dtype):
