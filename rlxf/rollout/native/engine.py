@@ -113,10 +113,11 @@ class NativeEngine:
         self.cos, self.sin = rope_tables(base, spec, window, device)
         self.eos_ids = model_eos_ids(base, tokenizer)
         self.caches = [KVCache(spec, device, dtype)]  # one per decode worker
-        # torch.compile cannot trace oneDNN's linear op: a compiled decode step uses plain torch
+        # packed oneDNN weights cost a second copy: by default only for small models
         weight_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
         pack = options.pack_weights if options.pack_weights is not None \
             else weight_bytes <= options.PACK_WEIGHTS_AUTO_MAX_BYTES
+        # torch.compile cannot trace oneDNN's linear op: a compiled decode step uses plain torch
         self.kernels = select_kernels(device, dtype, prefer="torch" if options.compile else "auto", pack=pack)
         self.policy_version = 0
         self.last_stats = RunStats()
