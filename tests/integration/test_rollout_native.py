@@ -94,6 +94,16 @@ def test_decode_workers_give_the_same_results_as_one_batch(tiny, tokenizer_for_t
     assert ids(one.generate(ps, greedy)) == ids(three.generate(ps, greedy))
 
 
+def test_a_small_call_is_shared_by_all_decode_workers(tiny, tokenizer_for_tests):
+    # 4 requests x 4 samples fit one worker's 256 rows many times over: a worker that took
+    # requests while it had room would decode them all and leave the other idle
+    engine = build_engine("native", tiny, tokenizer_for_tests, threads=2)
+    sp = SamplingParams(n=4, temperature=1.0, max_new_tokens=6, ignore_eos=True, seed=0)
+    out = engine.generate(prompts(4, seed=21), sp)
+    assert engine.last_stats.busy_workers == 2 and engine.last_stats.max_live == 16
+    assert ids(out) == ids(build_engine("native", tiny, tokenizer_for_tests, threads=1).generate(prompts(4, seed=21), sp))
+
+
 def test_a_group_larger_than_the_batch_is_split_across_admissions(tiny, tokenizer_for_tests):
     sp = SamplingParams(n=5, temperature=1.0, max_new_tokens=8, ignore_eos=True)
     req = [GenerationRequest(prompts(1, seed=6)[0], seed=3)]

@@ -80,7 +80,8 @@ class NativeEngine:
 
     On CPU a call runs ``options.threads`` decode workers (default: torch's thread count), each
     a Python thread with one intra-op thread and its own continuous batch of up to
-    ``max_batch_size / threads`` rows, pulling requests from a shared queue. Against one batch
+    ``max_batch_size / threads`` rows (and at most its even share of the call's requests),
+    pulling requests from a shared queue. Against one batch
     split across OpenMP threads this drops the ~100 thread barriers of every decode step,
     each of which stalls for a scheduler time slice whenever another process holds a core
     (measured 3x faster on this shared 2-core machine; the same work when it is idle). The
@@ -188,7 +189,12 @@ class NativeEngine:
         while len(self.caches) < workers:
             self.caches.append(KVCache(self.spec, self.device, self.dtype))
         shared = _Shared(prompts, seeds, sampling.n)
-        rows = max(1, self.options.max_batch_size // workers)
+        # Each worker's batch holds at most its even share of the call's sequences (in whole
+        # requests): a worker admits requests while it has room, so with the whole
+        # max_batch_size as room the first worker to start would take every request of a
+        # small call (8 prompts x 8 samples) and decode them alone while the others idle.
+        share = -(-len(prompts) // workers) * sampling.n
+        rows = max(1, min(self.options.max_batch_size // workers, share))
         if self.device.type != "cpu":
             with torch.inference_mode():
                 self.last_stats = _Run(self, self.caches[0], shared, sampling, rows).run()
@@ -264,6 +270,7 @@ class RunStats:
     prefill_tokens: int = 0       # prompt tokens prefilled (without padding)
     generated_tokens: int = 0     # response tokens sampled
     max_live: int = 0             # most sequences decoded at once
+    busy_workers: int = 0         # decode workers that decoded at least one sequence
 
     @property
     def mean_batch(self) -> float:
@@ -333,6 +340,7 @@ class _Run:
                     continue
                 break
             self.step()
+        self.stats.busy_workers = int(self.stats.generated_tokens > 0)
         return self.stats
 
     # -- admission -----------------------------------------------------------------------------
