@@ -87,7 +87,7 @@ def worker(args) -> dict:
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         got = sum(len(c.response_ids) for g in out for c in g)
         assert got == tokens, (got, tokens)
-        info["kv_cache_mb"] = sum(c.nbytes() for c in engine.caches) / 2**20
+        info["kv_cache_mb"] = engine.last_stats.kv_cache_bytes / 2**20
         info["workers"] = engine.workers_for(len(prompts))
         info["mean_batch"] = engine.last_stats.mean_batch
         # update_weights against the cheapest full copy of the same tensors (best of 5 each)

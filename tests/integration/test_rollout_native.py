@@ -101,6 +101,9 @@ def test_a_small_call_is_shared_by_all_decode_workers(tiny, tokenizer_for_tests)
     sp = SamplingParams(n=4, temperature=1.0, max_new_tokens=6, ignore_eos=True, seed=0)
     out = engine.generate(prompts(4, seed=21), sp)
     assert engine.last_stats.busy_workers == 2 and engine.last_stats.max_live == 16
+    # the KV caches are sized for the call and released at its end (the trainer runs next)
+    assert engine.last_stats.kv_cache_bytes > 0
+    assert all(c.prompt is None and c.gen is None for c in engine.caches)
     assert ids(out) == ids(build_engine("native", tiny, tokenizer_for_tests, threads=1).generate(prompts(4, seed=21), sp))
 
 

@@ -3,9 +3,9 @@
     prompt: (L, 2, G_max, Hkv, P, D)   keys/values of each live prompt, shared by its samples
     gen:    (L, 2, S_max, Hkv, W, D)   keys/values of each live sequence's generated tokens
 
-Both are allocated once per ``generate`` call and kept dense: live prompts occupy slots [0, G),
-live sequences rows [0, B); when one finishes, the last live one moves into its place
-(``move_*``), so every decode step reads one contiguous block.
+Both are allocated once per ``generate`` call (and released at its end) and kept dense: live
+prompts occupy slots [0, G), live sequences rows [0, B); when one finishes, the last live one
+moves into its place (``move_*``), so every decode step reads one contiguous block.
 
 The generated width W follows the longest live sequence, rounded up to ``chunk`` tokens
 (grown, and shrunk when long sequences leave). Attention multiplies each sequence's whole
@@ -29,6 +29,7 @@ class KVCache:
         self.prompt: torch.Tensor | None = None
         self.gen: torch.Tensor | None = None
         self.gen_limit = 0
+        self.peak_bytes = 0   # the most both buffers held at once during the current call
 
     def _empty(self, rows: int, width: int) -> torch.Tensor:
         s = self.spec
@@ -41,6 +42,11 @@ class KVCache:
         self.gen = None
         self.gen_limit = max_gen
         self.gen = self._empty(seqs, min(self.chunk, max_gen))
+        self.peak_bytes = self.nbytes()
+
+    def release(self) -> None:
+        """Drop the buffers (a call's ``start`` allocates new ones)."""
+        self.prompt = self.gen = None
 
     @property
     def width(self) -> int:
@@ -56,6 +62,7 @@ class KVCache:
             if target > keep:
                 self.gen[:, :, :live, :, keep:] = 0
             del old
+            self.peak_bytes = max(self.peak_bytes, self.nbytes())
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.prompt, self.gen) if t is not None)

@@ -195,10 +195,19 @@ class NativeEngine:
         # small call (8 prompts x 8 samples) and decode them alone while the others idle.
         share = -(-len(prompts) // workers) * sampling.n
         rows = max(1, min(self.options.max_batch_size // workers, share))
+        try:
+            self.last_stats = self._decode_workers(shared, sampling, workers, rows)
+        finally:
+            # the caches are sized for this call; between calls (while the trainer runs) they
+            # would only hold memory
+            for cache in self.caches:
+                cache.release()
+        return shared.results  # type: ignore[return-value]
+
+    def _decode_workers(self, shared: _Shared, sampling: SamplingParams, workers: int, rows: int) -> RunStats:
         if self.device.type != "cpu":
             with torch.inference_mode():
-                self.last_stats = _Run(self, self.caches[0], shared, sampling, rows).run()
-            return shared.results  # type: ignore[return-value]
+                return _Run(self, self.caches[0], shared, sampling, rows).run()
         # CPU: every worker runs with one intra-op thread, also when there is only one, so that a
         # request's floating-point results (and so its samples) do not depend on how many
         # requests share the call.
@@ -228,8 +237,7 @@ class NativeEngine:
             torch.set_num_threads(threads_before)  # a worker's setting leaks into torch's global count
         if errors:
             raise errors[0]
-        self.last_stats = RunStats.merge(stats)
-        return shared.results  # type: ignore[return-value]
+        return RunStats.merge(stats)
 
 
 class _Shared:
@@ -271,6 +279,7 @@ class RunStats:
     generated_tokens: int = 0     # response tokens sampled
     max_live: int = 0             # most sequences decoded at once
     busy_workers: int = 0         # decode workers that decoded at least one sequence
+    kv_cache_bytes: int = 0       # the most KV-cache memory held at once (summed over workers)
 
     @property
     def mean_batch(self) -> float:
@@ -341,6 +350,7 @@ class _Run:
                 break
             self.step()
         self.stats.busy_workers = int(self.stats.generated_tokens > 0)
+        self.stats.kv_cache_bytes = self.cache.peak_bytes
         return self.stats
 
     # -- admission -----------------------------------------------------------------------------
