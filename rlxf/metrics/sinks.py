@@ -47,9 +47,11 @@ def encode_line(record: dict[str, Any]) -> bytes:
 class JsonlWriter:
     """Append-only JSONL file that a crash cannot corrupt.
 
-    Each record goes out in one ``write(2)`` on an ``O_APPEND`` descriptor and is fsynced, so a
-    killed writer leaves whole lines only. On opening, a torn last line (no newline: the
-    machine died mid-write) is cut off, so appending never glues two records together.
+    Each record goes out in one ``write(2)`` on an ``O_APPEND`` descriptor and is fsynced, so
+    records never interleave and a finished one is on disk. A write cut short (the machine died,
+    or SIGKILL arrived between the pages of a long record) can only tear the last line: readers
+    skip it (``read_jsonl``), and on opening it is cut off, so appending never glues two records
+    together.
     """
 
     def __init__(self, path: str | Path, fsync: bool = True):

@@ -92,7 +92,10 @@ def test_property_any_packing_and_chunking_matches_padded(model, data, chunk, ro
         got = sequence_logprobs(model, prompts, responses, packed=True, chunk_size=chunk,
                                 max_tokens_per_row=row, with_entropy=True)
     torch.testing.assert_close(got.logprobs, want.logprobs, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got.entropy, want.entropy, rtol=1e-5, atol=1e-5)
+    # H = log Z - sum_v p_v z_v subtracts two terms of the logits' size (tens here: the weights
+    # are scaled x4), so it inherits their rounding, which differs between a one-row head matmul
+    # (chunk 1: oneDNN's matrix-vector path) and a many-row one: up to 8.7e-5 seen in 600 cases
+    torch.testing.assert_close(got.entropy, want.entropy, rtol=1e-4, atol=3e-4)
 
 
 def _grads(model, **kw):
