@@ -172,8 +172,8 @@ def rlxf_config(args, run_dir: str):
 def rlxf_worker(args) -> dict:
     import torch
 
+    from rlxf.placement import run_training
     from rlxf.run_dir import RunDir
-    from rlxf.trainer.loop import train
     from rlxf.trainer.state import RunState
 
     torch.set_num_threads(args.threads)
@@ -189,7 +189,7 @@ def rlxf_worker(args) -> dict:
         stamps.append(stamp())
 
     RunState.log = stamped_log
-    train(cfg, run)
+    run_training(cfg, run)
     rows = [json.loads(line) for line in run.metrics.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("step", 0) > args.warmup and "time/step" in r]
     phases = sorted({k for r in rows for k in r if k.startswith("time/") and k != "time/step"})

@@ -63,11 +63,12 @@ from rlxf.algorithms.policy_losses import (
     vanilla,
 )
 from rlxf.algorithms.preference import bradley_terry_loss, dpo_loss, simpo_loss
-from rlxf.algorithms.registry import UnknownNameError, get, names, register
+from rlxf.algorithms.registry import Needs, UnknownNameError, get, names, needs, register
 from rlxf.algorithms.shaping import outcome_token_rewards, soft_overlong_penalty
 from rlxf.algorithms.value import value_loss
 
 __all__ = [
+    "Needs",
     "KL_ESTIMATORS",
     "AdaptiveKLController",
     "AdvantageParams",
@@ -97,6 +98,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "names",
+    "needs",
     "outcome_token_rewards",
     "ppo_clip",
     "register",

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from rlxf.algorithms.groups import group_mean_std
 from rlxf.algorithms.masked import masked_sum, masked_whiten, zero_masked
-from rlxf.algorithms.registry import register
+from rlxf.algorithms.registry import Needs, register
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
     return zero_masked(per_sample[:, None].expand(mask.shape), mask)
 
 
-@register("advantage", "gae")
+@register("advantage", "gae", needs=Needs(values=True))
 def gae(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
         params: AdvantageParams) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016), for PPO with a critic.
@@ -136,7 +136,7 @@ def gae(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
     return adv, returns
 
 
-@register("advantage", "grpo")
+@register("advantage", "grpo", needs=Needs(groups=True))
 def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
          params: AdvantageParams) -> tuple[Tensor, Tensor]:
     """Group-relative advantage (Shao et al. 2024, DeepSeekMath, outcome supervision).
@@ -157,7 +157,7 @@ def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
 
 
-@register("advantage", "rloo")
+@register("advantage", "rloo", needs=Needs(groups=True))
 def rloo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
          params: AdvantageParams) -> tuple[Tensor, Tensor]:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics").
@@ -189,7 +189,7 @@ def reinforce_pp(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tenso
     return masked_whiten(returns, mask, eps=params.eps), returns
 
 
-@register("advantage", "reinforce_pp_baseline")
+@register("advantage", "reinforce_pp_baseline", needs=Needs(groups=True))
 def reinforce_pp_baseline(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
                           params: AdvantageParams) -> tuple[Tensor, Tensor]:
     """REINFORCE++-baseline (Hu 2025): group-mean baseline, then global batch normalisation.

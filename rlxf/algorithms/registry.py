@@ -6,6 +6,13 @@
     fn = get("advantage", "my_estimator")      # the trainer calls every estimator the same way
     names("advantage")                          # ['gae', 'grpo', ..., 'my_estimator']
 
+    @register("advantage", "my_critic_estimator", needs=Needs(values=True))
+    def ...                                     # placement builds a critic for it
+
+What a function needs from the rest of the run (a critic's values, groups of n >= 2 samples
+per prompt) is declared where it is registered, as ``Needs``; the placement, ``rlxf explain``
+and config validation ask ``needs(kind, name)`` instead of comparing names.
+
 The kinds and the signature every function of a kind must accept:
 
 - ``advantage``: ``fn(rewards, mask, group_ids, values, params) -> (advantages, returns)``
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,6 +54,17 @@ _CALLS: dict[str, tuple[int, tuple[str, ...], str]] = {
 KINDS: tuple[str, ...] = tuple(_CALLS)
 
 _REGISTRIES: dict[str, dict[str, Callable[..., Any]]] = {kind: {} for kind in KINDS}
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a registered function needs from the run around it."""
+
+    values: bool = False    # V(s_t) from a learned critic (GAE): the placement builds one
+    groups: bool = False    # several samples per prompt, compared with each other: rollout.n >= 2
+
+
+_NEEDS: dict[str, dict[str, Needs]] = {kind: {} for kind in KINDS}
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -79,8 +98,10 @@ def _check_signature(kind: str, name: str, fn: Callable[..., Any]) -> None:
         ) from None
 
 
-def register(kind: str, name: str) -> Callable[[F], F]:
+def register(kind: str, name: str, *, needs: Needs = Needs()) -> Callable[[F], F]:
     """Decorator: register ``fn`` under ``name`` in the ``kind`` registry; returns ``fn`` unchanged.
+
+    ``needs`` declares what ``fn`` needs from the run (see ``Needs``).
 
     Raises UnknownNameError for an unknown kind, TypeError when ``fn`` cannot be called with
     the kind's signature, and ValueError when ``name`` is taken by a different function
@@ -101,6 +122,7 @@ def register(kind: str, name: str) -> Callable[[F], F]:
                 f"choose another name for {fn.__module__}.{fn.__qualname__}"
             )
         registry[name] = fn
+        _NEEDS[kind][name] = needs
         return fn
 
     return decorator
@@ -116,6 +138,12 @@ def get(kind: str, name: str) -> Callable[..., Any]:
             f"unknown {kind} {name!r}; valid: {', '.join(sorted(registry))} "
             f"(register your own with @rlxf.algorithms.register({kind!r}, name))"
         ) from None
+
+
+def needs(kind: str, name: str) -> Needs:
+    """What the function registered as ``name`` needs; UnknownNameError like ``get``."""
+    get(kind, name)
+    return _NEEDS[kind][name]
 
 
 def names(kind: str) -> list[str]:

@@ -59,9 +59,9 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
     log.info("run directory %s", run_dir.path)
 
     from rlxf.metrics.report import write_report
-    from rlxf.trainer.loop import train
+    from rlxf.placement import run_training
 
-    last = train(cfg, run_dir, resume=resume)
+    last = run_training(cfg, run_dir, resume=resume)
     report = write_report([run_dir.path])
     summary = ", ".join(f"{k} {last[k]:.4g}" for k in ("reward/mean", "accuracy", "eval/accuracy") if k in last)
     log.info("done: %s; report %s", summary or "no metrics", report)

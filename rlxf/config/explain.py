@@ -74,7 +74,10 @@ def activation_bytes(dims: ModelDims, tokens: int, dtype_bytes: int, checkpointi
 
 
 def memory_estimate(cfg: Config, dims: ModelDims) -> list[RoleMemory]:
-    """Bytes per role for this config: actor, reference (if kl_coef > 0), critic (if GAE), engine."""
+    """Bytes per role for this config: actor, reference (if kl_coef > 0), critic (if the
+    advantage estimator needs values), engine."""
+    from rlxf.algorithms import registry  # noqa: PLC0415 - the registries sit below config (they import torch)
+
     b = DTYPE_BYTES[resolved_dtype(cfg)]
     d = cfg.derived
     micro_tokens = cfg.train.micro_batch_size * d.max_tokens_per_sample
@@ -85,7 +88,7 @@ def memory_estimate(cfg: Config, dims: ModelDims) -> list[RoleMemory]:
     if cfg.algorithm.kl_coef > 0:
         roles.append(RoleMemory("reference", weights=dims.params * b,
                                 activations=2 * min(micro_tokens, cfg.model.logprob_chunk_size) * dims.vocab * 4))
-    if cfg.algorithm.advantage == "gae":
+    if registry.needs("advantage", cfg.algorithm.advantage).values:
         critic_act = act - 2 * min(micro_tokens, cfg.model.logprob_chunk_size) * dims.vocab * 4
         roles.append(RoleMemory("critic", weights=dims.params * b, grads=trainable * b,
                                 optimizer=2 * trainable * 4, activations=critic_act))

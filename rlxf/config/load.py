@@ -236,6 +236,9 @@ def check_names(cfg: Config, config_dir: Path | None = None) -> None:
         valid = registry.names(kind)
         if name not in valid:
             problems.append(f"  - algorithm.{field}: unknown name {name!r}; valid: {', '.join(valid)}")
+    if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
+        problems.append(f"  - rollout.n: algorithm.advantage={cfg.algorithm.advantage!r} compares samples of one "
+                        f"prompt and needs rollout.n >= 2 (got {cfg.rollout.n})")
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
 

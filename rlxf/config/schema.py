@@ -42,11 +42,6 @@ class Config(Section):
         samples = self.train.prompts_per_step * self.rollout.n
         mini = self.train.mini_batch_size or samples
         check_divisible(samples, mini, self.train.micro_batch_size)
-        if self.algorithm.advantage in ("grpo", "rloo", "reinforce_pp_baseline") and self.rollout.n < 2:
-            raise ValueError(
-                f"algorithm.advantage={self.algorithm.advantage!r} compares samples of one prompt "
-                f"and needs rollout.n >= 2 (got {self.rollout.n})"
-            )
         if self.algorithm.dynamic_sampling and self.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
         return self

@@ -1,57 +1,33 @@
-"""The local placement: every role of an RL run, built in this process from the config.
+"""The local placement: every role of an RL run in this process (the embedded default).
 
-This is the only place that turns config names into objects (models, engine, reward,
-data, the algorithm's functions); the loop then calls roles through their methods. A Ray
-placement will build the same roles inside actors and hand the loop handles to them.
+This is where config names become objects (models, engine, reward, the algorithm's functions).
+The engine shares the actor's process; weight sync hands it the actor's parameters, which it
+copies (or packs) into its own buffers. No Ray import.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from rlxf.algorithms import make_kl_controller, registry
 from rlxf.config import Config
-from rlxf.data import PromptData, PromptSampler, build_prompt_data
 from rlxf.models import load_from_config, load_model
+from rlxf.placement.base import Placement
 from rlxf.rewards import build_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
+from rlxf.trainer.collect import EngineRollout
 from rlxf.trainer.experience import ExperienceMaker
+from rlxf.trainer.learner import Learner
 from rlxf.trainer.objective import PolicyObjective
 from rlxf.trainer.roles import Actor, Critic, ForwardSpec, Reference
+from rlxf.types import Experience, Prompt, Trajectory
 
 log = logging.getLogger("rlxf")
 
 
-@dataclass
-class Roles:
-    cfg: Config
-    tokenizer: Any
-    actor: Actor
-    reference: Reference | None     # only when algorithm.kl_coef > 0
-    critic: Critic | None           # only for estimators that need values (GAE)
-    engine: Any                     # rlxf.rollout.Engine
-    reward: Any                     # rlxf.rewards scorer: .score(list[RewardInput]) -> list[ScoredSample]
-    data: PromptData
-    sampler: PromptSampler
-    sampling: SamplingParams
-    experience: ExperienceMaker
-    kl: Any                         # Fixed/AdaptiveKLController: .value, .update(kl, n)
-
-    def close(self) -> None:
-        close = getattr(self.reward, "close", None)
-        if close is not None:
-            close()
-
-
-def needs_critic(advantage: str) -> bool:
-    return advantage == "gae"
-
-
-def build(cfg: Config) -> Roles:
-    """Load models, engine, reward and data for ``cfg``."""
-    model, tokenizer = load_from_config(cfg.model)
+def build_learner(cfg: Config, model, tokenizer) -> Learner:
+    """Actor (around ``model``), reference and critic as the config's algorithm needs them."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     d = cfg.derived
@@ -68,7 +44,7 @@ def build(cfg: Config) -> Roles:
                                          trust_remote_code=cfg.model.trust_remote_code,
                                          linear_kernels=cfg.model.linear_kernels), spec)
     critic = None
-    if needs_critic(cfg.algorithm.advantage):
+    if registry.needs("advantage", cfg.algorithm.advantage).values:
         from rlxf.models.value_model import ValueModel
 
         value_model = ValueModel.from_pretrained(cfg.critic.path or cfg.model.path, device=device, dtype=dtype,
@@ -78,16 +54,57 @@ def build(cfg: Config) -> Roles:
         critic = Critic(value_model, cfg.critic.optim, total_optimizer_steps, spec, cfg.algorithm.value_clip,
                         registry.get("loss_agg", cfg.algorithm.loss_agg),
                         float(cfg.algorithm.loss_agg_norm or cfg.rollout.max_new_tokens))
-
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=device, dtype=dtype, seed=cfg.run.seed)
-    reward = build_reward(cfg.reward)
-    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed)
-    log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
-    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
-    return Roles(
-        cfg=cfg, tokenizer=tokenizer, actor=actor, reference=reference, critic=critic, engine=engine,
-        reward=reward, data=data, sampler=sampler,
-        sampling=SamplingParams.from_config(cfg.rollout),
+    return Learner(
+        tokenizer=tokenizer, actor=actor, reference=reference, critic=critic,
         experience=ExperienceMaker.from_config(cfg.algorithm, cfg.rollout.max_new_tokens, d.optimizer_steps_per_step),
         kl=make_kl_controller(cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon),
+        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.run.seed,
     )
+
+
+class LocalPlacement(Placement):
+    """Learner, engine and reward as plain objects in this process."""
+
+    def __init__(self, learner: Learner, engine, reward):
+        self.learner = learner
+        self.engine = engine
+        self.reward = reward
+        self.tokenizer = learner.tokenizer
+        self._rollout = EngineRollout(engine, learner.tokenizer, reward)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> LocalPlacement:
+        """Load models, engine and reward for ``cfg``."""
+        model, tokenizer = load_from_config(cfg.model)
+        learner = build_learner(cfg, model, tokenizer)
+        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
+                                          dtype=learner.actor.dtype, seed=cfg.run.seed)
+        reward = build_reward(cfg.reward)
+        return cls(learner, engine, reward)
+
+    def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
+                 first_group: int = 0) -> list[Trajectory]:
+        return self._rollout.generate(prompts, seeds, sampling, first_group=first_group)
+
+    def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
+        return self._rollout.score(trajs, max_new_tokens)
+
+    def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
+        return self.learner.make_experience(trajs)
+
+    def update(self, exp: Experience, step: int) -> dict[str, float]:
+        return self.learner.update(exp, step)
+
+    def sync_weights(self, version: int) -> None:
+        self.engine.update_weights(self.learner.named_parameters(), version=version)
+
+    def save(self, directory: Path) -> None:
+        self.learner.save(directory)
+
+    def load(self, directory: Path) -> None:
+        self.learner.load(directory)
+
+    def close(self) -> None:
+        close = getattr(self.reward, "close", None)
+        if close is not None:
+            close()

@@ -3,7 +3,8 @@
     checkpoints/step_N/
       model/              HF format (safetensors + config + tokenizer): from_pretrained-loadable
       critic/             PPO only
-      trainer_state.pt    optimizer, scheduler, RNG states, data-sampler position, step, ...
+      learner_state.pt    optimizers, schedules, KL controller, ... (the placement's, see trainer.learner)
+      trainer_state.pt    the loop's: step, data-sampler position, RNG states; written last
 
 A checkpoint is written to a hidden temporary directory, fsynced, then renamed into place in
 one ``rename(2)``: a reader sees either the whole checkpoint or none. Leftover temporary
@@ -78,11 +79,12 @@ def latest_checkpoint(root: Path) -> Path | None:
     return ckpts[-1][1] if ckpts else None
 
 
-def save_checkpoint(root: Path, step: int, *, writers: dict[str, Callable[[Path], None]],
-                    state: dict[str, Any], keep_last: int) -> Path:
+def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], state: dict[str, Any],
+                    keep_last: int) -> Path:
     """Write ``step_<step>`` atomically; keep the newest ``keep_last`` checkpoints.
 
-    ``writers`` maps a subdirectory name ("model", "critic") to a function that saves into it.
+    ``write(directory)`` saves the models and the roles' state into the checkpoint directory
+    (the placement's ``save``); ``state`` is the loop's own, saved as ``trainer_state.pt``.
     """
     root.mkdir(parents=True, exist_ok=True)
     for leftover in root.glob(".tmp-step_*"):  # from a writer killed mid-checkpoint
@@ -90,9 +92,7 @@ def save_checkpoint(root: Path, step: int, *, writers: dict[str, Callable[[Path]
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
     tmp.mkdir()
-    for name, write in writers.items():
-        (tmp / name).mkdir()
-        write(tmp / name)
+    write(tmp)
     torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
     _fsync_tree(tmp)
     if final.exists():  # re-saving a step (e.g. after a resume): swap, never a half state

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from rlxf.algorithms import dynamic_sampling_keep
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.data import PromptSampler
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
 from rlxf.types import Prompt, Trajectory
-
-if TYPE_CHECKING:
-    from rlxf.placement.local import Roles
 
 log = logging.getLogger("rlxf")
 
@@ -54,28 +54,54 @@ def score(reward, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, flo
     return batch_metrics(scored)
 
 
-def collect(roles: Roles, step: int, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
-    """This step's scored groups: ``train.prompts_per_step`` prompts x ``rollout.n`` samples."""
-    cfg = roles.cfg
-    need = cfg.train.prompts_per_step
-    n = roles.sampling.n
+class Rollout(Protocol):
+    """What collecting and evaluating need: a placement, or ``EngineRollout`` around an engine."""
+
+    def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
+                 first_group: int = 0) -> list[Trajectory]: ...
+
+    def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]: ...
+
+
+@dataclass
+class EngineRollout:
+    """``Rollout`` over an in-process engine and reward (the local placement, SFT's and
+    ``rlxf eval``'s held-out evaluation)."""
+
+    engine: Any
+    tokenizer: Any
+    reward: Any
+
+    def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
+                 first_group: int = 0) -> list[Trajectory]:
+        return generate(self.engine, self.tokenizer, prompts, seeds, sampling, first_group)
+
+    def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
+        return score(self.reward, trajs, max_new_tokens)
+
+
+def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, algo: AlgorithmConfig, *,
+            prompts_per_step: int, seed: int, step: int, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
+    """This step's scored groups: ``prompts_per_step`` prompts x ``sampling.n`` samples."""
+    need = prompts_per_step
+    n = sampling.n
     kept: list[Trajectory] = []
     generated: list[Trajectory] = []
     failures: dict[str, float] = {}   # verifier errors / timeouts / crashes, over every round
     drawn = 0
-    for rnd in range(cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 1):
+    for rnd in range(algo.max_sampling_rounds if algo.dynamic_sampling else 1):
         missing = need - len(kept) // n
-        prompts = roles.sampler.next_batch(missing)
-        seeds = [derive_seed(cfg.run.seed, step, rnd, i) for i in range(len(prompts))]
+        prompts = sampler.next_batch(missing)
+        seeds = [derive_seed(seed, step, rnd, i) for i in range(len(prompts))]
         with timer("rollout"):
-            trajs = generate(roles.engine, roles.tokenizer, prompts, seeds, roles.sampling, first_group=drawn)
+            trajs = rollout.generate(prompts, seeds, sampling, first_group=drawn)
         drawn += len(prompts)
         with timer("reward"):
-            for key, value in score(roles.reward, trajs, roles.sampling.max_new_tokens).items():
+            for key, value in rollout.score(trajs, sampling.max_new_tokens).items():
                 if key.endswith(("errors", "timeouts", "crashes")):
                     failures[key] = failures.get(key, 0.0) + value
         generated += trajs
-        if cfg.algorithm.dynamic_sampling:
+        if algo.dynamic_sampling:
             rewards = torch.tensor([t.reward for t in trajs])
             groups = torch.tensor([t.group for t in trajs])
             keep = dynamic_sampling_keep(rewards, groups).tolist() if trajs else []
@@ -90,7 +116,7 @@ def collect(roles: Roles, step: int, timer: PhaseTimer) -> tuple[list[Trajectory
         kept = [t for t in kept if t.group in first]
     # rewards and accuracy of everything sampled: the policy's performance, not the filtered batch's
     metrics = batch_metrics_of(generated)
-    if cfg.algorithm.dynamic_sampling:
+    if algo.dynamic_sampling:
         metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
                     "sampling/kept_frac": len(kept) / max(1, len(generated))}
     metrics |= failures

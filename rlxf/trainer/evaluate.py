@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from rlxf.config.train import EvalConfig
 from rlxf.rollout import SamplingParams
-from rlxf.trainer.collect import generate, score
+from rlxf.trainer.collect import EngineRollout, Rollout
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt
 
-if TYPE_CHECKING:
-    from rlxf.placement.local import Roles
 
-
-def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling: SamplingParams, *,
+def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, *,
                      pass_k: int = 0, seed: int = 0, prefix: str = "eval/") -> dict[str, float]:
-    """Score the engine's responses to ``prompts``.
+    """Score ``rollout``'s responses to ``prompts`` (a placement, or ``EngineRollout``).
 
     ``<prefix>accuracy``: fraction answered correctly with greedy decoding (one response each).
     ``<prefix>pass@k``: fraction with at least one correct answer among k samples drawn at
     ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0).
     """
+    if pass_k > 0 and sampling.temperature <= 0:
+        raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
     greedy = replace(sampling, n=1, temperature=0.0, top_k=0, top_p=1.0)
-    trajs = generate(engine, tokenizer, prompts, [derive_seed(seed, i) for i in range(len(prompts))], greedy)
-    score(reward, trajs, greedy.max_new_tokens)
+    trajs = rollout.generate(prompts, [derive_seed(seed, i) for i in range(len(prompts))], greedy)
+    rollout.score(trajs, greedy.max_new_tokens)
     n = max(1, len(prompts))
     out = {
         f"{prefix}accuracy": sum(bool(t.correct) for t in trajs) / n,
@@ -34,22 +32,25 @@ def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling:
         f"{prefix}num_problems": float(len(prompts)),
     }
     if pass_k > 0:
-        if sampling.temperature <= 0:
-            raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
         sampled = replace(sampling, n=pass_k)
-        trajs = generate(engine, tokenizer, prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
-        score(reward, trajs, sampled.max_new_tokens)
+        trajs = rollout.generate(prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
+        rollout.score(trajs, sampled.max_new_tokens)
         solved = {t.group for t in trajs if t.correct}
         out[f"{prefix}pass@k"] = len(solved) / n
         out[f"{prefix}k"] = float(pass_k)
     return out
 
 
-def evaluate(roles: Roles, cfg: EvalConfig, seed: int) -> dict[str, float]:
-    """Evaluate the current policy (the engine's weights) on the held-out split."""
-    sampling = roles.sampling
+def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling: SamplingParams, *,
+                     pass_k: int = 0, seed: int = 0, prefix: str = "eval/") -> dict[str, float]:
+    """``evaluate_rollout`` with an in-process engine, tokenizer and reward."""
+    return evaluate_rollout(EngineRollout(engine, tokenizer, reward), prompts, sampling, pass_k=pass_k, seed=seed,
+                            prefix=prefix)
+
+
+def evaluate(rollout: Rollout, test: list[Prompt], cfg: EvalConfig, sampling: SamplingParams,
+             seed: int) -> dict[str, float]:
+    """Evaluate the current policy (the engine's weights) on the held-out split ``test``."""
     if cfg.max_new_tokens is not None:
         sampling = replace(sampling, max_new_tokens=cfg.max_new_tokens)
-    prompts = roles.data.test[: cfg.num_problems]
-    return evaluate_prompts(roles.engine, roles.tokenizer, roles.reward, prompts, sampling,
-                            pass_k=cfg.pass_k, seed=seed)
+    return evaluate_rollout(rollout, test[: cfg.num_problems], sampling, pass_k=cfg.pass_k, seed=seed)

@@ -9,26 +9,31 @@
         log        metrics.jsonl (+ sinks), samples.jsonl, progress
         eval / checkpoint, every N steps
 
-Everything the algorithm decides lives in the roles built from the config
-(``rlxf.placement.local.build``): the advantage estimator, the objective, the reference, the
-critic. Run with ``rlxf train CONFIG``.
+The loop holds the data and the schedule; everything that touches weights happens in the
+placement it is handed (``rlxf.placement``: the models, engine, reward, and what the algorithm
+decides: the advantage estimator, the objective, the reference, the critic). It talks to the
+placement only through ``rlxf.placement.base.Placement``. Run with ``rlxf train CONFIG``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from rlxf.config import Config
-from rlxf.placement.local import Roles, build
+from rlxf.data import PromptSampler, build_prompt_data
+from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import collect, step_metrics
 from rlxf.trainer.evaluate import evaluate
-from rlxf.trainer.experience import drift_metrics
-from rlxf.trainer.state import RunState, mini_batch_plan, restore, save
+from rlxf.trainer.state import RunState, restore, save
 from rlxf.trainer.timer import PhaseTimer
+
+if TYPE_CHECKING:
+    from rlxf.placement.base import Placement
 
 log = logging.getLogger("rlxf")
 
@@ -37,61 +42,50 @@ class TrainingDiverged(RuntimeError):
     """Too many consecutive steps had a non-finite loss or gradient."""
 
 
-def train(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
-    """Run RL training; returns the last step's metrics."""
+def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = False) -> dict[str, float]:
+    """Run RL training with the roles in ``placement``; returns the last step's metrics."""
     torch.manual_seed(cfg.run.seed)
-    roles = build(cfg)
-    try:
-        return _train(cfg, run, roles, resume)
-    finally:
-        roles.close()
-
-
-def _train(cfg: Config, run: RunDir, roles: Roles, resume: bool) -> dict[str, float]:
-    state = restore(run, roles) if resume else RunState.fresh(run, cfg)
+    data = build_prompt_data(cfg.data, placement.tokenizer, seed=cfg.run.seed)
+    log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
+    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    sampling = SamplingParams.from_config(cfg.rollout)
+    state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
     checkpoint_seconds: dict[str, float] = {}
     try:
         if state.step == 0 and cfg.eval.at_start:
-            state.log(0, evaluate(roles, cfg.eval, seed=cfg.run.seed))
+            state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=cfg.run.seed))
         with state.progress(cfg.train.steps) as progress:
             for step in range(state.step + 1, cfg.train.steps + 1):
                 timer = PhaseTimer()
 
                 # rollout + reward: a group of n scored responses per prompt
-                trajs, rollout_metrics = collect(roles, step, timer)
+                trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
+                                                 prompts_per_step=cfg.train.prompts_per_step, seed=cfg.run.seed,
+                                                 step=step, timer=timer)
 
                 # experience: log-probs, values, token rewards, advantages
                 with timer("experience"):
-                    exp, exp_metrics = roles.experience(trajs, roles.actor, roles.reference, roles.critic,
-                                                        roles.kl.value)
+                    exp, exp_metrics = placement.make_experience(trajs)
 
                 # train: one optimizer step per mini-batch, over the PPO epochs
                 with timer("train"):
-                    plan = mini_batch_plan(len(exp), cfg, step)
-                    train_metrics, first_logprobs = roles.actor.update(exp, plan, roles.kl.value)
-                    if roles.critic is not None:
-                        train_metrics |= roles.critic.update(exp, plan)
-                drift = drift_metrics(exp, exp.old_logprobs if exp.old_logprobs is not None else first_logprobs,
-                                      roles.experience.kl_estimator)
-                if "kl" in drift:
-                    roles.kl.update(drift["kl"], len(exp))
+                    train_metrics = placement.update(exp, step)
 
                 # sync: the engine samples the next step from the new weights
                 with timer("sync"):
-                    roles.engine.update_weights(roles.actor.model.named_parameters(), version=step)
+                    placement.sync_weights(step)
 
                 # eval: held-out accuracy every eval.every steps
                 if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.train.steps):
                     with timer("eval"):
-                        eval_metrics = evaluate(roles, cfg.eval, seed=cfg.run.seed)
+                        eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=cfg.run.seed)
                 else:
                     eval_metrics = {}
 
                 # log, then checkpoint: a kill in between replays this step on resume
-                last = {**rollout_metrics, **exp_metrics, **train_metrics, **drift, **eval_metrics,
-                        "kl_coef": roles.kl.value, **step_metrics(trajs, timer), **checkpoint_seconds,
-                        **timer.metrics()}
+                last = {**rollout_metrics, **exp_metrics, **train_metrics, **eval_metrics,
+                        **step_metrics(trajs, timer), **checkpoint_seconds, **timer.metrics()}
                 state.skipped = state.skipped + 1 if train_metrics.get("skipped", 0) else 0
                 state.log(step, last, trajs)
                 progress.update(step, last)
@@ -99,7 +93,7 @@ def _train(cfg: Config, run: RunDir, roles: Roles, resume: bool) -> dict[str, fl
                 if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
                         step == cfg.train.steps and cfg.checkpoint.save_final):
                     t0 = time.perf_counter()
-                    save(run, roles, state, step)
+                    save(run, placement, state, sampler, step)
                     checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
                 if state.skipped >= cfg.train.max_skipped_steps:
                     raise TrainingDiverged(
@@ -112,4 +106,4 @@ def _train(cfg: Config, run: RunDir, roles: Roles, resume: bool) -> dict[str, fl
     return last
 
 
-__all__ = ["Roles", "TrainingDiverged", "train"]
+__all__ = ["TrainingDiverged", "train"]

@@ -5,33 +5,23 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from rlxf.config import Config, dump_config
+from rlxf.data import PromptSampler
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
-from rlxf.models import load_model, save_model
-from rlxf.placement.local import Roles
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Trajectory
 
+if TYPE_CHECKING:
+    from rlxf.placement.base import Placement  # the interface only: the trainer never builds one
+
 log = logging.getLogger("rlxf")
-
-
-def mini_batch_plan(num_samples: int, cfg: Config, step: int) -> list[list[int]]:
-    """Row indices of each optimizer step: epochs x shuffled mini-batches (seeded by step)."""
-    size = cfg.derived.mini_batch_size
-    if size >= num_samples and cfg.train.ppo_epochs == 1:
-        return [list(range(num_samples))]
-    gen = torch.Generator().manual_seed(derive_seed(cfg.run.seed, step, 7))
-    plan = []
-    for _ in range(cfg.train.ppo_epochs):
-        perm = torch.randperm(num_samples, generator=gen).tolist()
-        plan += [perm[i:i + size] for i in range(0, num_samples, size)]
-    return plan
 
 
 class SampleWriter:
@@ -96,30 +86,19 @@ class RunState:
         self.samples.close()
 
 
-def save(run: RunDir, roles: Roles, state: RunState, step: int) -> Path:
-    """Checkpoint everything a bit-exact resume needs."""
-    writers = {"model": lambda d: save_model(roles.actor.model, d, roles.tokenizer)}
-    if roles.critic is not None:
-        writers["critic"] = lambda d: roles.critic.model.save_pretrained(d, roles.tokenizer)
-    trainer_state = {
-        "actor": roles.actor.state_dict(),
-        "critic": roles.critic.state_dict() if roles.critic is not None else None,
-        "sampler": roles.sampler.state_dict(),
-        "kl": roles.kl.state_dict(),
-        "experience": roles.experience.state_dict(),
-        "skipped": state.skipped,
-        "trainable": roles.actor.adapter_state(),
-    }
-    path = save_checkpoint(run.checkpoints, step, writers=writers, state=trainer_state,
+def save(run: RunDir, placement: Placement, state: RunState, sampler: PromptSampler, step: int) -> Path:
+    """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
+    state, and the loop's own (data position, counters, RNG)."""
+    path = save_checkpoint(run.checkpoints, step, write=placement.save,
+                           state={"sampler": sampler.state_dict(), "skipped": state.skipped},
                            keep_last=state.cfg.checkpoint.keep_last)
     log.info("saved checkpoint %s", path)
     return path
 
 
-def restore(run: RunDir, roles: Roles) -> RunState:
-    """Reload the newest complete checkpoint into ``roles``; outputs are cut back to its step."""
+def restore(run: RunDir, cfg: Config, placement: Placement, sampler: PromptSampler) -> RunState:
+    """Reload the newest complete checkpoint; outputs are cut back to its step."""
     ckpt = latest_checkpoint(run.checkpoints)
-    cfg = roles.cfg
     if ckpt is None:  # killed before the first checkpoint: start over, keeping nothing half-done
         log.warning("no checkpoint in %s; starting from step 0", run.checkpoints)
         for path in (run.metrics, run.samples):
@@ -127,23 +106,9 @@ def restore(run: RunDir, roles: Roles) -> RunState:
         return RunState.fresh(run, cfg)
     trainer_state = load_trainer_state(ckpt)
     step = int(trainer_state["step"])
-    if trainer_state["trainable"]:
-        roles.actor.load_adapter_state(trainer_state["trainable"])
-    else:
-        fresh = load_model(ckpt / "model", device=roles.actor.device, dtype=roles.actor.dtype)
-        roles.actor.model.load_state_dict(fresh.state_dict())
-        del fresh
-    roles.actor.load_state_dict(trainer_state["actor"])
-    if roles.critic is not None:
-        from rlxf.models.value_model import ValueModel
-
-        fresh = ValueModel.from_pretrained(ckpt / "critic", device=roles.actor.device, dtype=roles.actor.dtype)
-        roles.critic.model.load_state_dict(fresh.state_dict())
-        roles.critic.load_state_dict(trainer_state["critic"])
-    roles.sampler.load_state_dict(trainer_state["sampler"])
-    roles.kl.load_state_dict(trainer_state["kl"])
-    roles.experience.load_state_dict(trainer_state["experience"])
-    roles.engine.update_weights(roles.actor.model.named_parameters(), version=step)
+    placement.load(ckpt)
+    placement.sync_weights(step)
+    sampler.load_state_dict(trainer_state["sampler"])
     set_rng_state(trainer_state["rng"])
     dropped = sum(truncate_after_step(p, step) for p in (run.metrics, run.samples))
     log.info("resumed from %s (step %d); dropped %d records written after it", ckpt, step, dropped)

@@ -1,0 +1,79 @@
+"""What the RL loop asks of wherever its roles run.
+
+The loop (``rlxf.trainer.loop``) holds the data and the schedule; a placement holds the models,
+the engine, the reward and the optimizers, and does the work of each phase:
+
+    generate        prompts -> unscored trajectories (n per prompt), from the engine
+    score           trajectories -> rewards, per-verifier scores, correctness (filled in place)
+    make_experience trajectories -> Experience (π_old, π_ref, V, token rewards, advantages)
+    update          one RL step of the actor (and critic) on an Experience -> metrics
+    sync_weights    the engines sample from the trained weights, tagged with a version
+    save / load     models and optimizer state into / from a checkpoint directory
+    close           release processes, actors, pools
+
+The loop never touches a model, a weight tensor or an optimizer: everything it holds is data
+(prompts, trajectories, an Experience, metrics). ``local`` implements this in one process;
+a distributed placement implements the same methods with remote roles. The CLI picks the
+placement from ``run.placement`` (``rlxf.placement.build``) and hands it to ``train``; the
+trainer never imports a placement.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from rlxf.rollout import SamplingParams
+from rlxf.types import Experience, Prompt, Trajectory
+
+
+class Placement(ABC):
+    """The roles of one RL run, wherever they live. Use as a context manager (closes)."""
+
+    #: The policy's tokenizer, for the driver to build prompts with (it holds no weights).
+    tokenizer: Any
+
+    @abstractmethod
+    def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
+                 first_group: int = 0) -> list[Trajectory]:
+        """``sampling.n`` responses per prompt, unscored; prompt i's trajectories get
+        ``group = first_group + i`` and are sampled with ``seeds[i]``."""
+
+    @abstractmethod
+    def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
+        """Fill in each trajectory's reward, scores, correctness and error; returns the
+        batch's reward metrics (means, failures). ``max_new_tokens``: the length limit the
+        responses were sampled under (for overlong shaping)."""
+
+    @abstractmethod
+    def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
+        """The training batch of these scored trajectories, for the configured algorithm."""
+
+    @abstractmethod
+    def update(self, exp: Experience, step: int) -> dict[str, float]:
+        """One RL step on ``exp`` (epochs x mini-batches of the actor, and the critic where
+        there is one); returns the training and drift metrics (``skipped`` counts optimizer
+        steps skipped for a non-finite loss or gradient)."""
+
+    @abstractmethod
+    def sync_weights(self, version: int) -> None:
+        """Make the engines sample from the actor's current weights, as policy ``version``."""
+
+    @abstractmethod
+    def save(self, directory: Path) -> None:
+        """Write the models (HF format) and the roles' training state into ``directory``."""
+
+    @abstractmethod
+    def load(self, directory: Path) -> None:
+        """Restore what ``save`` wrote (the engines are not synced: call ``sync_weights``)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release everything the roles hold open (worker processes, actors)."""
+
+    def __enter__(self) -> Placement:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,109 @@
+"""The learning side of an RL run: actor, reference, critic and the algorithm's state.
+
+A placement hosts one ``Learner`` (in this process for ``local``, inside a trainer actor for a
+distributed placement) and calls it for the two phases that touch weights:
+
+    make_experience   trajectories -> Experience (π_old, π_ref, V where needed; advantages)
+    update            epochs x mini-batches of the actor (and critic); drift; adaptive KL
+
+and to save or load everything a bit-exact resume needs into a checkpoint directory:
+
+    model/            the actor, HF format (merged when LoRA trains)
+    critic/           the value model (PPO)
+    learner_state.pt  optimizers, schedules, KL controller, baseline, LoRA weights
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlxf.models import load_model, save_model
+from rlxf.trainer.experience import ExperienceMaker, drift_metrics
+from rlxf.trainer.roles import Actor, Critic, Reference
+from rlxf.trainer.seeds import derive_seed
+from rlxf.types import Experience, Trajectory
+
+log = logging.getLogger("rlxf")
+
+STATE_FILE = "learner_state.pt"
+
+
+def mini_batch_plan(num_samples: int, mini_batch_size: int, ppo_epochs: int, seed: int, step: int) -> list[list[int]]:
+    """Row indices of each optimizer step: epochs x shuffled mini-batches (seeded by step)."""
+    if mini_batch_size >= num_samples and ppo_epochs == 1:
+        return [list(range(num_samples))]
+    gen = torch.Generator().manual_seed(derive_seed(seed, step, 7))
+    plan = []
+    for _ in range(ppo_epochs):
+        perm = torch.randperm(num_samples, generator=gen).tolist()
+        plan += [perm[i:i + mini_batch_size] for i in range(0, num_samples, mini_batch_size)]
+    return plan
+
+
+@dataclass
+class Learner:
+    """Actor, reference and critic, with the experience maker and KL controller of the algorithm."""
+
+    tokenizer: Any
+    actor: Actor
+    reference: Reference | None     # only when algorithm.kl_coef > 0
+    critic: Critic | None           # only for estimators that need values (registry ``Needs``)
+    experience: ExperienceMaker
+    kl: Any                         # Fixed/AdaptiveKLController: .value, .update(kl, n)
+    mini_batch_size: int            # samples per optimizer step
+    ppo_epochs: int                 # passes over each step's batch
+    seed: int                       # run.seed: seeds each step's mini-batch shuffle
+
+    def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
+        return self.experience(trajs, self.actor, self.reference, self.critic, self.kl.value)
+
+    def update(self, exp: Experience, step: int) -> dict[str, float]:
+        plan = mini_batch_plan(len(exp), self.mini_batch_size, self.ppo_epochs, self.seed, step)
+        metrics, first_logprobs = self.actor.update(exp, plan, self.kl.value)
+        if self.critic is not None:
+            metrics |= self.critic.update(exp, plan)
+        old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs
+        drift = drift_metrics(exp, old, self.experience.kl_estimator)
+        if "kl" in drift:
+            self.kl.update(drift["kl"], len(exp))
+        return {**metrics, **drift, "kl_coef": self.kl.value}
+
+    def named_parameters(self):
+        """The actor's weights, as the engine loads them."""
+        return self.actor.model.named_parameters()
+
+    def save(self, directory: Path) -> None:
+        save_model(self.actor.model, directory / "model", self.tokenizer)
+        if self.critic is not None:
+            self.critic.model.save_pretrained(directory / "critic", self.tokenizer)
+        torch.save({
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict() if self.critic is not None else None,
+            "kl": self.kl.state_dict(),
+            "experience": self.experience.state_dict(),
+            "trainable": self.actor.adapter_state(),
+        }, directory / STATE_FILE)
+
+    def load(self, directory: Path) -> None:
+        state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
+        actor = self.actor
+        if state["trainable"]:
+            actor.load_adapter_state(state["trainable"])
+        else:
+            fresh = load_model(directory / "model", device=actor.device, dtype=actor.dtype)
+            actor.model.load_state_dict(fresh.state_dict())
+            del fresh
+        actor.load_state_dict(state["actor"])
+        if self.critic is not None:
+            from rlxf.models.value_model import ValueModel
+
+            fresh = ValueModel.from_pretrained(directory / "critic", device=actor.device, dtype=actor.dtype)
+            self.critic.model.load_state_dict(fresh.state_dict())
+            self.critic.load_state_dict(state["critic"])
+        self.kl.load_state_dict(state["kl"])
+        self.experience.load_state_dict(state["experience"])

@@ -1,0 +1,176 @@
+"""The seam between the RL loop and the placement: the loop talks only to ``Placement``, the
+trainer never imports a placement, and what an algorithm needs comes from the registry."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rlxf
+from rlxf.algorithms import Needs, register
+from rlxf.config import ConfigError, load_config
+from rlxf.placement.base import Placement
+from rlxf.rollout import SamplingParams
+from rlxf.run_dir import RunDir
+from rlxf.trainer.loop import train
+from rlxf.types import Prompt, Trajectory
+
+PACKAGE = Path(rlxf.__file__).parent
+
+
+def _config(tmp_path: Path, *overrides: str):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "run: {name: fake, output_dir: %s}\n"
+        "model: {path: unused}\n"
+        "data: {task: arithmetic, task_options: {max_digits: 2, ops: '+'}, train_size: 40, test_size: 4}\n"
+        "rollout: {n: 2, max_new_tokens: 4}\n"
+        "train: {steps: 4, prompts_per_step: 2, micro_batch_size: 4}\n"
+        "eval: {every: 2, num_problems: 4}\n"
+        "checkpoint: {every: 2}\n"
+        "logging: {progress: false}\n" % (tmp_path / "runs"))
+    return load_config(cfg, list(overrides))
+
+
+class RecordingPlacement(Placement):
+    """A placement with no models: it records what the loop asks and answers with data."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.calls: list[tuple] = []
+        self.version = 0
+
+    def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
+                 first_group: int = 0) -> list[Trajectory]:
+        self.calls.append(("generate", len(prompts), sampling.n, sampling.temperature))
+        return [Trajectory(prompt=p, group=first_group + g, response_ids=[5, 6], response_text="1",
+                           rollout_logprobs=[-0.5, -0.5], loss_mask=[1, 1], policy_versions=[self.version] * 2,
+                           finish_reason="stop")
+                for g, p in enumerate(prompts) for _ in range(sampling.n)]
+
+    def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
+        self.calls.append(("score", len(trajs)))
+        for i, t in enumerate(trajs):
+            t.reward, t.correct = float(i % 2), bool(i % 2)
+        return {}
+
+    def make_experience(self, trajs):
+        self.calls.append(("make_experience", len(trajs)))
+        return ("an experience", len(trajs)), {"advantage/mean": 0.0}
+
+    def update(self, exp, step: int) -> dict[str, float]:
+        self.calls.append(("update", exp, step))
+        return {"grad_norm": 1.0, "skipped": 0.0}
+
+    def sync_weights(self, version: int) -> None:
+        self.calls.append(("sync_weights", version))
+        self.version = version
+
+    def save(self, directory: Path) -> None:
+        self.calls.append(("save", directory.parent.name))
+        (directory / "weights.json").write_text(json.dumps({"version": self.version}))
+
+    def load(self, directory: Path) -> None:
+        self.calls.append(("load", directory.name))
+        self.version = json.loads((directory / "weights.json").read_text())["version"]
+
+    def close(self) -> None:
+        self.calls.append(("close",))
+
+
+def _phases(calls, names=("generate", "score", "make_experience", "update", "sync_weights", "save", "load")):
+    return [c for c in calls if c[0] in names]
+
+
+def test_the_loop_drives_a_placement_through_its_interface_only(tmp_path, tokenizer_for_tests):
+    cfg = _config(tmp_path)
+    fake = RecordingPlacement(tokenizer_for_tests)
+    run = RunDir.open(cfg.run.output_dir, cfg.run.name)
+    last = train(cfg, run, fake)
+
+    train_calls = [c for c in fake.calls if not (c[0] == "generate" and c[3] == 0.0)]
+    step1 = _phases(train_calls)[:5]
+    assert step1 == [("generate", 2, 2, 1.0), ("score", 4), ("make_experience", 4),
+                     ("update", ("an experience", 4), 1), ("sync_weights", 1)]
+    assert [c[2] for c in fake.calls if c[0] == "update"] == [1, 2, 3, 4]
+    assert [c[1] for c in fake.calls if c[0] == "sync_weights"] == [1, 2, 3, 4]
+    # evaluation goes through the same interface, greedily (temperature 0, one sample)
+    evals = [c for c in fake.calls if c[0] == "generate" and c[3] == 0.0]
+    assert evals and all(c[1:3] == (4, 1) for c in evals)
+    assert (run.checkpoints / "step_4" / "weights.json").exists()
+    assert last["grad_norm"] == 1.0 and "time/step" in last and "accuracy" in last
+    assert ("close",) not in fake.calls  # train() borrows the placement; its owner closes it
+
+
+def test_resume_loads_the_checkpoint_into_the_placement_and_syncs_it(tmp_path, tokenizer_for_tests):
+    cfg = _config(tmp_path, "train.steps=2")
+    train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), RecordingPlacement(tokenizer_for_tests))
+    cfg = _config(tmp_path, "train.steps=4")
+    fake = RecordingPlacement(tokenizer_for_tests)
+    train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name, resume=True), fake, resume=True)
+    assert _phases(fake.calls)[:2] == [("load", "step_2"), ("sync_weights", 2)]
+    assert [c[2] for c in fake.calls if c[0] == "update"] == [3, 4]
+    assert fake.version == 4
+
+
+def _runtime_imports(path: Path) -> list[str]:
+    """Modules ``path`` imports outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text())
+    type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                 and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+    return out
+
+
+def test_the_trainer_never_imports_a_placement():
+    offenders = {str(p.relative_to(PACKAGE)): m for p in (PACKAGE / "trainer").rglob("*.py")
+                 for m in _runtime_imports(p) if m.startswith("rlxf.placement")}
+    assert not offenders, offenders
+
+
+def test_the_local_placement_imports_no_ray():
+    code = "import sys, rlxf.placement.local, rlxf.trainer.loop; print(any(m.split('.')[0] == 'ray' for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_plugin_estimator_that_needs_values_gets_a_critic(tmp_path, nano_model_dir):
+    from rlxf.config.explain import ModelDims, memory_estimate
+    from rlxf.models import load_from_config
+    from rlxf.placement.local import build_learner
+
+    @register("advantage", "critic_plugin_for_tests", needs=Needs(values=True))
+    def with_values(rewards, mask, group_ids, values, params):
+        return values, values
+
+    cfg = _config(tmp_path, f"model.path={nano_model_dir}", "algorithm.advantage=critic_plugin_for_tests")
+    model, tok = load_from_config(cfg.model)
+    assert build_learner(cfg, model, tok).critic is not None
+    plain = _config(tmp_path, f"model.path={nano_model_dir}", "algorithm.advantage=reinforce_pp")
+    assert build_learner(plain, model, tok).critic is None
+    dims = ModelDims(params=1000, layers=2, hidden=8, kv_dim=8, vocab=16, intermediate=16)
+    assert "critic" in [r.role for r in memory_estimate(cfg, dims)]
+    assert "critic" not in [r.role for r in memory_estimate(plain, dims)]
+
+
+def test_a_plugin_estimator_that_compares_samples_needs_groups(tmp_path):
+    @register("advantage", "group_plugin_for_tests", needs=Needs(groups=True))
+    def grouped(rewards, mask, group_ids, values, params):
+        return rewards, rewards
+
+    _config(tmp_path, "algorithm.advantage=group_plugin_for_tests")  # n = 2: fine
+    with pytest.raises(ConfigError, match=r"rollout.n >= 2"):
+        _config(tmp_path, "algorithm.advantage=group_plugin_for_tests", "rollout.n=1", "train.micro_batch_size=2")
+    _config(tmp_path, "algorithm.advantage=reinforce_pp", "rollout.n=1", "train.micro_batch_size=2")  # needs no groups
