@@ -61,3 +61,13 @@ def run(config: Path, overrides: list[str]) -> None:
                       _gib(r.kv_cache), _gib(r.total))
     table.add_row("all", "", "", "", "", "", _gib(sum(r.total for r in roles)))
     console.print(table)
+
+    from rlxf.config.explain import placement_table
+
+    console.rule(f"placement: {cfg.run.placement}" + (f" ({cfg.ray.mode})" if cfg.run.placement == "ray" else ""))
+    table = Table(show_header=True, header_style="bold")
+    for col in ("process", "roles", "resources", "memory (GiB)"):
+        table.add_column(col)
+    for process, held, resources, size in placement_table(cfg, roles):
+        table.add_row(process, held, resources, _gib(size) if size is not None else "-")
+    console.print(table)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from rlxf.cli.errors import UsageError
 
-# Fields a resumed run may change: how long it runs and what it logs, never what it learns.
-RESUMABLE_CHANGES = ("train.steps", "logging.", "eval.", "checkpoint.", "run.threads")
+# Fields a resumed run may change: how long it runs, what it logs and where its roles run, never
+# what it learns.
+RESUMABLE_CHANGES = ("train.steps", "logging.", "eval.", "checkpoint.", "run.threads", "run.placement", "ray.")
 
 
 def _diff(a, b, prefix: str = "") -> list[str]:

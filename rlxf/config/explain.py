@@ -119,3 +119,22 @@ def batch_table(cfg: Config) -> list[tuple[str, str, str]]:
         ("tokens per step (upper bound)", f"{d.max_tokens_per_step:,}", "samples x tokens per sample"),
         ("prompts in the run", f"{t.prompts_per_step * t.steps:,}", "prompts per step x train.steps"),
     ]
+
+
+def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str, str, int | None]]:
+    """(process, roles it holds, CPUs / GPUs, estimated bytes or None) for ``run.placement``."""
+    mem = {r.role: r.total for r in roles}
+    trainer = [r.role for r in roles if r.role != "engine"]
+    if cfg.run.placement == "local":
+        return [("this process", ", ".join([*trainer, "engine", "reward"]), "all of this machine's",
+                 sum(mem.values()))]
+    rc = cfg.ray
+    learner = f"{rc.learner_cpus:g} CPU" + (f", {rc.learner_gpus:g} GPU" if rc.learner_gpus else "")
+    if rc.mode == "colocated":
+        return [("Ray actor: colocated", ", ".join([*trainer, "engine", "reward"]), learner, sum(mem.values()))]
+    engine = f"{rc.engine_cpus:g} CPU" + (f", {rc.engine_gpus:g} GPU" if rc.engine_gpus else "")
+    rows = [("Ray actor: learner", ", ".join(trainer), learner, sum(mem[r] for r in trainer))]
+    rows += [(f"Ray actor: engine {i}", "engine (own copy of the policy)", engine, mem["engine"])
+             for i in range(rc.engines)]
+    rows.append(("driver (rlxf train)", "data, reward (verifier pool)", "-", None))
+    return rows

@@ -14,9 +14,10 @@ class RunConfig(Section):
     name: str = Field("run", description="Run name; outputs go to `<output_dir>/<name>/`.")
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(0, description="Seed for data order, sampling and initialisation.")
-    placement: Literal["local"] = Field(
+    placement: Literal["local", "ray"] = Field(
         "local",
-        description="Where roles run. `local`: everything in this process (the embedded default).",
+        description="Where roles run. `local`: everything in this process (the embedded default). "
+        "`ray`: roles as Ray actors (`pip install rlxf[ray]`; see the `ray:` section).",
     )
     threads: int = Field(
         0, ge=0, description="torch intra-op threads; 0 keeps torch's default (one per core)."
@@ -53,3 +54,27 @@ class CheckpointConfig(Section):
         2, ge=1, description="How many most recent checkpoints to keep; older ones are deleted."
     )
     save_final: bool = Field(True, description="Save a checkpoint when the run finishes.")
+
+
+class RayConfig(Section):
+    """Where roles run under ``run.placement: ray``."""
+
+    address: str | None = Field(
+        None, description="Ray cluster to join (`auto`, or `ray://host:10001`); None starts a local Ray "
+        "instance for the run and shuts it down at the end.",
+    )
+    mode: Literal["colocated", "disaggregated"] = Field(
+        "colocated",
+        description="`colocated`: learner, engine and reward share one actor and take turns (as `local`, in "
+        "another process). `disaggregated`: the learner and each engine replica are separate actors with "
+        "their own resources; weights go learner -> engines through the object store after each step.",
+    )
+    engines: int = Field(1, ge=1, description="Rollout engine replicas (disaggregated); a step's prompts are "
+                         "split between them.")
+    learner_cpus: float = Field(1.0, gt=0, description="CPUs reserved for the learner actor (and its torch "
+                                "threads), or for the one colocated actor.")
+    engine_cpus: float = Field(1.0, gt=0, description="CPUs reserved for each engine actor (disaggregated).")
+    learner_gpus: float = Field(0.0, ge=0, description="GPUs for the learner actor (or the colocated actor).")
+    engine_gpus: float = Field(0.0, ge=0, description="GPUs for each engine actor (disaggregated).")
+    max_restarts: int = Field(3, ge=0, description="How often a dead engine actor is replaced (and its "
+                              "requests retried) before the run gives up.")

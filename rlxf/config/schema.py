@@ -12,7 +12,7 @@ from rlxf.config.data import DataConfig
 from rlxf.config.model import ModelConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.config.rollout import RolloutConfig
-from rlxf.config.run import CheckpointConfig, LoggingConfig, RunConfig
+from rlxf.config.run import CheckpointConfig, LoggingConfig, RayConfig, RunConfig
 from rlxf.config.train import CriticConfig, EvalConfig, SFTConfig, TrainConfig, TrainDerived, check_divisible
 
 
@@ -31,6 +31,7 @@ class Config(Section):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning (`rlxf sft`).")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics and samples.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray actors (`run.placement: ray`).")
     plugins: list[str] = Field(
         default_factory=list,
         description="Python modules imported before the run starts, e.g. to register a custom "

@@ -1,6 +1,7 @@
 """Where an RL run's roles live, behind one interface (``Placement``) the loop talks to.
 
 ``local``: every role in this process (the embedded default; no Ray import).
+``ray``: the roles as Ray actors, colocated or disaggregated (``rlxf.placement.ray``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ def build(cfg: Config) -> Placement:
         from rlxf.placement.local import LocalPlacement
 
         return LocalPlacement.from_config(cfg)
-    raise ValueError(f"unknown run.placement {cfg.run.placement!r}; valid: local")
+    if cfg.run.placement == "ray":
+        try:
+            from rlxf.placement.ray import RayPlacement
+        except ImportError as e:
+            raise ImportError(f"run.placement=ray needs Ray: pip install 'rlxf[ray]' ({e})") from None
+        return RayPlacement(cfg)
+    raise ValueError(f"unknown run.placement {cfg.run.placement!r}; valid: local, ray")
 
 
 def run_training(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:

@@ -174,3 +174,17 @@ def test_a_plugin_estimator_that_compares_samples_needs_groups(tmp_path):
     with pytest.raises(ConfigError, match=r"rollout.n >= 2"):
         _config(tmp_path, "algorithm.advantage=group_plugin_for_tests", "rollout.n=1", "train.micro_batch_size=2")
     _config(tmp_path, "algorithm.advantage=reinforce_pp", "rollout.n=1", "train.micro_batch_size=2")  # needs no groups
+
+
+def test_explain_shows_which_roles_run_where(tmp_path):
+    from rlxf.config.explain import RoleMemory, placement_table
+
+    roles = [RoleMemory("actor", weights=100), RoleMemory("reference", weights=10), RoleMemory("engine", weights=7)]
+    local = placement_table(_config(tmp_path), roles)
+    assert local == [("this process", "actor, reference, engine, reward", "all of this machine's", 117)]
+    split = placement_table(_config(tmp_path, "run.placement=ray", "ray.mode=disaggregated", "ray.engines=2",
+                                    "ray.engine_gpus=1"), roles)
+    assert [row[0] for row in split] == ["Ray actor: learner", "Ray actor: engine 0", "Ray actor: engine 1",
+                                         "driver (rlxf train)"]
+    assert split[0][1:] == ("actor, reference", "1 CPU", 110)
+    assert split[1][2:] == ("1 CPU, 1 GPU", 7)
