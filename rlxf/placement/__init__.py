@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from rlxf.config import Config
-from rlxf.placement.base import Placement
+from rlxf.placement.base import LearnerLost, Placement
 from rlxf.run_dir import RunDir
 
 
@@ -32,9 +32,16 @@ def run_training(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str,
 
     from rlxf.trainer.loop import train
 
+    from rlxf.trainer.checkpoint import latest_checkpoint
+
     torch.manual_seed(cfg.run.seed)  # model initialisation (a value head) is seeded like the run
-    with build(cfg) as placement:
-        return train(cfg, run, placement, resume=resume)
+    try:
+        with build(cfg) as placement:
+            return train(cfg, run, placement, resume=resume)
+    except LearnerLost as e:
+        last = latest_checkpoint(run.checkpoints)
+        where = f"the last checkpoint is {last}" if last else "there is no checkpoint yet (it restarts from step 0)"
+        raise LearnerLost(f"{e} In {run.path}, {where}.") from e
 
 
-__all__ = ["Placement", "build", "run_training"]
+__all__ = ["LearnerLost", "Placement", "build", "run_training"]

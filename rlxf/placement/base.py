@@ -28,6 +28,11 @@ from rlxf.rollout import SamplingParams
 from rlxf.types import Experience, Prompt, Trajectory
 
 
+class LearnerLost(RuntimeError):
+    """The process holding the learner died: its optimizer state is gone, so the run must
+    resume from a checkpoint (``rlxf train CONFIG --resume``)."""
+
+
 class Placement(ABC):
     """The roles of one RL run, wherever they live. Use as a context manager (closes)."""
 

@@ -24,17 +24,13 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from rlxf.config import Config
-from rlxf.placement.base import Placement
+from rlxf.placement.base import LearnerLost, Placement
 from rlxf.rollout import SamplingParams
 from rlxf.types import Experience, Prompt, Trajectory
 
 log = logging.getLogger("rlxf")
 
 _ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
-
-
-class LearnerLost(RuntimeError):
-    """The learner actor died: its optimizer state is gone, so the run must resume from a checkpoint."""
 
 
 def _threads(cpus: float) -> None:

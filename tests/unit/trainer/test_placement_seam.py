@@ -188,3 +188,20 @@ def test_explain_shows_which_roles_run_where(tmp_path):
                                          "driver (rlxf train)"]
     assert split[0][1:] == ("actor, reference", "1 CPU", 110)
     assert split[1][2:] == ("1 CPU, 1 GPU", 7)
+
+
+def test_a_lost_learner_ends_the_run_naming_the_last_checkpoint(tmp_path, tokenizer_for_tests, monkeypatch):
+    import rlxf.placement
+    from rlxf.placement import LearnerLost, run_training
+
+    class DiesAtStep3(RecordingPlacement):
+        def update(self, exp, step):
+            if step == 3:
+                raise LearnerLost("the learner actor died.")
+            return super().update(exp, step)
+
+    monkeypatch.setattr(rlxf.placement, "build", lambda cfg: DiesAtStep3(tokenizer_for_tests))
+    cfg = _config(tmp_path)
+    run = RunDir.open(cfg.run.output_dir, cfg.run.name)
+    with pytest.raises(LearnerLost, match=r"last checkpoint is .*step_2"):
+        run_training(cfg, run)
