@@ -83,13 +83,15 @@ class Experience:
     response_ids: list[list[int]]  # B lists of response ids (length R_i <= T)
     mask: torch.Tensor            # (B, T) float, 1 on response tokens that count for the loss
     rollout_logprobs: torch.Tensor  # (B, T) log π_rollout(a_t|s_t), from the engine
-    old_logprobs: torch.Tensor    # (B, T) log π_old(a_t|s_t), recomputed by the trainer
+    old_logprobs: torch.Tensor | None  # (B, T) log π_old(a_t|s_t), recomputed by the trainer; None when one
+                                  # optimizer step sees fresh samples (π_old = π_θ: the update's first forward)
     advantages: torch.Tensor      # (B, T) Â_t
     group_ids: torch.Tensor       # (B,) long, samples of one prompt share a group id
     rewards: torch.Tensor         # (B,) scalar outcome reward per sequence
     ref_logprobs: torch.Tensor | None = None  # (B, T) log π_ref(a_t|s_t), when kl_coef > 0
     values: torch.Tensor | None = None   # (B, T) V_old(s_t) from the critic (PPO)
     returns: torch.Tensor | None = None  # (B, T) value targets G_t (PPO)
+    policy_versions: torch.Tensor | None = None  # (B, T) long, weights version that sampled each token
 
     def __len__(self) -> int:
         return len(self.response_ids)

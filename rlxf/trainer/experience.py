@@ -97,7 +97,8 @@ class ExperienceMaker:
         exp = Experience(prompt_ids=prompt_ids, response_ids=response_ids, mask=mask,
                          rollout_logprobs=rollout_logprobs, old_logprobs=old, advantages=advantages,
                          group_ids=group_ids, rewards=scores, ref_logprobs=ref, values=values,
-                         returns=returns if critic is not None else None)
+                         returns=returns if critic is not None else None,
+                         policy_versions=pad([t.policy_versions for t in trajs], width, dtype=torch.long))
         return exp, metrics
 
     def state_dict(self) -> dict:

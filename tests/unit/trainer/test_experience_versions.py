@@ -1,0 +1,28 @@
+"""Per-token policy versions survive from trajectories to the training batch and its slices."""
+
+from __future__ import annotations
+
+import torch
+
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.trainer.experience import ExperienceMaker
+from rlxf.types import Prompt, Trajectory
+
+
+def _traj(group: int, versions: list[int], reward: float) -> Trajectory:
+    n = len(versions)
+    return Trajectory(prompt=Prompt(uid=f"p{group}", prompt_ids=[1, 2], prompt_text="q"), group=group,
+                      response_ids=list(range(3, 3 + n)), response_text="a", rollout_logprobs=[-1.0] * n,
+                      loss_mask=[1] * n, policy_versions=versions, finish_reason="stop", reward=reward)
+
+
+def test_policy_versions_reach_the_experience_and_its_mini_batches():
+    # a partial rollout's response carries two versions; shorter rows are padded with 0
+    trajs = [_traj(0, [4, 4, 5], 1.0), _traj(0, [5], 0.0), _traj(1, [3, 3], 1.0), _traj(1, [5, 5], 0.0)]
+    maker = ExperienceMaker.from_config(AlgorithmConfig(), max_new_tokens=8, optimizer_steps_per_step=1)
+    exp, _ = maker(trajs, actor=None, reference=None, critic=None, kl_coef=0.0)
+    assert exp.old_logprobs is None  # one optimizer step on fresh samples: π_old is the update's first forward
+    assert exp.policy_versions.dtype == torch.long
+    assert exp.policy_versions.tolist() == [[4, 4, 5], [5, 0, 0], [3, 3, 0], [5, 5, 0]]
+    mini = exp.select([1, 3]).trimmed()
+    assert mini.policy_versions.tolist() == [[5, 0], [5, 5]]
