@@ -25,7 +25,7 @@ def run_training(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str,
 
     from rlxf.trainer.loop import train
 
-    torch.manual_seed(cfg.run.seed)  # model initialisation (a value head) is seeded like the run
+    torch.manual_seed(cfg.seeds.init)  # model initialisation (a value head)
     with build(cfg) as placement:
         return train(cfg, run, placement, resume=resume)
 

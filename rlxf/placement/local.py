@@ -58,7 +58,7 @@ def build_learner(cfg: Config, model, tokenizer) -> Learner:
         tokenizer=tokenizer, actor=actor, reference=reference, critic=critic,
         experience=ExperienceMaker.from_config(cfg.algorithm, cfg.rollout.max_new_tokens, d.optimizer_steps_per_step),
         kl=make_kl_controller(cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon),
-        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.run.seed,
+        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.seeds.init,
     )
 
 
@@ -78,7 +78,7 @@ class LocalPlacement(Placement):
         model, tokenizer = load_from_config(cfg.model)
         learner = build_learner(cfg, model, tokenizer)
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
-                                          dtype=learner.actor.dtype, seed=cfg.run.seed)
+                                          dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
         reward = build_reward(cfg.reward)
         return cls(learner, engine, reward)
 

@@ -44,24 +44,25 @@ class TrainingDiverged(RuntimeError):
 
 def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = False) -> dict[str, float]:
     """Run RL training with the roles in ``placement``; returns the last step's metrics."""
-    torch.manual_seed(cfg.run.seed)
-    data = build_prompt_data(cfg.data, placement.tokenizer, seed=cfg.run.seed)
+    seeds = cfg.seeds  # data, sampling and init draw from separate seeds (run.seed by default)
+    torch.manual_seed(seeds.init)
+    data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)
     log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
-    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    sampler = PromptSampler(data.train, seed=seeds.data, shuffle=cfg.data.shuffle)
     sampling = SamplingParams.from_config(cfg.rollout)
     state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
     checkpoint_seconds: dict[str, float] = {}
     try:
         if state.step == 0 and cfg.eval.at_start:
-            state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=cfg.run.seed))
+            state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
         with state.progress(cfg.train.steps) as progress:
             for step in range(state.step + 1, cfg.train.steps + 1):
                 timer = PhaseTimer()
 
                 # rollout + reward: a group of n scored responses per prompt
                 trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
-                                                 prompts_per_step=cfg.train.prompts_per_step, seed=cfg.run.seed,
+                                                 prompts_per_step=cfg.train.prompts_per_step, seed=seeds.sampling,
                                                  step=step, timer=timer)
 
                 # experience: log-probs, values, token rewards, advantages
@@ -79,7 +80,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 # eval: held-out accuracy every eval.every steps
                 if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.train.steps):
                     with timer("eval"):
-                        eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=cfg.run.seed)
+                        eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
                 else:
                     eval_metrics = {}
 

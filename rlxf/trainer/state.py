@@ -68,7 +68,7 @@ class RunState:
         run.config.write_text(dump_config(cfg))
         sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                            config=cfg.model_dump(mode="json"))
-        return cls(run, cfg, sink, SampleWriter(run.samples, cfg.logging.samples_fraction, cfg.run.seed), step=step)
+        return cls(run, cfg, sink, SampleWriter(run.samples, cfg.logging.samples_fraction, cfg.seeds.sampling), step=step)
 
     def log(self, step: int, metrics: dict[str, float], trajs: list[Trajectory] | None = None) -> None:
         self.sink.log(step, metrics)
