@@ -68,7 +68,8 @@ class LoggingConfig(Section):
 
 class CheckpointConfig(Section):
     every: int = Field(
-        0, ge=0, description="Save a checkpoint every N RL steps (0 = only at the end of the run)."
+        50, ge=0, description="Save a checkpoint every N RL steps, so a killed run can `--resume` "
+        "(0 = only at the end, and on SIGTERM / Ctrl-C, which always checkpoint the finished step).",
     )
     keep_last: int = Field(
         2, ge=1, description="How many most recent checkpoints to keep; older ones are deleted."

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
-from rl_helpers import write_config
+from rl_helpers import HERE, REPO, metrics, write_config
 
 from rlxf.cli.main import main
 
@@ -29,3 +34,38 @@ def test_rollout_seed_changes_samples_but_not_data(tmp_path, nano_model_dir):
     assert [(s["step"], s["uid"], s["prompt"]) for s in a] == [(s["step"], s["uid"], s["prompt"]) for s in b]
     assert [s["response"] for s in a] != [s["response"] for s in b]
     assert [s["uid"] for s in a] != [s["uid"] for s in c]
+
+
+def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(tmp_path, nano_model_dir):
+    """Ctrl-C (SIGTERM takes the same path; see tests/unit/trainer/test_interrupt.py): the step
+    in progress finishes and is checkpointed, the exit code is 130 and stderr says how to
+    resume; --resume then continues from it."""
+    signum = signal.SIGINT
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 10_000}, checkpoint={"every": 0})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rlxf.cli.main", "train", str(cfg)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "runs" / "t"
+    try:
+        deadline = time.monotonic() + 240  # a generous bound on start-up, not a timing assertion
+        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the run wrote no step"
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    last = metrics(run)[-1]["step"]
+    assert (run / "checkpoints" / f"step_{last}").is_dir()
+    assert f"continue from {run / 'checkpoints' / f'step_{last}'}" in err
+    assert f"rlxf train {cfg} --resume" in err
+    assert main(["train", str(cfg), "--resume", f"train.steps={last + 1}"]) == 0
+    assert [m["step"] for m in metrics(run)] == list(range(1, last + 2))
+
+
+def test_checkpoints_are_periodic_by_default():
+    from rlxf.config.run import CheckpointConfig
+
+    assert CheckpointConfig().every > 0
