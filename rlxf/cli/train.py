@@ -75,7 +75,6 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
 
     from rlxf.metrics.report import write_report
     from rlxf.placement import run_training
-
     from rlxf.trainer.interrupt import TrainingInterrupted
 
     again = shlex.join(["rlxf", "train", str(config), *overrides, "--resume"])
