@@ -69,3 +69,41 @@ def test_checkpoints_are_periodic_by_default():
     from rlxf.config.run import CheckpointConfig
 
     assert CheckpointConfig().every > 0
+
+
+def _cut_in_half(path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_resume_skips_a_damaged_checkpoint_and_names_damaged_files(tmp_path, nano_model_dir, capsys):
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 2})
+    run = tmp_path / "runs" / "t"
+    assert main(["train", str(cfg)]) == 0
+    ckpts = run / "checkpoints"
+
+    # a truncated model file in the newest checkpoint: resume from the previous one, and say so
+    _cut_in_half(ckpts / "step_4" / "model" / "model.safetensors")
+    assert main(["train", str(cfg), "--resume", "train.steps=5"]) == 0
+    log = (run / "train.log").read_text()
+    assert f"{ckpts / 'step_4' / 'model' / 'model.safetensors'}: SafetensorError" in log
+    assert f"previous intact checkpoint {ckpts / 'step_2'}" in log
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4, 5]
+
+    # a broken line in the middle of samples.jsonl: the error names the file and the line
+    lines = (run / "samples.jsonl").read_text().splitlines(keepends=True)
+    assert len(lines) > 2
+    lines[1] = lines[1][: len(lines[1]) // 2] + "\n"
+    (run / "samples.jsonl").write_text("".join(lines))
+    capsys.readouterr()
+    assert main(["train", str(cfg), "--resume", "train.steps=6"]) == 2
+    assert f"{run / 'samples.jsonl'}, line 2: not a JSON record" in capsys.readouterr().err
+
+    # every checkpoint damaged: no fallback, the error names each damaged file
+    (run / "samples.jsonl").unlink()
+    for step in (4, 5):
+        _cut_in_half(ckpts / f"step_{step}" / "trainer_state.pt")
+    assert main(["train", str(cfg), "--resume", "train.steps=6"]) == 1
+    err = capsys.readouterr().err
+    assert "no intact checkpoint" in err
+    assert all(str(ckpts / f"step_{step}" / "trainer_state.pt") in err for step in (4, 5))
