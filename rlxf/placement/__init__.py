@@ -10,23 +10,28 @@ from rlxf.placement.base import Placement
 from rlxf.run_dir import RunDir
 
 
-def build(cfg: Config) -> Placement:
-    """The placement ``run.placement`` names, built for ``cfg`` (models loaded, engine ready)."""
+def build(cfg: Config, **objects) -> Placement:
+    """The placement ``run.placement`` names, built for ``cfg`` (models loaded, engine ready).
+
+    ``objects``: in-memory ``model``, ``tokenizer`` and ``reward`` to use instead of building
+    them from the config (the Python API, ``rlxf.train``).
+    """
     if cfg.run.placement == "local":
         from rlxf.placement.local import LocalPlacement
 
-        return LocalPlacement.from_config(cfg)
+        return LocalPlacement.from_config(cfg, **objects)
     raise ValueError(f"unknown run.placement {cfg.run.placement!r}; valid: local")
 
 
-def run_training(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
-    """Build the configured placement, run the RL loop in it, close it; the last step's metrics."""
+def run_training(cfg: Config, run: RunDir, *, resume: bool = False, **objects) -> dict[str, float]:
+    """Build the configured placement, run the RL loop in it, close it; the last step's metrics.
+    ``objects``: in-memory model / tokenizer / reward (see ``build``)."""
     import torch
 
     from rlxf.trainer.loop import train
 
     torch.manual_seed(cfg.seeds.init)  # model initialisation (a value head)
-    with build(cfg) as placement:
+    with build(cfg, **objects) as placement:
         return train(cfg, run, placement, resume=resume)
 
 
