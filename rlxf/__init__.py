@@ -6,3 +6,15 @@ dependencies (Ray, vLLM, W&B, MLflow) are imported only when a config asks for t
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # rlxf.train / rlxf.TrainResult (rlxf.api) load on first use, so `import rlxf` stays cheap
+    if name in ("train", "TrainResult"):
+        from rlxf import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rlxf' has no attribute {name!r}")
+
+
+__all__ = ["TrainResult", "__version__", "train"]

@@ -31,15 +31,15 @@ def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
     from rlxf.trainer.evaluate import evaluate_prompts
 
     model, tokenizer = load_from_config(cfg.model)
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
-    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed)
+    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
+    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     reward = build_reward(cfg.reward)
     sampling = SamplingParams.from_config(cfg.rollout)
     if cfg.eval.max_new_tokens is not None:
         sampling = SamplingParams.from_config(cfg.rollout, max_new_tokens=cfg.eval.max_new_tokens)
     try:
         metrics = evaluate_prompts(engine, tokenizer, reward, data.test[: cfg.eval.num_problems], sampling,
-                                   pass_k=cfg.eval.pass_k, seed=cfg.run.seed)
+                                   pass_k=cfg.eval.pass_k, seed=cfg.seeds.sampling)
     finally:
         close = getattr(reward, "close", None)
         if close is not None:

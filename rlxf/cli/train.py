@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
 from pathlib import Path
 
+import typer
+
 from rlxf.cli.errors import UsageError
+from rlxf.errors import UserInputError
 
 # Fields a resumed run may change: how long it runs, what it logs and where its roles run, never
 # what it learns.
@@ -44,6 +49,16 @@ def apply_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+def resume_hint(checkpoints: Path, command: str) -> str:
+    """What to run to continue, and from which checkpoint (or that there is none yet)."""
+    from rlxf.trainer.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(checkpoints)
+    if ckpt is None:
+        return f"no checkpoint was written yet; `{command}` starts the run over"
+    return f"continue from {ckpt} with: {command}"
+
+
 def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
@@ -61,8 +76,25 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
 
     from rlxf.metrics.report import write_report
     from rlxf.placement import run_training
+    from rlxf.trainer.interrupt import TrainingInterrupted
 
-    last = run_training(cfg, run_dir, resume=resume)
+    again = shlex.join(["rlxf", "train", str(config), *overrides, "--resume"])
+    try:
+        last = run_training(cfg, run_dir, resume=resume)
+    except TrainingInterrupted as e:  # SIGTERM / first Ctrl-C: the finished step was checkpointed
+        log.warning("%s", e)
+        print(f"{e}\n{resume_hint(run_dir.checkpoints, again)}", file=sys.stderr)
+        logging.shutdown()
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop started
+        print(f"interrupted\n{resume_hint(run_dir.checkpoints, again)}", file=sys.stderr)
+        logging.shutdown()
+        raise typer.Exit(130) from None
+    except UserInputError:  # bad config or data: resuming would fail the same way
+        raise
+    except Exception:
+        log.error("the run failed; %s", resume_hint(run_dir.checkpoints, again))
+        raise
     report = write_report([run_dir.path])
     summary = ", ".join(f"{k} {last[k]:.4g}" for k in ("reward/mean", "accuracy", "eval/accuracy") if k in last)
     log.info("done: %s; report %s", summary or "no metrics", report)

@@ -52,7 +52,7 @@ class DataConfig(Section):
         description="Options of the task. arithmetic: min_digits, max_digits, ops (e.g. '+-'), "
         "num_operands (int or [min, max]), allow_negative, format ('compact' = '12+345=', "
         "'question' = 'What is 12 + 345?', or a string with {expr} / {spaced}). reasoning_gym: the "
-        "dataset's config fields (seed and size come from run.seed and train_size / test_size).",
+        "dataset's config fields (seed and size come from run.data_seed and train_size / test_size).",
     )
     train_size: int = Field(20000, ge=1, description="Procedural tasks: number of training problems.")
     test_size: int = Field(
@@ -89,7 +89,7 @@ class DataConfig(Section):
         description="What to do with a prompt over max_prompt_len: drop it (counted in the log), "
         "keep its last max_prompt_len tokens, or stop with an error.",
     )
-    shuffle: bool = Field(True, description="Shuffle the training prompts each epoch (seeded by run.seed).")
+    shuffle: bool = Field(True, description="Shuffle the training prompts each epoch (seeded by run.data_seed).")
 
     @model_validator(mode="after")
     def _source_needs(self) -> DataConfig:

@@ -39,8 +39,9 @@ class RolloutConfig(Section):
     )
     seed: int | None = Field(
         None, ge=0,
-        description="Seed of the engine's generator, which gives every request of every step its "
-        "own sampling seed (so steps differ and runs repeat); None = run.seed.",
+        description="The sampling seed: every rollout and evaluation request's seed is derived from "
+        "it and the step (so steps differ and runs repeat); vary it alone to repeat a run over "
+        "sampling seeds on the same data (run.data_seed). None = run.seed.",
     )
     max_batch_size: int = Field(
         512, ge=1, description="Native engine: most sequences decoded at once (KV-cache rows)."

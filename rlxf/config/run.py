@@ -13,7 +13,20 @@ from rlxf.config.base import Section
 class RunConfig(Section):
     name: str = Field("run", description="Run name; outputs go to `<output_dir>/<name>/`.")
     output_dir: str = Field("runs", description="Parent directory of run directories.")
-    seed: int = Field(0, description="Seed for data order, sampling and initialisation.")
+    seed: int = Field(
+        0, description="The run's seed: the default of its three separable seeds (data_seed, "
+        "rollout.seed for sampling, init_seed); setting only this moves all three.",
+    )
+    data_seed: int | None = Field(
+        None, ge=0,
+        description="Seed of the data: train/held-out splits, procedural tasks and prompt order. "
+        "Fix it and vary rollout.seed to repeat a run over sampling seeds on the same data. None = run.seed.",
+    )
+    init_seed: int | None = Field(
+        None, ge=0,
+        description="Seed of initialisation and training randomness: new weights (a value head), "
+        "torch's global generator, the mini-batch shuffle. None = run.seed.",
+    )
     placement: Literal["local", "ray"] = Field(
         "local",
         description="Where roles run. `local`: everything in this process (the embedded default). "
@@ -29,6 +42,14 @@ class RunConfig(Section):
         if not re.fullmatch(r"[A-Za-z0-9._-]+", v):
             raise ValueError(f"run name {v!r} may only hold letters, digits, '.', '_' and '-'")
         return v
+
+
+class Seeds(Section):
+    """The run's three seeds, resolved (``Config.seeds``): each random choice draws from one."""
+
+    data: int       # splits, procedural tasks, prompt order
+    sampling: int   # every rollout and evaluation request's sampling seed
+    init: int       # weight initialisation, torch's global RNG, mini-batch shuffles
 
 
 class LoggingConfig(Section):
@@ -48,7 +69,8 @@ class LoggingConfig(Section):
 
 class CheckpointConfig(Section):
     every: int = Field(
-        0, ge=0, description="Save a checkpoint every N RL steps (0 = only at the end of the run)."
+        50, ge=0, description="Save a checkpoint every N RL steps, so a killed run can `--resume` "
+        "(0 = only at the end, and on SIGTERM / Ctrl-C, which always checkpoint the finished step).",
     )
     keep_last: int = Field(
         2, ge=1, description="How many most recent checkpoints to keep; older ones are deleted."

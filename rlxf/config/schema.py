@@ -12,7 +12,7 @@ from rlxf.config.data import DataConfig
 from rlxf.config.model import ModelConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.config.rollout import RolloutConfig
-from rlxf.config.run import CheckpointConfig, LoggingConfig, RayConfig, RunConfig
+from rlxf.config.run import CheckpointConfig, LoggingConfig, RayConfig, RunConfig, Seeds
 from rlxf.config.train import CriticConfig, EvalConfig, SFTConfig, TrainConfig, TrainDerived, check_divisible
 
 
@@ -64,3 +64,11 @@ class Config(Section):
             max_tokens_per_sample=max_tokens,
             max_tokens_per_step=samples * max_tokens,
         )
+
+    @cached_property
+    def seeds(self) -> Seeds:
+        """The data, sampling and initialisation seeds; each unset one is ``run.seed``."""
+        def pick(seed: int | None) -> int:
+            return self.run.seed if seed is None else seed
+
+        return Seeds(data=pick(self.run.data_seed), sampling=pick(self.rollout.seed), init=pick(self.run.init_seed))

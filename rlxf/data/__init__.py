@@ -1,7 +1,7 @@
 """Data: prompt / SFT / preference datasets, chat templating, procedural tasks, prompt order.
 
-    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed)   # PromptData(train, test, report)
-    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data)   # PromptData(train, test, report)
+    sampler = PromptSampler(data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
 """
 
 from rlxf.data.errors import DataError

@@ -1,6 +1,6 @@
 """RL prompts from a procedural task or a dataset, templated and tokenized once.
 
-    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed)
+    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     data.train, data.test      # lists of rlxf.types.Prompt
     data.report                # counts: read, dropped as too long, truncated, removed as test overlap
 

@@ -1,6 +1,6 @@
 """Deterministic, resumable order of training prompts.
 
-    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    sampler = PromptSampler(data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     batch = sampler.next_batch(16)            # crosses epoch boundaries seamlessly
     state = sampler.state_dict()               # saved with each checkpoint
     sampler.load_state_dict(state)             # a resumed run continues with the next unseen prompt
@@ -78,7 +78,7 @@ class PromptSampler:
         if mismatch:
             raise DataError(
                 f"cannot resume the prompt order: the checkpoint's {', '.join(mismatch)} differ from this run's "
-                f"(saved {[state.get(k) for k in mismatch]}); resume with the same data config, tokenizer and run.seed"
+                f"(saved {[state.get(k) for k in mismatch]}); resume with the same data config, tokenizer and run.seed / run.data_seed"
             )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._epoch_order(self.epoch)

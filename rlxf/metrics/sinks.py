@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlxf.errors import UserInputError
+
 log = logging.getLogger("rlxf")
 
 
@@ -101,6 +103,10 @@ def repair_tail(path: Path) -> int:
         return size - cut
 
 
+class DamagedFileError(UserInputError):
+    """A run file that rlxf wrote cannot be read back; the message names the file and line."""
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """All complete records of a JSONL file (a torn last line is ignored)."""
     records = []
@@ -108,12 +114,18 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not p.exists():
         return records
     with open(p, "rb") as f:
-        for raw in f:
+        for number, raw in enumerate(f, start=1):
             if not raw.endswith(b"\n"):
                 break
             line = raw.strip()
             if line:
-                records.append(json.loads(line))
+                try:
+                    records.append(json.loads(line))
+                except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+                    raise DamagedFileError(
+                        f"{p}, line {number}: not a JSON record ({e}). rlxf writes whole lines, so the file "
+                        f"was damaged after it was written; delete or repair that line and run again."
+                    ) from None
     return records
 
 

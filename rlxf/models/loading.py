@@ -151,6 +151,11 @@ def load_model(
     except (OSError, ValueError) as e:
         raise hub_error(source, e) from None
     model.to(dev)
+    return _prepare(model, gradient_checkpointing=gradient_checkpointing, lora=lora, linear_kernels=linear_kernels)
+
+
+def _prepare(model, *, gradient_checkpointing: bool, lora: LoraConfig | None,
+             linear_kernels: LinearKernels) -> PreTrainedModel:
     model.config.use_cache = False
     use_fast_linears(model, linear_kernels)
     if gradient_checkpointing:
@@ -158,6 +163,13 @@ def load_model(
     if lora is not None and lora.r > 0:
         model = apply_lora(model, lora)
     return model
+
+
+def prepare_model(model: PreTrainedModel, cfg: ModelConfig, *, train: bool = True) -> PreTrainedModel:
+    """An in-memory causal LM made ready as ``load_model`` makes a loaded one (kernels, and for
+    training: checkpointing and LoRA per ``cfg``); it stays on its own device and dtype."""
+    return _prepare(model, gradient_checkpointing=train and cfg.gradient_checkpointing,
+                    lora=cfg.lora if train else None, linear_kernels=cfg.linear_kernels)
 
 
 def enable_checkpointing(model: PreTrainedModel) -> None:

@@ -11,12 +11,19 @@ from rlxf.placement.base import LearnerLost, Placement
 from rlxf.run_dir import RunDir
 
 
-def build(cfg: Config) -> Placement:
-    """The placement ``run.placement`` names, built for ``cfg`` (models loaded, engine ready)."""
+def build(cfg: Config, **objects) -> Placement:
+    """The placement ``run.placement`` names, built for ``cfg`` (models loaded, engine ready).
+
+    ``objects``: in-memory ``model``, ``tokenizer`` and ``reward`` to use instead of building
+    them from the config (the Python API, ``rlxf.train``).
+    """
     if cfg.run.placement == "local":
         from rlxf.placement.local import LocalPlacement
 
-        return LocalPlacement.from_config(cfg)
+        return LocalPlacement.from_config(cfg, **objects)
+    if objects:
+        raise ValueError("in-memory models, tokenizers and rewards run only in the local placement "
+                         "(run.placement=local); a Ray placement loads them from the config in its actors")
     if cfg.run.placement == "ray":
         try:
             from rlxf.placement.ray import RayPlacement
@@ -26,17 +33,17 @@ def build(cfg: Config) -> Placement:
     raise ValueError(f"unknown run.placement {cfg.run.placement!r}; valid: local, ray")
 
 
-def run_training(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
-    """Build the configured placement, run the RL loop in it, close it; the last step's metrics."""
+def run_training(cfg: Config, run: RunDir, *, resume: bool = False, **objects) -> dict[str, float]:
+    """Build the configured placement, run the RL loop in it, close it; the last step's metrics.
+    ``objects``: in-memory model / tokenizer / reward (see ``build``)."""
     import torch
 
+    from rlxf.trainer.checkpoint import latest_checkpoint
     from rlxf.trainer.loop import train
 
-    from rlxf.trainer.checkpoint import latest_checkpoint
-
-    torch.manual_seed(cfg.run.seed)  # model initialisation (a value head) is seeded like the run
+    torch.manual_seed(cfg.seeds.init)  # model initialisation (a value head)
     try:
-        with build(cfg) as placement:
+        with build(cfg, **objects) as placement:
             return train(cfg, run, placement, resume=resume)
     except LearnerLost as e:
         last = latest_checkpoint(run.checkpoints)

@@ -13,6 +13,7 @@ from pathlib import Path
 from rlxf.algorithms import make_kl_controller, registry
 from rlxf.config import Config
 from rlxf.models import load_from_config, load_model
+from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
 from rlxf.rewards import build_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
@@ -26,8 +27,12 @@ from rlxf.types import Experience, Prompt, Trajectory
 log = logging.getLogger("rlxf")
 
 
-def build_learner(cfg: Config, model, tokenizer) -> Learner:
-    """Actor (around ``model``), reference and critic as the config's algorithm needs them."""
+def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic_trunk=None) -> Learner:
+    """Actor (around ``model``), reference and critic as the config's algorithm needs them.
+
+    ``reference_model`` / ``critic_trunk``: in-memory copies to use instead of loading the
+    reference from ``model.path`` and the critic's trunk from ``critic.path or model.path``.
+    """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     d = cfg.derived
@@ -39,7 +44,9 @@ def build_learner(cfg: Config, model, tokenizer) -> Learner:
                   cfg.train.optim, total_optimizer_steps, spec)
 
     reference = None
-    if cfg.algorithm.kl_coef > 0:
+    if cfg.algorithm.kl_coef > 0 and reference_model is not None:
+        reference = Reference(reference_model, spec)
+    elif cfg.algorithm.kl_coef > 0:
         reference = Reference(load_model(cfg.model.path, device=device, dtype=dtype, revision=cfg.model.revision,
                                          trust_remote_code=cfg.model.trust_remote_code,
                                          linear_kernels=cfg.model.linear_kernels), spec)
@@ -47,10 +54,13 @@ def build_learner(cfg: Config, model, tokenizer) -> Learner:
     if registry.needs("advantage", cfg.algorithm.advantage).values:
         from rlxf.models.value_model import ValueModel
 
-        value_model = ValueModel.from_pretrained(cfg.critic.path or cfg.model.path, device=device, dtype=dtype,
-                                                 gradient_checkpointing=cfg.model.gradient_checkpointing,
-                                                 trust_remote_code=cfg.model.trust_remote_code,
-                                                 linear_kernels=cfg.model.linear_kernels)
+        if critic_trunk is not None and cfg.critic.path is None:
+            value_model = ValueModel(critic_trunk)
+        else:
+            value_model = ValueModel.from_pretrained(cfg.critic.path or cfg.model.path, device=device, dtype=dtype,
+                                                     gradient_checkpointing=cfg.model.gradient_checkpointing,
+                                                     trust_remote_code=cfg.model.trust_remote_code,
+                                                     linear_kernels=cfg.model.linear_kernels)
         critic = Critic(value_model, cfg.critic.optim, total_optimizer_steps, spec, cfg.algorithm.value_clip,
                         registry.get("loss_agg", cfg.algorithm.loss_agg),
                         float(cfg.algorithm.loss_agg_norm or cfg.rollout.max_new_tokens))
@@ -58,8 +68,23 @@ def build_learner(cfg: Config, model, tokenizer) -> Learner:
         tokenizer=tokenizer, actor=actor, reference=reference, critic=critic,
         experience=ExperienceMaker.from_config(cfg.algorithm, cfg.rollout.max_new_tokens, d.optimizer_steps_per_step),
         kl=make_kl_controller(cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon),
-        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.run.seed,
+        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.seeds.init,
     )
+
+
+def in_memory_copies(cfg: Config, model) -> dict:
+    """Frozen copies of an in-memory policy, taken before training touches it: the reference
+    (when ``kl_coef`` > 0) and the critic's trunk (when the estimator needs values)."""
+    import copy
+
+    from rlxf.models.loading import unwrap_model
+
+    copies = {}
+    if cfg.algorithm.kl_coef > 0:
+        copies["reference_model"] = prepare_model(copy.deepcopy(model), cfg.model, train=False)
+    if registry.needs("advantage", cfg.algorithm.advantage).values and cfg.critic.path is None:
+        copies["critic_trunk"] = copy.deepcopy(unwrap_model(model).base_model)
+    return copies
 
 
 class LocalPlacement(Placement):
@@ -73,13 +98,23 @@ class LocalPlacement(Placement):
         self._rollout = EngineRollout(engine, learner.tokenizer, reward)
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LocalPlacement:
-        """Load models, engine and reward for ``cfg``."""
-        model, tokenizer = load_from_config(cfg.model)
-        learner = build_learner(cfg, model, tokenizer)
+    def from_config(cls, cfg: Config, *, model=None, tokenizer=None, reward=None) -> LocalPlacement:
+        """Load models, engine and reward for ``cfg``.
+
+        ``model`` and ``tokenizer``: an in-memory policy (a transformers causal LM, trained in
+        place) instead of loading ``model.path``; the reference and the critic's trunk start
+        as copies of it. ``reward``: a built reward function instead of ``build_reward(cfg.reward)``.
+        """
+        copies = {}
+        if model is None:
+            model, tokenizer = load_from_config(cfg.model)
+        else:
+            copies = in_memory_copies(cfg, model)
+            model = prepare_model(model, cfg.model)
+        learner = build_learner(cfg, model, tokenizer, **copies)
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
-                                          dtype=learner.actor.dtype, seed=cfg.run.seed)
-        reward = build_reward(cfg.reward)
+                                          dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
+        reward = reward if reward is not None else build_reward(cfg.reward)
         return cls(learner, engine, reward)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,

@@ -33,10 +33,12 @@ log = logging.getLogger("rlxf")
 _ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
 
 
-def _threads(cpus: float) -> None:
+def _threads(cpus: float, seed: int) -> None:
+    """An actor's torch threads (its reserved CPUs) and initialisation seed (as run_training's)."""
     import torch
 
     torch.set_num_threads(max(1, int(cpus)))
+    torch.manual_seed(seed)
 
 
 class _Colocated:
@@ -45,7 +47,7 @@ class _Colocated:
     def __init__(self, cfg: Config, cpus: float):
         from rlxf.placement.local import LocalPlacement
 
-        _threads(cpus)
+        _threads(cpus, cfg.seeds.init)
         self.placement = LocalPlacement.from_config(cfg)
 
     def call(self, method: str, *args, **kwargs):
@@ -64,7 +66,7 @@ class _Learner:
         from rlxf.models import load_from_config
         from rlxf.placement.local import build_learner
 
-        _threads(cpus)
+        _threads(cpus, cfg.seeds.init)
         model, tokenizer = load_from_config(cfg.model)
         self.learner = build_learner(cfg, model, tokenizer)
 
@@ -86,10 +88,10 @@ class _Engine:
         from rlxf.rollout import build_engine_from_config
         from rlxf.trainer.collect import EngineRollout
 
-        _threads(cpus)
+        _threads(cpus, cfg.seeds.init)
         model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
         model.eval()
-        engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
+        engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
         self.rollout = EngineRollout(engine, tokenizer, reward=None)
 
     def generate(self, prompts, seeds, sampling, first_group):

@@ -79,6 +79,40 @@ def latest_checkpoint(root: Path) -> Path | None:
     return ckpts[-1][1] if ckpts else None
 
 
+class CheckpointDamaged(RuntimeError):
+    """No checkpoint of a run can be read back; the message names each damaged file."""
+
+
+def find_damage(path: Path) -> str | None:
+    """The first file of checkpoint ``path`` that cannot be read back, and why; None if intact.
+
+    A checkpoint is renamed into place only once complete, so damage comes later (a disk
+    error, a copy cut short, a hand edit). Each file is checked by its format without building
+    a model: safetensors' header must match the file's length, a ``.pt`` archive's entries
+    their CRC-32, JSON must parse.
+    """
+    import json
+    import zipfile
+
+    from safetensors import safe_open
+
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        try:
+            if file.suffix == ".safetensors":
+                with safe_open(file, "pt") as f:
+                    f.keys()
+            elif file.suffix == ".pt":
+                with zipfile.ZipFile(file) as z:
+                    bad = z.testzip()
+                if bad is not None:
+                    raise ValueError(f"entry {bad} fails its CRC check")
+            elif file.suffix == ".json":
+                json.loads(file.read_text())
+        except Exception as e:  # noqa: BLE001 - any failure to read it back is damage
+            return f"{file}: {type(e).__name__}: {e}"
+    return None
+
+
 def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], state: dict[str, Any],
                     keep_last: int) -> Path:
     """Write ``step_<step>`` atomically; keep the newest ``keep_last`` checkpoints.

@@ -57,7 +57,7 @@ class Learner:
     kl: Any                         # Fixed/AdaptiveKLController: .value, .update(kl, n)
     mini_batch_size: int            # samples per optimizer step
     ppo_epochs: int                 # passes over each step's batch
-    seed: int                       # run.seed: seeds each step's mini-batch shuffle
+    seed: int                       # the init seed: seeds each step's mini-batch shuffle
 
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.experience(trajs, self.actor, self.reference, self.critic, self.kl.value)

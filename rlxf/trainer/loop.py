@@ -7,7 +7,7 @@
         train      policy (and critic) updates over epochs and mini-batches
         sync       the new weights go to the engine
         log        metrics.jsonl (+ sinks), samples.jsonl, progress
-        eval / checkpoint, every N steps
+        eval / checkpoint, every N steps (and after the step a SIGTERM / Ctrl-C arrived in)
 
 The loop holds the data and the schedule; everything that touches weights happens in the
 placement it is handed (``rlxf.placement``: the models, engine, reward, and what the algorithm
@@ -29,6 +29,7 @@ from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import collect, step_metrics
 from rlxf.trainer.evaluate import evaluate
+from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.state import RunState, restore, save
 from rlxf.trainer.timer import PhaseTimer
 
@@ -44,24 +45,26 @@ class TrainingDiverged(RuntimeError):
 
 def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = False) -> dict[str, float]:
     """Run RL training with the roles in ``placement``; returns the last step's metrics."""
-    torch.manual_seed(cfg.run.seed)
-    data = build_prompt_data(cfg.data, placement.tokenizer, seed=cfg.run.seed)
+    seeds = cfg.seeds  # data, sampling and init draw from separate seeds (run.seed by default)
+    torch.manual_seed(seeds.init)
+    data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)
     log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
-    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    sampler = PromptSampler(data.train, seed=seeds.data, shuffle=cfg.data.shuffle)
     sampling = SamplingParams.from_config(cfg.rollout)
     state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
     checkpoint_seconds: dict[str, float] = {}
+    stop = StopRequest()
     try:
         if state.step == 0 and cfg.eval.at_start:
-            state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=cfg.run.seed))
-        with state.progress(cfg.train.steps) as progress:
+            state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
+        with stop, state.progress(cfg.train.steps) as progress:
             for step in range(state.step + 1, cfg.train.steps + 1):
                 timer = PhaseTimer()
 
                 # rollout + reward: a group of n scored responses per prompt
                 trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
-                                                 prompts_per_step=cfg.train.prompts_per_step, seed=cfg.run.seed,
+                                                 prompts_per_step=cfg.train.prompts_per_step, seed=seeds.sampling,
                                                  step=step, timer=timer)
 
                 # experience: log-probs, values, token rewards, advantages
@@ -79,7 +82,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 # eval: held-out accuracy every eval.every steps
                 if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.train.steps):
                     with timer("eval"):
-                        eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=cfg.run.seed)
+                        eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
                 else:
                     eval_metrics = {}
 
@@ -90,11 +93,14 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 state.log(step, last, trajs)
                 progress.update(step, last)
                 checkpoint_seconds = {}
+                stopping = stop.signum  # read once: a signal may land while the checkpoint is written
                 if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
-                        step == cfg.train.steps and cfg.checkpoint.save_final):
+                        step == cfg.train.steps and cfg.checkpoint.save_final) or stopping is not None:
                     t0 = time.perf_counter()
-                    save(run, placement, state, sampler, step)
+                    saved = save(run, placement, state, sampler, step)
                     checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
+                if stopping is not None:
+                    raise TrainingInterrupted(stopping, step, saved)
                 if state.skipped >= cfg.train.max_skipped_steps:
                     raise TrainingDiverged(
                         f"step {step}: {state.skipped} consecutive steps had a non-finite loss or gradient "
@@ -106,4 +112,4 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     return last
 
 
-__all__ = ["TrainingDiverged", "train"]
+__all__ = ["TrainingDiverged", "TrainingInterrupted", "train"]

@@ -77,14 +77,14 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
 
     run.config.write_text(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model)
-    data = build_sft_data(cfg.data, tokenizer, seed=cfg.run.seed)
-    sampler = PromptSampler(data.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    data = build_sft_data(cfg.data, tokenizer, seed=cfg.seeds.data)
+    sampler = PromptSampler(data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                        config=cfg.model_dump(mode="json"))
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
-    prompts = build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test[: cfg.eval.num_problems]
+    prompts = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test[: cfg.eval.num_problems]
     reward = build_reward(cfg.reward) if prompts else None
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed) if prompts else None
+    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling) if prompts else None
     sampling = SamplingParams.from_config(cfg.rollout)
 
     def evaluate() -> dict[str, float]:
@@ -92,7 +92,7 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
             return {}
         engine.update_weights(model.named_parameters(), version=0)
         return evaluate_prompts(engine, tokenizer, reward, prompts, sampling, pass_k=cfg.eval.pass_k,
-                                seed=cfg.run.seed)
+                                seed=cfg.seeds.sampling)
 
     last: dict[str, float] = {}
     try:

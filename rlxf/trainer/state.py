@@ -14,7 +14,14 @@ from rlxf.data import PromptSampler
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
+from rlxf.trainer.checkpoint import (
+    CheckpointDamaged,
+    find_damage,
+    list_checkpoints,
+    load_trainer_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Trajectory
 
@@ -68,7 +75,7 @@ class RunState:
         run.config.write_text(dump_config(cfg))
         sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                            config=cfg.model_dump(mode="json"))
-        return cls(run, cfg, sink, SampleWriter(run.samples, cfg.logging.samples_fraction, cfg.run.seed), step=step)
+        return cls(run, cfg, sink, SampleWriter(run.samples, cfg.logging.samples_fraction, cfg.seeds.sampling), step=step)
 
     def log(self, step: int, metrics: dict[str, float], trajs: list[Trajectory] | None = None) -> None:
         self.sink.log(step, metrics)
@@ -96,9 +103,30 @@ def save(run: RunDir, placement: Placement, state: RunState, sampler: PromptSamp
     return path
 
 
+def intact_checkpoint(root: Path) -> Path | None:
+    """The newest checkpoint under ``root`` whose files all read back; a damaged newer one is
+    skipped with a warning naming its file. Raises ``CheckpointDamaged`` if all are damaged."""
+    damaged = []
+    for _, ckpt in reversed(list_checkpoints(root)):
+        problem = find_damage(ckpt)
+        if problem is None:
+            if damaged:
+                log.warning("resuming from the previous intact checkpoint %s instead", ckpt)
+            return ckpt
+        log.warning("checkpoint %s is damaged: %s", ckpt, problem)
+        damaged.append(problem)
+    if damaged:
+        raise CheckpointDamaged(
+            "no intact checkpoint to resume from; damaged: " + "; ".join(damaged) +
+            ". Restore those files from a copy, or delete the damaged checkpoint directories to "
+            "resume from step 0 (or start over with --overwrite)."
+        )
+    return None
+
+
 def restore(run: RunDir, cfg: Config, placement: Placement, sampler: PromptSampler) -> RunState:
-    """Reload the newest complete checkpoint; outputs are cut back to its step."""
-    ckpt = latest_checkpoint(run.checkpoints)
+    """Reload the newest intact checkpoint; outputs are cut back to its step."""
+    ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:  # killed before the first checkpoint: start over, keeping nothing half-done
         log.warning("no checkpoint in %s; starting from step 0", run.checkpoints)
         for path in (run.metrics, run.samples):

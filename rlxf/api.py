@@ -1,0 +1,237 @@
+"""The Python entry point: ``rlxf.train(...)``, the same run as ``rlxf train CONFIG``.
+
+    import rlxf
+
+    def correct(sample):                                   # or TRL's f(prompts, completions, **cols)
+        return float(sample.response.strip() == sample.ground_truth)
+
+    result = rlxf.train(
+        model=model, tokenizer=tokenizer,                  # in memory, or model="path/or/hub-id"
+        prompts=[{"prompt": "12+34=", "answer": "46"}, ...],   # or strings, or a datasets.Dataset
+        reward_funcs=[correct],
+        algorithm={"name": "grpo"}, rollout={"n": 8}, train={"steps": 100},   # keyword sections
+        run={"name": "my-run"},
+    )
+    result.run_dir, result.metrics, result.checkpoint
+
+Everything a config says can come from ``config`` (a ``Config``, a YAML path or a dict) and
+keyword sections merged over it (``rollout={"n": 8}`` sets ``rollout.n``); the arguments
+``model``, ``tokenizer``, ``prompts``, ``eval_prompts`` and ``reward_funcs`` fill in the
+sections they stand for. The run writes the run directory the CLI writes (config.yaml,
+metrics.jsonl, samples.jsonl, train.log, checkpoints/, report.html); in-memory prompts are
+saved in it (``prompts/train.jsonl``) so the run directory records what it trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlxf.config import Config, ConfigError, load_config
+from rlxf.run_dir import RunDir, setup_logging
+
+PROMPTS_DIR = "prompts"
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished ``rlxf.train`` run leaves behind."""
+
+    run_dir: Path                   # runs/<name>/: config.yaml, metrics.jsonl, ..., report.html
+    metrics: dict[str, float]       # the last step's metrics (empty if no step ran)
+    checkpoint: Path | None         # the newest checkpoint; its model/ is an HF model directory
+
+
+def train(
+    config: Config | str | Path | Mapping[str, Any] | None = None,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    prompts: Iterable[Any] | None = None,
+    eval_prompts: Iterable[Any] | None = None,
+    reward_funcs: Callable[..., Any] | list[Callable[..., Any]] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    **sections: Any,
+) -> TrainResult:
+    """Run RL training and return where its outputs are.
+
+    Args:
+        config: a ``Config``, a YAML file, or a dict of sections; None starts from defaults.
+        model: a model directory or hub id, or an in-memory transformers causal LM (trained
+            in place, on its own device and dtype; the reference and a PPO critic start as
+            copies of it). An in-memory model needs ``tokenizer``.
+        tokenizer: an in-memory tokenizer (or a path / hub id, like ``model.tokenizer``).
+        prompts: the training prompts: strings, dicts (a ``prompt`` text or chat-messages list,
+            an optional ``answer`` for verifiers, any other keys as metadata), or a Hugging Face
+            ``datasets.Dataset`` of such rows. Replaces the config's data source.
+        eval_prompts: held-out prompts in the same forms (for ``eval.every`` / ``eval.at_start``).
+        reward_funcs: one callable or a list; each is a verifier named after the function,
+            called per sample ``f(sample)``, batched ``f(samples)`` or TRL-style
+            ``f(prompts, completions, **columns)`` (see ``rlxf.rewards.callables``). Replaces
+            ``reward.verifiers``; their scores add up (weights 1).
+        resume: continue the run in its run directory from its last checkpoint.
+        overwrite: delete an existing run directory of the same name first.
+        **sections: config sections merged over ``config``, e.g. ``rollout={"n": 8}``.
+
+    Raises ``ConfigError`` (a ``UserInputError``) naming every bad field before any work starts,
+    and ``rlxf.trainer.interrupt.TrainingInterrupted`` after SIGTERM / Ctrl-C (the finished
+    step is checkpointed; call again with ``resume=True``).
+    """
+    from rlxf.rewards.callables import CallableVerifier
+
+    data = _merge(_as_dict(config), sections)
+    in_memory_model = model is not None and not isinstance(model, str | Path)
+    if in_memory_model and (tokenizer is None or isinstance(tokenizer, str | Path)):
+        raise ConfigError("rlxf.train: an in-memory model needs its in-memory tokenizer (tokenizer=...)")
+    if model is not None:
+        path = str(model) if not in_memory_model else getattr(model, "name_or_path", "") or "in-memory"
+        data = _merge(data, {"model": {"path": path}})
+    if isinstance(tokenizer, str | Path):
+        data = _merge(data, {"model": {"tokenizer": str(tokenizer)}})
+
+    funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs or [])
+    names = _reward_names(funcs)
+    if funcs:
+        data["reward"] = {**data.get("reward", {}), "verifiers": [
+            {"type": "custom", "name": name, "function": f"{_module_of(fn)}:{name}"}
+            for name, fn in zip(names, funcs, strict=True)]}
+
+    run = data.get("run", {})
+    run_path = Path(run.get("output_dir", "runs")) / run.get("name", "run")
+    records = {}
+    if prompts is not None:
+        records["train"] = _records(prompts, "prompts")
+        if eval_prompts is not None:
+            records["test"] = _records(eval_prompts, "eval_prompts")
+        data = _merge(data, {"data": _data_section(data.get("data", {}), records, run_path / PROMPTS_DIR)})
+    elif eval_prompts is not None:
+        raise ConfigError("rlxf.train: eval_prompts needs prompts (the training prompts) as well")
+
+    cfg = load_config(None, base=data)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+    if resume:
+        from rlxf.cli.train import check_resume_compatible
+
+        check_resume_compatible(run_dir.config, cfg)
+    for split, rows in records.items():
+        _write_jsonl(run_dir.path / PROMPTS_DIR / f"{split}.jsonl", rows)
+
+    reward = None
+    if funcs:
+        from rlxf.rewards.scorer import LocalReward
+
+        verifiers = {name: CallableVerifier(name, fn, ground_truth_key=cfg.data.fields.ground_truth)
+                     for name, fn in zip(names, funcs, strict=True)}
+        reward = LocalReward(cfg.reward, verifiers=verifiers)
+    objects = {"reward": reward}
+    if in_memory_model:
+        objects |= {"model": model, "tokenizer": tokenizer}
+    return _run(cfg, run_dir, resume, objects)
+
+
+def _run(cfg: Config, run_dir: RunDir, resume: bool, objects: dict[str, Any]) -> TrainResult:
+    """What ``rlxf train`` does once its config and run directory are ready."""
+    from rlxf.cli.train import apply_threads
+    from rlxf.metrics.report import write_report
+    from rlxf.placement import run_training
+    from rlxf.trainer.checkpoint import latest_checkpoint
+
+    log = setup_logging(run_dir.log)
+    try:
+        apply_threads(cfg.run.threads)
+        log.info("run directory %s", run_dir.path)
+        last = run_training(cfg, run_dir, resume=resume, **objects)
+        write_report([run_dir.path])
+        return TrainResult(run_dir.path, last, latest_checkpoint(run_dir.checkpoints))
+    finally:  # a library call leaves no open log file behind
+        for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
+            log.removeHandler(handler)
+            handler.close()
+
+
+def _as_dict(config: Config | str | Path | Mapping[str, Any] | None) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, Config):
+        return config.model_dump(mode="json", exclude_unset=True)
+    if isinstance(config, str | Path):
+        return load_config(config).model_dump(mode="json", exclude_unset=True)
+    if isinstance(config, Mapping):
+        return dict(config)
+    raise ConfigError(f"rlxf.train: config must be a Config, a YAML path or a dict, not {type(config).__name__}")
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a copy of ``base``, section by section (dicts merge, values replace)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def _reward_names(funcs: list[Callable[..., Any]]) -> list[str]:
+    """A distinct verifier name per function: its ``__name__`` (``reward_<i>`` for a lambda)."""
+    names: list[str] = []
+    for i, fn in enumerate(funcs):
+        if not callable(fn):
+            raise ConfigError(f"rlxf.train: reward_funcs[{i}] is a {type(fn).__name__}, not a callable")
+        name = getattr(fn, "__name__", "")
+        name = name if name.isidentifier() else f"reward_{i}"
+        names.append(name if name not in names else f"{name}_{i}")
+    return names
+
+
+def _module_of(fn: Callable[..., Any]) -> str:
+    """The function's module, as config.yaml records it (``__main__`` for a script's own)."""
+    module = getattr(fn, "__module__", None) or "__main__"
+    return module if all(part.isidentifier() for part in module.split(".")) else "__main__"
+
+
+def _records(prompts: Iterable[Any], arg: str) -> list[dict[str, Any]]:
+    """Prompts as JSON records: a string becomes ``{"prompt": text}``, a row stays a dict."""
+    rows = []
+    for i, item in enumerate(prompts):  # a datasets.Dataset iterates as dicts
+        if isinstance(item, str):
+            rows.append({"prompt": item})
+        elif isinstance(item, Mapping):
+            rows.append(dict(item))
+        else:
+            raise ConfigError(f"rlxf.train: {arg}[{i}] is a {type(item).__name__}; give a prompt string or a "
+                              f"dict with a 'prompt' (text or messages) and optional 'answer'")
+        try:
+            json.dumps(rows[-1])
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"rlxf.train: {arg}[{i}] cannot be saved as JSON ({e}); give plain "
+                              f"strings, numbers, lists and dicts") from None
+    if not rows:
+        raise ConfigError(f"rlxf.train: {arg} is empty")
+    return rows
+
+
+def _data_section(given: Mapping[str, Any], records: dict[str, list[dict]], directory: Path) -> dict[str, Any]:
+    """The ``data`` section for prompts saved under ``directory``: JSONL files, with the
+    fields inferred from the rows unless ``data.fields`` was given."""
+    section: dict[str, Any] = {"source": "jsonl", "task": None, "train_path": str(directory / "train.jsonl"),
+                               "test_path": str(directory / "test.jsonl") if "test" in records else None}
+    if "fields" not in given:
+        rows = [r for split in records.values() for r in split]
+        chat = isinstance(rows[0].get("prompt"), list)
+        section["fields"] = {"prompt": None if chat else "prompt", "messages": "prompt" if chat else None,
+                             "ground_truth": "answer" if any("answer" in r for r in rows) else None}
+    return section
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+__all__ = ["TrainResult", "train"]

@@ -1,0 +1,21 @@
+"""Config.seeds: three separable seeds, each defaulting to run.seed."""
+
+from __future__ import annotations
+
+from rlxf.config import Config
+
+
+def _cfg(**sections) -> Config:
+    return Config.model_validate({"model": {"path": "m"}, "data": {"task": "arithmetic"}, **sections})
+
+
+def test_every_seed_defaults_to_run_seed():
+    s = _cfg(run={"seed": 3}).seeds
+    assert (s.data, s.sampling, s.init) == (3, 3, 3)
+
+
+def test_each_seed_is_set_on_its_own():
+    s = _cfg(run={"seed": 3, "data_seed": 5, "init_seed": 9}, rollout={"seed": 1}).seeds
+    assert (s.data, s.sampling, s.init) == (5, 1, 9)
+    s = _cfg(run={"seed": 3}, rollout={"seed": 0}).seeds   # 0 is a seed, not "unset"
+    assert (s.data, s.sampling, s.init) == (3, 0, 3)
