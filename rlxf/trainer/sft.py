@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-import torch
+from torch import Tensor
 
 from rlxf.algorithms import masked_sum
 from rlxf.config import Config
@@ -23,10 +23,22 @@ from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config, save_model
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
-from rlxf.trainer.optim import build_optimizer
 from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.trainable import TrainableModel
 
 log = logging.getLogger("rlxf")
+
+
+def _nll_shares(model, batch: list[SFTExample], micro_batch_size: int, tokens: int,
+                seen: list[float]) -> Iterator[Tensor]:
+    """Each micro-batch's summed NLL over the batch's ``tokens`` (its share of the token mean);
+    the values go to ``seen`` for the step's loss metric."""
+    for idx in micro_batches(len(batch), micro_batch_size):
+        mb = [batch[i] for i in idx]
+        out = sequence_logprobs(model, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
+        nll = -masked_sum(out.logprobs, out.mask) / tokens
+        seen.append(float(nll.detach()))
+        yield nll
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
@@ -34,33 +46,23 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
     """Train ``model`` for ``cfg.steps`` optimizer steps, or until ``cfg.max_seconds`` pass.
 
     ``batches()`` gives the next batch of ``cfg.batch_size`` examples. ``on_step(step, metrics)``
-    (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm and tokens/s.
+    (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm, skipped (1 when a
+    non-finite loss or gradient skipped the step) and tokens/s.
     Returns the number of steps taken.
     """
-    optimizer, scheduler = build_optimizer(model.parameters(), cfg.optim, cfg.steps)
-    max_norm = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm is not None else float("inf")
+    core = TrainableModel(model, cfg.optim, cfg.steps, cfg.micro_batch_size)
     start = time.perf_counter()
-    model.train()
     step = 0
     while step < cfg.steps:
         t0 = time.perf_counter()
         batch = list(batches())
         tokens = sum(len(e.response_ids) for e in batch)
-        loss_sum = 0.0
-        for idx in micro_batches(len(batch), cfg.micro_batch_size):
-            mb = [batch[i] for i in idx]
-            out = sequence_logprobs(model, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
-            nll = -masked_sum(out.logprobs, out.mask) / tokens  # a share of the batch's token mean
-            nll.backward()
-            loss_sum += float(nll.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        nlls: list[float] = []
+        step_metrics = core.train_step(_nll_shares(model, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
         if on_step is not None:
             dt = time.perf_counter() - t0
-            on_step(step, {"sft/loss": loss_sum, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+            on_step(step, {"sft/loss": sum(nlls), **step_metrics,
                            "throughput/tokens_per_s": tokens / dt if dt > 0 else 0.0, "time/train": dt})
         if cfg.max_seconds is not None and time.perf_counter() - start >= cfg.max_seconds:
             break

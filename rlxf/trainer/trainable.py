@@ -1,0 +1,70 @@
+"""The trainable-model core of the single-process recipes (SFT, reward model, DPO).
+
+``TrainableModel`` is the RL actor's and critic's ``_Trainable`` (rlxf.trainer.roles: AdamW,
+schedule, gradient clipping, the step skipped on a non-finite loss or gradient, LoRA adapter
+state), subclassed rather than copied so every recipe takes the same optimizer step, plus what
+a recipe that is not driven by the RL loop needs: one call per optimizer step over a stream of
+micro-batch losses, and a checkpoint of the model and its optimizer that resumes bit for bit.
+
+    core = TrainableModel(model, cfg.optim, total_steps=cfg.steps)
+    metrics = core.train_step(loss for loss in micro_batch_losses)  # grad_norm, skipped, lr
+    core.save(directory, tokenizer)     # model/ (HF, loadable) + learner_state.pt
+    core.load(directory)                # weights, optimizer, schedule, adapters
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from rlxf.config.train import OptimConfig
+from rlxf.models import ValueModel, load_model, save_model
+from rlxf.trainer.roles import ForwardSpec, _Trainable
+
+STATE_FILE = "learner_state.pt"
+
+
+class TrainableModel(_Trainable):
+    """A causal LM or a ``ValueModel`` with its optimizer, stepped once per ``train_step``."""
+
+    def __init__(self, model, optim: OptimConfig, total_steps: int, micro_batch_size: int = 1):
+        super().__init__(model, optim, total_steps, ForwardSpec(micro_batch_size=micro_batch_size))
+
+    def train_step(self, losses: Iterable[Tensor]) -> dict[str, float]:
+        """Backward each micro-batch loss (each already a share of the step's mean), then one
+        optimizer step. Once a loss is non-finite the rest are not backpropagated and the step is
+        skipped (weights and optimizer state unchanged), as in the RL actor."""
+        self.model.train()
+        finite = True
+        for loss in losses:
+            finite = finite and bool(torch.isfinite(loss))
+            if finite:
+                loss.backward()
+        grad_norm, skipped = self._optimizer_step(finite)
+        return {"grad_norm": grad_norm, "skipped": float(skipped), "lr": self.scheduler.get_last_lr()[0]}
+
+    def save(self, directory: Path, tokenizer=None) -> None:
+        """``directory/model`` in HF format (a ValueModel with its head; LoRA merged) and the
+        optimizer, schedule and adapter weights in ``directory/learner_state.pt``."""
+        if isinstance(self.model, ValueModel):
+            self.model.save_pretrained(directory / "model", tokenizer)
+        else:
+            save_model(self.model, directory / "model", tokenizer)
+        torch.save({"optim": self.state_dict(), "trainable": self.adapter_state()}, directory / STATE_FILE)
+
+    def load(self, directory: Path) -> None:
+        """Restore what ``save`` wrote into this (same-shaped) model and optimizer."""
+        state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
+        if state["trainable"]:  # LoRA: model/ is merged, the adapters are in the state
+            self.load_adapter_state(state["trainable"])
+        else:
+            if isinstance(self.model, ValueModel):
+                fresh = ValueModel.from_pretrained(directory / "model", device=self.device, dtype=self.dtype)
+            else:
+                fresh = load_model(directory / "model", device=self.device, dtype=self.dtype)
+            self.model.load_state_dict(fresh.state_dict())
+            del fresh
+        self.load_state_dict(state["optim"])
