@@ -9,6 +9,9 @@ of 0-dim detached tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -113,3 +116,52 @@ def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor,
             raise ValueError(f"bradley_terry_loss: margin must be a number or (B,), got {tuple(margin.shape)}")
         diff = diff - margin.detach()
     return -F.logsigmoid(diff), _pair_metrics(chosen_scores, rejected_scores)
+
+
+@dataclass(frozen=True)
+class PairLogps:
+    """What a DPO-family loss reads, per pair; every field (B,)."""
+
+    chosen: Tensor                 # Σ_t log π_θ(y_w,t | ·), with grad
+    rejected: Tensor               # Σ_t log π_θ(y_l,t | ·), with grad
+    ref_chosen: Tensor | None      # Σ_t log π_ref(y_w,t | ·); None for reference-free losses
+    ref_rejected: Tensor | None
+    chosen_lengths: Tensor         # |y_w| in tokens
+    rejected_lengths: Tensor
+
+
+@dataclass(frozen=True)
+class PreferenceLoss:
+    """A registered DPO-family loss: ``fn(pairs, beta=, label_smoothing=, gamma=)`` -> (losses (B,),
+    metrics); ``needs_reference`` tells the trainer whether to compute π_ref's log-probs."""
+
+    fn: Callable[..., tuple[Tensor, dict[str, Tensor]]]
+    needs_reference: bool
+
+
+def _dpo_variant(variant: str) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
+    def fn(p: PairLogps, *, beta: float, label_smoothing: float, gamma: float):
+        del gamma
+        return dpo_loss(p.chosen, p.rejected, p.ref_chosen, p.ref_rejected, beta=beta, variant=variant,
+                        label_smoothing=label_smoothing)
+    return fn
+
+
+def _simpo(p: PairLogps, *, beta: float, label_smoothing: float, gamma: float):
+    del label_smoothing
+    return simpo_loss(p.chosen, p.rejected, p.chosen_lengths, p.rejected_lengths, beta=beta, gamma=gamma)
+
+
+PREFERENCE_LOSSES: dict[str, PreferenceLoss] = {
+    "dpo": PreferenceLoss(_dpo_variant("sigmoid"), needs_reference=True),
+    "ipo": PreferenceLoss(_dpo_variant("ipo"), needs_reference=True),
+    "cdpo": PreferenceLoss(_dpo_variant("conservative"), needs_reference=True),
+    "simpo": PreferenceLoss(_simpo, needs_reference=False),
+}
+
+
+def get_preference_loss(name: str) -> PreferenceLoss:
+    """The DPO-family loss called ``name``; an unknown name lists the valid ones."""
+    if name not in PREFERENCE_LOSSES:
+        raise ValueError(f"unknown preference loss {name!r}; valid: {', '.join(PREFERENCE_LOSSES)}")
+    return PREFERENCE_LOSSES[name]

@@ -48,6 +48,26 @@ def register(app: typer.Typer) -> None:
         """Supervised fine-tuning on demonstrations (prompt/response data or a task's answers)."""
         _impl("sft").run(config, overrides or [], overwrite=overwrite)
 
+    @app.command()
+    def rm(
+        config: Path = ConfigArg,
+        overrides: list[str] | None = OverridesArg,
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
+    ) -> None:
+        """Train a Bradley-Terry reward model on preference pairs (chosen / rejected)."""
+        _impl("preference").run("rm", config, overrides or [], resume=resume, overwrite=overwrite)
+
+    @app.command()
+    def dpo(
+        config: Path = ConfigArg,
+        overrides: list[str] | None = OverridesArg,
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
+    ) -> None:
+        """Preference optimisation without a reward model: DPO, IPO, conservative DPO or SimPO (dpo.loss)."""
+        _impl("preference").run("dpo", config, overrides or [], resume=resume, overwrite=overwrite)
+
     @app.command("eval")
     def eval_(
         config: Path = ConfigArg,

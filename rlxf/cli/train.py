@@ -26,18 +26,19 @@ def _diff(a, b, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def check_resume_compatible(saved_yaml: Path, cfg) -> None:
-    """A resumed run must be the same experiment: only length/logging fields may differ."""
+def check_resume_compatible(saved_yaml: Path, cfg, resumable: tuple[str, ...] = RESUMABLE_CHANGES) -> None:
+    """A resumed run must be the same experiment: only length/logging fields (``resumable``
+    prefixes) may differ."""
     import yaml
 
     if not saved_yaml.exists():
         return
     saved = yaml.safe_load(saved_yaml.read_text()) or {}
-    changed = [k for k in _diff(saved, cfg.model_dump(mode="json")) if not k.startswith(RESUMABLE_CHANGES)]
+    changed = [k for k in _diff(saved, cfg.model_dump(mode="json")) if not k.startswith(resumable)]
     if changed:
         raise UsageError(
             f"--resume: the config differs from the run's {saved_yaml} in {', '.join(changed)}; "
-            f"a resumed run must be the same experiment (only {', '.join(RESUMABLE_CHANGES)} may change). "
+            f"a resumed run must be the same experiment (only {', '.join(resumable)} may change). "
             f"Start a new run (another run.name) to change these."
         )
 

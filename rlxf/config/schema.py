@@ -10,6 +10,7 @@ from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.base import Section
 from rlxf.config.data import DataConfig
 from rlxf.config.model import ModelConfig
+from rlxf.config.preference import DPOConfig, RewardModelConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.config.rollout import RolloutConfig
 from rlxf.config.run import CheckpointConfig, LoggingConfig, RayConfig, RunConfig, Seeds
@@ -29,6 +30,8 @@ class Config(Section):
     critic: CriticConfig = Field(default_factory=CriticConfig, description="PPO critic (value model).")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning (`rlxf sft`).")
+    rm: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Reward-model training (`rlxf rm`).")
+    dpo: DPOConfig = Field(default_factory=DPOConfig, description="DPO, IPO, cDPO, SimPO (`rlxf dpo`).")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics and samples.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray actors (`run.placement: ray`).")

@@ -46,13 +46,17 @@ class TrainableModel(_Trainable):
         grad_norm, skipped = self._optimizer_step(finite)
         return {"grad_norm": grad_norm, "skipped": float(skipped), "lr": self.scheduler.get_last_lr()[0]}
 
-    def save(self, directory: Path, tokenizer=None) -> None:
-        """``directory/model`` in HF format (a ValueModel with its head; LoRA merged) and the
-        optimizer, schedule and adapter weights in ``directory/learner_state.pt``."""
+    def save_weights(self, out_dir: Path, tokenizer=None) -> None:
+        """The model in HF format: a ValueModel with its head, a LoRA model merged."""
         if isinstance(self.model, ValueModel):
-            self.model.save_pretrained(directory / "model", tokenizer)
+            self.model.save_pretrained(out_dir, tokenizer)
         else:
-            save_model(self.model, directory / "model", tokenizer)
+            save_model(self.model, out_dir, tokenizer)
+
+    def save(self, directory: Path, tokenizer=None) -> None:
+        """``directory/model`` (``save_weights``) and the optimizer, schedule and adapter
+        weights in ``directory/learner_state.pt``."""
+        self.save_weights(directory / "model", tokenizer)
         torch.save({"optim": self.state_dict(), "trainable": self.adapter_state()}, directory / STATE_FILE)
 
     def load(self, directory: Path) -> None:

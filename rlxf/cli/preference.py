@@ -1,0 +1,36 @@
+"""`rlxf rm CONFIG` and `rlxf dpo CONFIG` [OVERRIDES] [--resume | --overwrite]"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlxf.cli.errors import UsageError
+
+# A resumed run may run longer or log differently, never learn something else.
+_RESUMABLE = ("logging.", "eval.", "checkpoint.", "run.threads")
+
+
+def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
+    """``kind``: "rm" (reward model) or "dpo" (the DPO family)."""
+    from rlxf.cli.train import apply_threads, check_resume_compatible
+    from rlxf.config import load_config
+    from rlxf.run_dir import RunDir, RunDirError, setup_logging
+
+    cfg = load_config(config, overrides)
+    try:
+        run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+    except RunDirError as e:
+        raise UsageError(str(e)) from None
+    if resume:
+        check_resume_compatible(run_dir.config, cfg, (*_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
+    setup_logging(run_dir.log)
+    apply_threads(cfg.run.threads)
+
+    from rlxf.metrics.report import write_report
+
+    if kind == "rm":
+        from rlxf.trainer.reward_model import run_reward_model as train
+    else:
+        from rlxf.trainer.dpo import run_dpo as train
+    train(cfg, run_dir, resume=resume)
+    write_report([run_dir.path])

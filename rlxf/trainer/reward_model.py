@@ -1,0 +1,74 @@
+"""`rlxf rm`: a Bradley–Terry reward model r(x, y) trained on preference pairs.
+
+The model is a ``ValueModel`` (the trunk of ``model.path`` with a new zero scalar head) read at
+the last token of prompt + response (``sequence_scores``); the loss is
+ℓ = -log σ(r(x, y_w) - r(x, y_l) - m) (``bradley_terry_loss``). ``<run>/model`` is what the
+``reward_model`` verifier loads (``reward.verifiers: [{type: reward_model, path: ...}]``) and
+what PPO's critic can start from (``critic.path``): trunk in HF format + value_head.safetensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlxf.algorithms import bradley_terry_loss
+from rlxf.config import Config
+from rlxf.data.preference import PreferenceExample, build_preference_data
+from rlxf.models import ValueModel, load_tokenizer, sequence_scores
+from rlxf.run_dir import RunDir
+from rlxf.trainer.pairwise import PairRun, train_pairs
+from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.trainable import TrainableModel
+
+
+def pair_scores(model: ValueModel, pairs: list[PreferenceExample]) -> tuple[Tensor, Tensor]:
+    """(B,) scores of the chosen and of the rejected responses, in one forward."""
+    prompts = [p.prompt_ids for p in pairs]
+    scores = sequence_scores(model, prompts + prompts, [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs])
+    return scores[: len(pairs)], scores[len(pairs):]
+
+
+class BradleyTerryObjective:
+    prefix = "rm"
+
+    def __init__(self, model: ValueModel, margin: float | None, eval_batch_size: int):
+        self.model = model
+        self.margin = margin
+        self.eval_batch_size = eval_batch_size
+
+    def __call__(self, pairs: list[PreferenceExample]) -> tuple[Tensor, dict[str, Tensor]]:
+        chosen, rejected = pair_scores(self.model, pairs)
+        return bradley_terry_loss(chosen, rejected, self.margin)
+
+    @torch.no_grad()
+    def evaluate(self, pairs: list[PreferenceExample]) -> dict[str, float]:
+        """Held-out pair accuracy (P[r_w > r_l]), mean score margin, mean scores and loss."""
+        self.model.eval()
+        chosen, rejected = [], []
+        for idx in micro_batches(len(pairs), self.eval_batch_size):
+            c, r = pair_scores(self.model, [pairs[i] for i in idx])
+            chosen.append(c)
+            rejected.append(r)
+        c, r = torch.cat(chosen), torch.cat(rejected)
+        losses, m = bradley_terry_loss(c, r, self.margin)
+        return {"eval/rm/loss": float(losses.mean()), **{f"eval/rm/{k}": float(v) for k, v in m.items()}}
+
+
+def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
+    """``rlxf rm``: train on ``data`` (preference pairs); writes ``<run>/model``."""
+    from rlxf.config import dump_config
+
+    run.config.write_text(dump_config(cfg))
+    m = cfg.model
+    tokenizer = load_tokenizer(m.tokenizer or m.path, chat_template=m.chat_template, revision=m.revision,
+                               trust_remote_code=m.trust_remote_code)
+    torch.manual_seed(cfg.seeds.init)
+    model = ValueModel.from_pretrained(m.path, device=m.device, dtype=m.dtype, revision=m.revision,
+                                       gradient_checkpointing=m.gradient_checkpointing,
+                                       trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
+                                       linear_kernels=m.linear_kernels)
+    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data)
+    core = TrainableModel(model, cfg.rm.optim, cfg.rm.steps, cfg.rm.micro_batch_size)
+    objective = BradleyTerryObjective(model, cfg.rm.margin, cfg.rm.micro_batch_size)
+    return train_pairs(PairRun(core, objective, data, tokenizer), cfg, cfg.rm, run, resume=resume)
