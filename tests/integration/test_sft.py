@@ -34,3 +34,25 @@ def test_sft_learns_and_saves(tmp_path, nano_model_dir):
     model = load_model(tmp_path / "sft" / "model")
     assert sum(p.numel() for p in model.parameters()) > 0
     assert main(["sft", str(path)]) == 2          # refuses to overwrite without --overwrite
+
+
+def test_sft_skips_a_step_with_a_non_finite_loss(nano_model_dir):
+    """SFT takes the RL actor's optimizer step: a NaN loss leaves weights and optimizer as they
+    were (the copied step it had before applied NaN gradients to every weight)."""
+    import torch
+
+    from rlxf.config.train import SFTConfig
+    from rlxf.data import SFTExample
+    from rlxf.trainer.sft import sft_steps
+
+    model = load_model(nano_model_dir, device="cpu")
+    with torch.no_grad():
+        model.model.norm.weight[0] = float("nan")   # every logit becomes NaN
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    seen = []
+    batch = [SFTExample("x:0", [5, 6, 7], [8, 9], "p", "r")] * 2
+    steps = sft_steps(model, lambda: batch, SFTConfig(steps=1, batch_size=2, micro_batch_size=1),
+                      on_step=lambda step, m: seen.append(m))
+    after = dict(model.named_parameters())
+    assert all(torch.equal(before[k], after[k]) for k in before if k != "model.norm.weight")
+    assert steps == 1 and seen[0]["skipped"] == 1.0
