@@ -68,6 +68,15 @@ def register(app: typer.Typer) -> None:
         """Preference optimisation without a reward model: DPO, IPO, conservative DPO or SimPO (dpo.loss)."""
         _impl("preference").run("dpo", config, overrides or [], resume=resume, overwrite=overwrite)
 
+    @app.command()
+    def label(
+        config: Path = ConfigArg,
+        overrides: list[str] | None = OverridesArg,
+        overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
+    ) -> None:
+        """RLAIF: sample k responses per prompt, rank them with the reward (verifiers, judge), write pairs."""
+        _impl("label").run(config, overrides or [], overwrite=overwrite)
+
     @app.command("eval")
     def eval_(
         config: Path = ConfigArg,

@@ -62,3 +62,21 @@ class DPOConfig(PairTrainConfig):
             raise ValueError(f"dpo.label_smoothing={self.label_smoothing} applies only to dpo.loss=cdpo "
                              f"(got dpo.loss={self.loss}); set dpo.loss=cdpo or drop label_smoothing")
         return self
+
+
+class LabelConfig(Section):
+    """RLAIF labelling (`rlxf label`): k samples per prompt from ``model.path``, ranked by ``reward``
+    (any verifier, the LLM judge, a reward model or a weighted mix), best vs worst written as a pair."""
+
+    k: int = Field(4, ge=2, description="Responses sampled per prompt (at rollout.temperature, which must be > 0).")
+    num_prompts: int | None = Field(
+        None, ge=1, description="Label at most this many training prompts (default: all of the split)."
+    )
+    test_prompts: int = Field(
+        0, ge=0, description="Also label this many held-out prompts into pairs_test.jsonl (an RM's held-out pairs)."
+    )
+    min_gap: float = Field(
+        0.0, ge=0,
+        description="Keep a prompt's pair only when best score - worst score > min_gap: a tie teaches nothing.",
+    )
+    batch_prompts: int = Field(32, ge=1, description="Prompts generated and scored together.")

@@ -10,7 +10,7 @@ from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.base import Section
 from rlxf.config.data import DataConfig
 from rlxf.config.model import ModelConfig
-from rlxf.config.preference import DPOConfig, RewardModelConfig
+from rlxf.config.preference import DPOConfig, LabelConfig, RewardModelConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.config.rollout import RolloutConfig
 from rlxf.config.run import CheckpointConfig, LoggingConfig, RayConfig, RunConfig, Seeds
@@ -32,6 +32,7 @@ class Config(Section):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning (`rlxf sft`).")
     rm: RewardModelConfig = Field(default_factory=RewardModelConfig, description="Reward-model training (`rlxf rm`).")
     dpo: DPOConfig = Field(default_factory=DPOConfig, description="DPO, IPO, cDPO, SimPO (`rlxf dpo`).")
+    label: LabelConfig = Field(default_factory=LabelConfig, description="RLAIF preference labelling (`rlxf label`).")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics and samples.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray actors (`run.placement: ray`).")

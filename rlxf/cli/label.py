@@ -1,0 +1,25 @@
+"""`rlxf label CONFIG [OVERRIDES] [--overwrite]`"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlxf.cli.errors import UsageError
+
+
+def run(config: Path, overrides: list[str], *, overwrite: bool) -> None:
+    from rlxf.cli.train import apply_threads
+    from rlxf.config import load_config
+    from rlxf.run_dir import RunDir, RunDirError, setup_logging
+
+    cfg = load_config(config, overrides)
+    try:
+        run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, overwrite=overwrite)
+    except RunDirError as e:
+        raise UsageError(str(e).replace("Pass --resume to continue that run, ", "Pass ")) from None
+    setup_logging(run_dir.log)
+    apply_threads(cfg.run.threads)
+
+    from rlxf.trainer.label import run_label
+
+    run_label(cfg, run_dir)
