@@ -43,10 +43,11 @@ def register(app: typer.Typer) -> None:
     def sft(
         config: Path = ConfigArg,
         overrides: list[str] | None = OverridesArg,
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
     ) -> None:
         """Supervised fine-tuning on demonstrations (prompt/response data or a task's answers)."""
-        _impl("sft").run(config, overrides or [], overwrite=overwrite)
+        _impl("sft").run(config, overrides or [], overwrite=overwrite, resume=resume)
 
     @app.command()
     def rm(

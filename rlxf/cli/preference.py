@@ -6,12 +6,11 @@ from pathlib import Path
 
 from rlxf.cli.errors import UsageError
 
-# A resumed run may run longer or log differently, never learn something else.
-_RESUMABLE = ("logging.", "eval.", "checkpoint.", "run.threads")
 
 
 def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     """``kind``: "rm" (reward model) or "dpo" (the DPO family)."""
+    from rlxf.cli.sft import RUN_RESUMABLE
     from rlxf.cli.train import apply_threads, check_resume_compatible
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
@@ -22,7 +21,7 @@ def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrit
     except RunDirError as e:
         raise UsageError(str(e)) from None
     if resume:
-        check_resume_compatible(run_dir.config, cfg, (*_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
+        check_resume_compatible(run_dir.config, cfg, (*RUN_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
     setup_logging(run_dir.log)
     apply_threads(cfg.run.threads)
 

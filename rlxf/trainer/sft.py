@@ -19,10 +19,11 @@ from rlxf.config import Config
 from rlxf.config.train import SFTConfig
 from rlxf.data import PromptSampler, SFTExample, build_prompt_data, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
-from rlxf.metrics.sinks import build_sinks
+from rlxf.metrics.sinks import build_sinks, truncate_after_step
 from rlxf.models import load_from_config, save_model
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
+from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
 from rlxf.trainer.roles import micro_batches
 from rlxf.trainer.trainable import TrainableModel
 
@@ -42,17 +43,21 @@ def _nll_shares(model, batch: list[SFTExample], micro_batch_size: int, tokens: i
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
-              on_step: Callable[[int, dict[str, float]], None] | None = None) -> int:
-    """Train ``model`` for ``cfg.steps`` optimizer steps, or until ``cfg.max_seconds`` pass.
+              on_step: Callable[[int, dict[str, float]], None] | None = None, *,
+              core: TrainableModel | None = None, start: int = 0) -> int:
+    """Train ``model`` up to step ``cfg.steps``, or until ``cfg.max_seconds`` pass.
+
+    ``core``: the model's optimizer core (a new one by default); a resumed run passes the one
+    it restored from a checkpoint with ``start``, the step that checkpoint was taken at.
 
     ``batches()`` gives the next batch of ``cfg.batch_size`` examples. ``on_step(step, metrics)``
     (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm, skipped (1 when a
     non-finite loss or gradient skipped the step) and tokens/s.
-    Returns the number of steps taken.
+    Returns the last step taken.
     """
-    core = TrainableModel(model, cfg.optim, cfg.steps, cfg.micro_batch_size)
-    start = time.perf_counter()
-    step = 0
+    core = core if core is not None else TrainableModel(model, cfg.optim, cfg.steps, cfg.micro_batch_size)
+    began = time.perf_counter()
+    step = start
     while step < cfg.steps:
         t0 = time.perf_counter()
         batch = list(batches())
@@ -64,14 +69,15 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
             dt = time.perf_counter() - t0
             on_step(step, {"sft/loss": sum(nlls), **step_metrics,
                            "throughput/tokens_per_s": tokens / dt if dt > 0 else 0.0, "time/train": dt})
-        if cfg.max_seconds is not None and time.perf_counter() - start >= cfg.max_seconds:
+        if cfg.max_seconds is not None and time.perf_counter() - began >= cfg.max_seconds:
             break
     model.eval()
     return step
 
 
-def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
-    """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/model`` (HF format)."""
+def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
+    """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/model`` (HF format) and a
+    checkpoint every ``checkpoint.every`` steps; ``resume`` continues from the run's last one."""
     from rlxf.config import dump_config
     from rlxf.rewards import build_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
@@ -81,6 +87,17 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
     model, tokenizer = load_from_config(cfg.model)
     data = build_sft_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     sampler = PromptSampler(data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
+    core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
+    start = 0
+    ckpt = latest_checkpoint(run.checkpoints) if resume else None
+    if ckpt is not None:
+        state = load_trainer_state(ckpt)
+        core.load(ckpt)
+        sampler.load_state_dict(state["sampler"])
+        set_rng_state(state["rng"])
+        start = int(state["step"])
+        truncate_after_step(run.metrics, start)
+        log.info("resumed from %s (step %d)", ckpt, start)
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                        config=cfg.model_dump(mode="json"))
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
@@ -98,7 +115,7 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
 
     last: dict[str, float] = {}
     try:
-        with ProgressDisplay(cfg.sft.steps, enabled=cfg.logging.progress, log_every=cfg.logging.log_every,
+        with ProgressDisplay(cfg.sft.steps, start, enabled=cfg.logging.progress, log_every=cfg.logging.log_every,
                              max_seconds=cfg.sft.max_seconds,
                              fields=ProgressDisplay.SFT_FIELDS) as progress:
             def on_step(step: int, metrics: dict[str, float]) -> None:
@@ -108,8 +125,13 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
                 last = metrics
                 sink.log(step, metrics)
                 progress.update(step, metrics)
+                every, final = cfg.checkpoint.every, step == cfg.sft.steps and cfg.checkpoint.save_final
+                if (every and step % every == 0) or final:
+                    save_checkpoint(run.checkpoints, step, write=lambda d: core.save(d, tokenizer),
+                                    state={"sampler": sampler.state_dict()}, keep_last=cfg.checkpoint.keep_last)
 
-            steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step)
+            steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step,
+                              core=core, start=start)
         final = evaluate()
         if final:
             sink.log(steps, {**last, **final})

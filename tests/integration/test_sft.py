@@ -56,3 +56,35 @@ def test_sft_skips_a_step_with_a_non_finite_loss(nano_model_dir):
     after = dict(model.named_parameters())
     assert all(torch.equal(before[k], after[k]) for k in before if k != "model.norm.weight")
     assert steps == 1 and seen[0]["skipped"] == 1.0
+
+
+def test_sft_resume_is_bit_exact(tmp_path, nano_model_dir):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    cfg = {
+        "run": {"name": "sft", "output_dir": str(tmp_path), "seed": 0},
+        "model": {"path": str(nano_model_dir)},
+        "data": {"task": "arithmetic", "task_options": {"max_digits": 1, "ops": "+"},
+                 "train_size": 40, "test_size": 4, "max_prompt_len": 32},
+        "rollout": {"max_new_tokens": 4},
+        "sft": {"steps": 4, "batch_size": 8, "micro_batch_size": 4,
+                "optim": {"lr": 1e-2, "warmup_steps": 1, "schedule": "cosine"}},
+        "eval": {"num_problems": 4},
+        "checkpoint": {"every": 2, "keep_last": 3},
+        "logging": {"progress": False},
+    }
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["sft", str(path)]) == 0
+    run = tmp_path / "sft"
+    straight = load_file(str(run / "model" / "model.safetensors"))
+    shutil.rmtree(run / "checkpoints" / "step_4")   # as if killed after step 2's checkpoint
+    shutil.rmtree(run / "model")
+    assert main(["sft", str(path), "--resume"]) == 0
+    resumed = load_file(str(run / "model" / "model.safetensors"))
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 4]   # replayed steps are not logged twice (the last line is the final eval)
