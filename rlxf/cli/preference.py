@@ -7,7 +7,6 @@ from pathlib import Path
 from rlxf.cli.errors import UsageError
 
 
-
 def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     """``kind``: "rm" (reward model) or "dpo" (the DPO family)."""
     from rlxf.cli.sft import RUN_RESUMABLE
