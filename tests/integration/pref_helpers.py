@@ -1,7 +1,8 @@
 """A synthetic preference whose truth we know, and configs for `rlxf rm` / `rlxf dpo` on it.
 
-The hidden rule: a response made of "good" words beats one made of "bad" words, whatever the
-prompt. Held-out pairs use prompts and word combinations never seen in training.
+The hidden rule: a response in capitals beats one in lower case, whatever the prompt and the
+words. It is dense (a capital letter anywhere helps), so a tiny policy can also be pushed towards
+it by RL. Held-out pairs use prompts and word combinations never seen in training.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from pathlib import Path
 
 import yaml
 
-GOOD = ["apple", "river", "green", "sun", "bread", "stone"]
-BAD = ["seven", "cold", "glass", "iron", "north", "paper"]
+WORDS = ["apple", "river", "green", "sun", "bread", "stone", "seven", "cold", "glass", "iron", "north", "paper"]
 
 
 def write_pairs(path: Path, n: int, seed: int) -> Path:
@@ -21,8 +21,8 @@ def write_pairs(path: Path, n: int, seed: int) -> Path:
     with open(path, "w") as f:
         for i in range(n):
             prompt = f"say {rng.randint(0, 999)}"
-            chosen = " ".join(rng.choice(GOOD) for _ in range(rng.randint(1, 3)))
-            rejected = " ".join(rng.choice(BAD) for _ in range(rng.randint(1, 3)))
+            chosen = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))).upper()
+            rejected = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
             f.write(json.dumps({"prompt": prompt, "chosen": chosen, "rejected": rejected, "id": i}) + "\n")
     return path
 
