@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
     def eval_(
         config: Path = ConfigArg,
         overrides: list[str] | None = OverridesArg,
-        checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Checkpoint dir (or HF model dir) to evaluate; default model.path."),
+        checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Run, checkpoint or model directory to evaluate; default model.path. Results are appended to the run's eval.jsonl."),
     ) -> None:
         """Evaluate a model on the held-out split: greedy accuracy and pass@k."""
         _impl("evaluate").run(config, overrides or [], checkpoint=checkpoint)
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def generate(
-        model: str = typer.Argument(..., help="Model directory or hub id."),
+        model: str = typer.Argument(..., help="Run, checkpoint or model directory, or a hub id."),
         prompts: list[str] = typer.Argument(..., help="Prompt texts (chat-templated before generation)."),
         backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
         n: int = typer.Option(1, "-n", help="Samples per prompt."),
