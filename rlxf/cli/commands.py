@@ -58,9 +58,13 @@ def register(app: typer.Typer) -> None:
         _impl("evaluate").run(config, overrides or [], checkpoint=checkpoint)
 
     @app.command()
-    def explain(config: Path = ConfigArg, overrides: list[str] | None = OverridesArg) -> None:
-        """Print the resolved config, the batch arithmetic and a memory estimate per role."""
-        _impl("explain").run(config, overrides or [])
+    def explain(
+        config: Path = ConfigArg,
+        overrides: list[str] | None = OverridesArg,
+        full_config: bool = typer.Option(False, "--full-config", help="Print every config field, not only those set."),
+    ) -> None:
+        """Print the batch arithmetic, a memory estimate per role, the kernels picked here, and the config."""
+        _impl("explain").run(config, overrides or [], full_config=full_config)
 
     @app.command("config-docs")
     def config_docs(
