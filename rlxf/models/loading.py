@@ -283,7 +283,18 @@ def save_model(model, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | 
         base.config.use_cache = use_cache
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out))
+    match_permissions(out)
     return out
+
+
+def match_permissions(out: Path) -> None:
+    """Give every file in ``out`` the mode of its ``config.json`` (written by a plain ``open``,
+    so it follows the user's umask). transformers writes the weights through a temporary file, which
+    is created 0600: a model saved for a team or a server to read would be unreadable to them."""
+    mode = (out / "config.json").stat().st_mode & 0o777
+    for f in out.iterdir():
+        if f.is_file() and f.stat().st_mode & 0o777 != mode:
+            f.chmod(mode)
 
 
 def count_parameters(model: torch.nn.Module) -> int:
