@@ -243,7 +243,6 @@ def test_lora_wrapped_models_are_copied_with_their_adapters_merged(tiny, tokeniz
 
 def test_packed_weights_are_a_memory_bounded_choice_with_the_same_samples(tiny, tokenizer_for_tests, monkeypatch):
     from rlxf.rollout.base import EngineOptions
-
     from rlxf.rollout.native.kernels import OneDNNKernels, select_kernels
 
     try:
