@@ -5,7 +5,8 @@
       metrics.jsonl      one JSON object per step, appended and fsynced
       samples.jsonl      a fraction of each step's rollouts: prompt, response, reward, scores
       train.log          the log
-      checkpoints/step_N/  model (HF format) + trainer state
+      checkpoints/step_N/  model/ (HF format) + trainer state; SFT and RL alike (rlxf.models.paths)
+      eval.jsonl         what `rlxf eval` measured on this run's checkpoints
       report.html        plots (`rlxf report`)
 """
 

@@ -23,3 +23,8 @@ def run(config: Path, overrides: list[str], *, overwrite: bool) -> None:
     from rlxf.trainer.sft import run_sft
 
     run_sft(cfg, run_dir)
+
+    from rlxf.metrics.report import write_report
+
+    report = write_report([run_dir.path])  # the loss curve, eval points, samples: as for RL
+    print(f"report {report}")

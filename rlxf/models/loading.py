@@ -1,6 +1,6 @@
 """Load and save Hugging Face causal LMs and tokenizers: local directories or hub ids.
 
-    model = load_model("runs/tiny", device="auto", dtype="auto")
+    model = load_model("runs/tiny", device="auto", dtype="auto")   # model, checkpoint or run dir
     tokenizer = load_tokenizer("runs/tiny")
     save_model(model, "out/step_10", tokenizer)   # AutoModelForCausalLM.from_pretrained reads it
 
@@ -17,6 +17,7 @@ import torch
 
 from rlxf.errors import UserInputError
 from rlxf.models.kernels import LinearKernels, use_fast_linears
+from rlxf.models.paths import ModelPathError, resolve_model_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -60,7 +61,7 @@ def check_source(path: str | Path, what: str) -> str:
     if local.exists():
         if not local.is_dir():
             raise ModelLoadError(f"{what} path {text} is a file; give the directory that holds config.json")
-        return str(local)
+        return _local_source(local, what)
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
     if looks_local:
         raise ModelLoadError(
@@ -68,6 +69,17 @@ def check_source(path: str | Path, what: str) -> str:
             f"`rlxf init-model --preset tiny {text}`, or give a Hugging Face hub id (org/name)."
         )
     return text
+
+
+def _local_source(local: Path, what: str) -> str:
+    """A model, checkpoint or run directory -> the model directory it stands for (one rule,
+    ``rlxf.models.paths``); a tokenizer-only directory is used as it is."""
+    if what == "tokenizer" and any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return str(local)
+    try:
+        return str(resolve_model_dir(local).model)
+    except ModelPathError as e:
+        raise ModelLoadError(f"{what} path: {e}") from None
 
 
 def hub_error(source: str, err: Exception) -> ModelLoadError:
@@ -283,7 +295,18 @@ def save_model(model, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | 
         base.config.use_cache = use_cache
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out))
+    match_permissions(out)
     return out
+
+
+def match_permissions(out: Path) -> None:
+    """Give every file in ``out`` the mode of its ``config.json`` (written by a plain ``open``,
+    so it follows the user's umask). transformers writes the weights through a temporary file, which
+    is created 0600: a model saved for a team or a server to read would be unreadable to them."""
+    mode = (out / "config.json").stat().st_mode & 0o777
+    for f in out.iterdir():
+        if f.is_file() and f.stat().st_mode & 0o777 != mode:
+            f.chmod(mode)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -23,6 +23,7 @@ from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config, save_model
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
+from rlxf.trainer.checkpoint import save_checkpoint
 from rlxf.trainer.optim import build_optimizer
 from rlxf.trainer.roles import micro_batches
 
@@ -69,7 +70,8 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
 
 
 def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
-    """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/model`` (HF format)."""
+    """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/checkpoints/step_N/model``
+    (HF format), the layout RL runs use, so the run directory itself is a valid ``model.path``."""
     from rlxf.config import dump_config
     from rlxf.rewards import build_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
@@ -112,8 +114,10 @@ def run_sft(cfg: Config, run: RunDir) -> dict[str, float]:
         if final:
             sink.log(steps, {**last, **final})
             last = {**last, **final}
-        save_model(model, run.path / "model", tokenizer)
-        log.info("SFT: %d steps; model saved to %s", steps, run.path / "model")
+        # the one layout of every run (rlxf.models.paths): checkpoints/step_N/model
+        saved = save_checkpoint(run.checkpoints, steps, write=lambda d: save_model(model, d / "model", tokenizer),
+                                state={"recipe": "sft"}, keep_last=1)
+        log.info("SFT: %d steps; model saved to %s", steps, saved / "model")
     finally:
         sink.close()
         if reward is not None:

@@ -9,6 +9,8 @@ from rlxf.data.tasks.base import (
     get_task,
     register_task,
     task_names,
+    task_option_models,
 )
 
-__all__ = ["REASONING_GYM_PREFIX", "Task", "TaskItem", "check_disjoint", "get_task", "register_task", "task_names"]
+__all__ = ["REASONING_GYM_PREFIX", "Task", "TaskItem", "check_disjoint", "get_task", "register_task", "task_names",
+           "task_option_models"]
