@@ -156,6 +156,50 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
+_FIELD_PATH = re.compile(r"\b([a-z_]+(?:\.[a-z_0-9]+)+)")
+
+
+def _exact_line(node: yaml.Node | None, path: list[str]) -> int | None:
+    """1-based line of the key at ``path`` in the YAML file; None if the file does not set it."""
+    line = None
+    for part in path:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        for key, value in node.value:
+            if key.value == part:
+                line, node = key.start_mark.line + 1, value
+                break
+        else:
+            return None
+    return line
+
+
+def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridden: dict[tuple, str]) -> str:
+    """Where the value behind one error came from: the override(s), or the file and line.
+
+    An error about one field points at it; an error of a check across fields (batch arithmetic)
+    points at every field its message names, so an override is blamed when it caused the problem
+    rather than the YAML file that was fine on its own.
+    """
+    direct = next((o for k, o in overridden.items() if loc[: len(k)] == k), None)
+    if direct is not None:
+        return direct
+    named = [m.split(".") for m in dict.fromkeys(_FIELD_PATH.findall(msg)) if m.split(".")[0] in Config.model_fields]
+    if not named:
+        named = [list(map(str, loc))] if loc else []
+    parts: list[str] = []
+    for path in named:
+        override = overridden.get(tuple(path))
+        line = None if override else _exact_line(node, path)
+        where = override or (f"{source}:{line}" if line else None)
+        if where and where not in parts:
+            parts.append(where)
+    if parts:
+        return ", ".join(sorted(parts, key=lambda p: not p.startswith("override")))
+    line = _line_of(node, loc)
+    return f"{source}:{line}" if line else source
+
+
 def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
                    overridden: dict[tuple, str]) -> str:
     lines = [f"invalid config ({source}): {err.error_count()} problem(s)"]
@@ -164,10 +208,7 @@ def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
         path = ".".join(str(p) for p in loc) or "(top level)"
         kind = e["type"]
         msg = e["msg"].removeprefix("Value error, ")
-        origin = next((o for k, o in overridden.items() if loc[: len(k)] == k), None)
-        if origin is None:
-            line = _line_of(node, loc)
-            origin = f"{source}:{line}" if line else source
+        origin = _origin(loc, msg, source, node, overridden)
         if kind == "extra_forbidden":
             section = _model_at(loc[:-1])
             valid = sorted(section.model_fields) if section else []

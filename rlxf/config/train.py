@@ -65,6 +65,7 @@ class TrainDerived(Section):
 
     samples_per_step: int
     mini_batch_size: int
+    micro_batch_size: int           # train.micro_batch_size, capped at the mini-batch
     optimizer_steps_per_epoch: int
     optimizer_steps_per_step: int
     grad_accum_steps: int
@@ -84,8 +85,6 @@ def check_divisible(samples: int, mini: int, micro: int) -> None:
             f"train.micro_batch_size={micro} does not divide train.mini_batch_size={mini}; "
             f"choose a divisor of {mini}"
         )
-
-
 
 
 class SFTConfig(Section):
