@@ -31,7 +31,8 @@ class TrainConfig(Section):
         "step per epoch, fully on-policy).",
     )
     micro_batch_size: int = Field(
-        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into these)."
+        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into "
+        "these); capped at the mini-batch when larger."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each RL step's samples.")
     packing: bool = Field(
