@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlxf.cli.errors import UsageError
@@ -43,15 +44,31 @@ def apply_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+@contextmanager
+def discard_on_failed_start(run_dir, *, fresh: bool):
+    """A fresh run whose start fails (before anything is logged or saved) leaves no directory
+    behind, so the corrected command is not refused with "already exists"."""
+    try:
+        yield
+    except BaseException:
+        if fresh and run_dir.discard_if_unused():
+            logging.getLogger("rlxf").info("the run failed before its first step; removed %s", run_dir.path)
+        raise
+
+
 def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
+    from rlxf.cli.preflight import check_inputs
+
     cfg = load_config(config, overrides)
     try:
-        run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     except RunDirError as e:
         raise UsageError(str(e)) from None
+    check_inputs(cfg)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg)
     log = setup_logging(run_dir.log)
@@ -61,7 +78,8 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
     from rlxf.metrics.report import write_report
     from rlxf.placement import run_training
 
-    last = run_training(cfg, run_dir, resume=resume)
+    with discard_on_failed_start(run_dir, fresh=not resume):
+        last = run_training(cfg, run_dir, resume=resume)
     report = write_report([run_dir.path])
     summary = ", ".join(f"{k} {last[k]:.4g}" for k in ("reward/mean", "accuracy", "eval/accuracy") if k in last)
     log.info("done: %s; report %s", summary or "no metrics", report)

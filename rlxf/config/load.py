@@ -255,19 +255,35 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
 def check_names(cfg: Config, config_dir: Path | None = None) -> None:
     """Import ``cfg.plugins``, then check every registry name in the config exists.
 
-    Plugin modules are found on ``sys.path`` plus the working directory and the config
-    file's directory (as ``python -m`` would), so a ``my_estimators.py`` next to the YAML
-    works without PYTHONPATH. Registries live in lower layers (they import torch), so they
+    Plugin modules and custom reward functions (``reward.verifiers[i].function``) are imported
+    here, found on ``sys.path`` plus the working directory and the config file's directory (as
+    ``python -m`` would), so a ``my_rewards.py`` next to the YAML works without PYTHONPATH or
+    ``plugins:``. Registries live in lower layers (they import torch), so they
     are imported here, lazily, once the schema itself is valid.
     """
+    # reward.url: the verifiers are the server's, imported there
+    custom = [] if cfg.reward.url else [(i, v.function) for i, v in enumerate(cfg.reward.verifiers)
+                                        if v.type == "custom"]
     for extra in (Path.cwd(), config_dir):
-        if cfg.plugins and extra is not None and str(extra) not in sys.path:
+        if (cfg.plugins or custom) and extra is not None and str(extra) not in sys.path:
             sys.path.append(str(extra))
+    where = f"the working directory or {config_dir}" if config_dir else "the working directory"
     for module in cfg.plugins:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise ConfigError(f"plugins: cannot import {module!r}: {e}") from None
+            raise ConfigError(f"plugins: cannot import {module!r}: {e}. Put it in {where}, "
+                              f"or install it") from None
+    # a reward function that cannot be imported is a config mistake (exit 2), found before any
+    # model loads or run directory exists
+    from rlxf.rewards.custom import load_function  # noqa: PLC0415 - lazy, like the registries
+
+    for i, spec in custom:
+        try:
+            load_function(spec)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"reward.verifiers.{i}.function: {e}. The module must be importable: "
+                              f"put it in {where}, or install it") from None
     from rlxf.algorithms import registry  # noqa: PLC0415 - lazy on purpose
 
     problems = []
