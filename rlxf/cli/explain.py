@@ -78,8 +78,10 @@ def _print_tables(console: Console, cfg) -> None:
     try:
         dims = _model_dims(cfg.model.path, cfg.model.trust_remote_code)
     except (OSError, ValueError) as e:
-        console.print(f"model {cfg.model.path!r} not readable ({type(e).__name__}); memory estimate skipped. "
-                      f"Build it first, e.g. `rlxf init-model --preset tiny {cfg.model.path}`.")
+        from rlxf.models.loading import missing_model_hint
+
+        console.print(f"model.path {cfg.model.path!r} not readable ({type(e).__name__}); memory estimate "
+                      f"skipped. {missing_model_hint(Path(cfg.model.path))}", markup=False)
         return
     console.print(f"model: {dims.params:,} parameters, {dims.layers} layers, hidden {dims.hidden}, "
                   f"vocab {dims.vocab}; dtype {resolved_dtype(cfg)}")

@@ -304,6 +304,17 @@ class RewardConfig(Section):
     error_score: float = Field(
         0.0, description="Score given to a verifier that raised, hung or crashed on a sample."
     )
+    max_error_frac: float = Field(
+        0.5, ge=0, le=1,
+        description="Stop training when more than this fraction of one step's samples have a failed "
+        "reward (a verifier raised, timed out or crashed), showing the first failure's traceback; "
+        "1 = never stop (failures only score error_score and show in samples.jsonl).",
+    )
+    max_error_frac_first_step: float = Field(
+        0.0, ge=0, le=1,
+        description="The same limit for the run's first step. 0 (default): any failure there stops "
+        "the run, so a reward function that raises is seen at once (as TRL raises).",
+    )
     url: str | None = Field(
         None, description="Score remotely via `rlxf serve-reward` at this URL (e.g. http://host:8008) "
         "instead of locally; the verifiers are then the server's.",

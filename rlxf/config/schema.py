@@ -42,7 +42,7 @@ class Config(Section):
     def _batch_arithmetic(self) -> Config:
         samples = self.train.prompts_per_step * self.rollout.n
         mini = self.train.mini_batch_size or samples
-        check_divisible(samples, mini, self.train.micro_batch_size)
+        check_divisible(samples, mini, min(self.train.micro_batch_size, mini))
         if self.algorithm.dynamic_sampling and self.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
         return self
@@ -53,14 +53,18 @@ class Config(Section):
         samples = self.train.prompts_per_step * self.rollout.n
         mini = self.train.mini_batch_size or samples
         per_epoch = samples // mini
+        # a micro-batch cannot hold more than its mini-batch: capped, so shrinking the batch on the
+        # command line needs no third override (`rlxf explain` says when the cap applies)
+        micro = min(self.train.micro_batch_size, mini)
         max_tokens = self.data.max_prompt_len + self.rollout.max_new_tokens
         return TrainDerived(
             samples_per_step=samples,
             mini_batch_size=mini,
             optimizer_steps_per_epoch=per_epoch,
             optimizer_steps_per_step=per_epoch * self.train.ppo_epochs,
-            grad_accum_steps=mini // self.train.micro_batch_size,
-            micro_batches_per_step=samples // self.train.micro_batch_size * self.train.ppo_epochs,
+            micro_batch_size=micro,
+            grad_accum_steps=mini // micro,
+            micro_batches_per_step=samples // micro * self.train.ppo_epochs,
             max_tokens_per_sample=max_tokens,
             max_tokens_per_step=samples * max_tokens,
         )

@@ -31,7 +31,8 @@ class TrainConfig(Section):
         "step per epoch, fully on-policy).",
     )
     micro_batch_size: int = Field(
-        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into these)."
+        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into "
+        "these); capped at the mini-batch when larger."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each RL step's samples.")
     packing: bool = Field(
@@ -65,6 +66,7 @@ class TrainDerived(Section):
 
     samples_per_step: int
     mini_batch_size: int
+    micro_batch_size: int           # train.micro_batch_size, capped at the mini-batch
     optimizer_steps_per_epoch: int
     optimizer_steps_per_step: int
     grad_accum_steps: int
@@ -84,8 +86,6 @@ def check_divisible(samples: int, mini: int, micro: int) -> None:
             f"train.micro_batch_size={micro} does not divide train.mini_batch_size={mini}; "
             f"choose a divisor of {mini}"
         )
-
-
 
 
 class SFTConfig(Section):

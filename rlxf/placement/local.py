@@ -36,7 +36,7 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     d = cfg.derived
-    spec = ForwardSpec(micro_batch_size=cfg.train.micro_batch_size, packing=cfg.train.packing,
+    spec = ForwardSpec(micro_batch_size=d.micro_batch_size, packing=cfg.train.packing,
                        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps

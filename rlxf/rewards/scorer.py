@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from rlxf.config.reward import RewardConfig
 from rlxf.rewards.base import Verifier, build_verifier, is_isolated, run_sync
 from rlxf.rewards.pool import VerifierPool
-from rlxf.rewards.types import RewardInput, RewardResult, ScoredSample, VerifierFailure
+from rlxf.rewards.types import RewardInput, RewardResult, ScoredSample, VerifierFailure, describe_exception
 
 Outcome = RewardResult | VerifierFailure
 
@@ -157,7 +157,7 @@ class LocalReward:
                 except asyncio.TimeoutError:
                     return [VerifierFailure("timeout", f"no result within reward.timeout_s={limit:g}s")] * len(xs)
                 except Exception as e:  # noqa: BLE001 - the verifier's failure, recorded per sample
-                    return [VerifierFailure("error", f"{type(e).__name__}: {e}"[:500])] * len(xs)
+                    return [VerifierFailure("error", describe_exception(e))] * len(xs)
             if len(results) != len(xs):
                 return [VerifierFailure("error", f"{verifier.name} returned {len(results)} results for "
                                                  f"{len(xs)} inputs")] * len(xs)

@@ -65,7 +65,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 # rollout + reward: a group of n scored responses per prompt
                 trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
                                                  prompts_per_step=cfg.train.prompts_per_step, seed=seeds.sampling,
-                                                 step=step, timer=timer)
+                                                 step=step, timer=timer, reward=cfg.reward)
 
                 # experience: log-probs, values, token rewards, advantages
                 with timer("experience"):
