@@ -20,6 +20,13 @@ class OptimConfig(Section):
     )
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine: final lr as a fraction of lr.")
     max_grad_norm: float | None = Field(1.0, gt=0, description="Clip the global gradient norm; None = off.")
+    skip_zero_grad_steps: bool = Field(
+        True,
+        description="RL roles: when every gradient of an optimizer step is exactly zero (no learning "
+        "signal: all advantages 0 and no KL or entropy term), skip the step, leaving weights, AdamW "
+        "moments and the lr schedule untouched. Off: AdamW steps anyway, so momentum and weight decay "
+        "keep moving the weights on steps with nothing to learn from.",
+    )
 
 
 class TrainConfig(Section):
