@@ -41,7 +41,7 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps
     actor = Actor(model, PolicyObjective.from_config(cfg.algorithm, cfg.rollout.max_new_tokens),
-                  cfg.train.optim, total_optimizer_steps, spec)
+                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size)
 
     reference = None
     if cfg.algorithm.kl_coef > 0 and reference_model is not None:

@@ -140,7 +140,8 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
             break
     if reward is not None:
         check_reward_failures(generated, step, reward)
-    if not kept:  # every group agreed in every round: nothing to learn from, train on zeros
+    informative = len(kept)
+    if not kept:  # every group agreed in every round: nothing to learn from (the update changes nothing)
         kept = generated[-need * n:]
     if len(kept) > need * n:  # whole groups only: keep the first `need` groups
         first = set(sorted({t.group for t in kept})[:need])
@@ -149,7 +150,7 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
     metrics = batch_metrics_of(generated)
     if algo.dynamic_sampling:
         metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
-                    "sampling/kept_frac": len(kept) / max(1, len(generated))}
+                    "sampling/kept_frac": min(informative, need * n) / max(1, len(generated))}
     metrics |= failures
     return kept, metrics
 
