@@ -60,16 +60,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
-
-from rlxf.rewards.sandbox._cgroup import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -474,6 +471,38 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def remove_tree(path: str) -> None:
+    """Remove a dead server's control groups (``_cgroup.py``): kill what is left in them,
+    remove them bottom-up. Here, not there: this package must load without its siblings."""
+    if not os.path.isdir(path):
+        return
+    for root, dirs, _ in os.walk(path, topdown=False):
+        for d in dirs:
+            _kill_and_rmdir(os.path.join(root, d))
+    _kill_and_rmdir(path)
+
+
+def _kill_and_rmdir(path: str) -> None:
+    for _ in range(500):
+        try:
+            with open(path + "/cgroup.procs") as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.002)
 
 
 def _closer(*fds: int) -> Callable[[Any], None]:

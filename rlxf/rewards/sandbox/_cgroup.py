@@ -207,34 +207,3 @@ class Cgroups:
             if k == name:
                 return int(v)
         return 0
-
-
-def remove_tree(path: str) -> None:
-    """Host-side cleanup of a dead server's base group: kill what is left, remove bottom-up."""
-    if not os.path.isdir(path):
-        return
-    for root, dirs, _ in os.walk(path, topdown=False):
-        for d in dirs:
-            _kill_and_rmdir(os.path.join(root, d))
-    _kill_and_rmdir(path)
-
-
-def _kill_and_rmdir(path: str) -> None:
-    for _ in range(500):
-        try:
-            with open(path + "/cgroup.procs") as f:
-                pids = [int(p) for p in f.read().split()]
-        except OSError:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.002)

@@ -22,12 +22,11 @@ What a test process emits on fd 3 (the result memfd):
   says so in the verdict (``unparsed_asserts``).
 """
 
+import _socket
 import ctypes
 import marshal
 import os
 import sys
-
-import _socket
 
 PR_SET_DUMPABLE = 4
 CLONE_PARENT, SIGCHLD = 0x00008000, 17
@@ -144,9 +143,8 @@ def _string(text: str) -> str:
         code = ord(ch)
         if ch in '"\\':
             out.append("\\" + ch)
-        elif code < 0x20 or code > 0x7E:
-            out.append("\\u%04x" % code if code < 0x10000 else
-                       "\\u%04x\\u%04x" % (0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)))
+        elif code < 0x20 or 0xD800 <= code < 0xE000:  # controls; lone surrogates (not UTF-8)
+            out.append(f"\\u{code:04x}")
         else:
             out.append(ch)
     out.append('"')

@@ -393,8 +393,8 @@ class _Job:
         cpu0, oom0 = self.cpu(), self.oom_kills()
         start = time.monotonic()
         started = self._start_test(index)
-        if started is None:
-            return {"status": "setup_error", "stderr": "the test runner died (see the sandbox log)"}
+        if started is None:  # it started (start_runner checked), so a test of this program killed it
+            return {"status": "error", "stderr": "the program's test runner is gone: an earlier test killed it"}
         pid, fds = started
         exited, cpu_killed = self._wait(pid, cpu0, start + limits["wall_s"])
         if not exited:
@@ -654,7 +654,7 @@ def main() -> int:
     with open(os.path.join(here, "_runner.py")) as f:
         runner = f.read()
     sys.path.insert(0, here)
-    from _cgroup import CgroupUnavailable, Cgroups  # noqa: PLC0415 - our sibling, found via `here`
+    from _cgroup import Cgroups, CgroupUnavailable  # noqa: PLC0415 - our sibling, found via `here`
 
     for name in init.get("preload", []):
         try:
