@@ -63,13 +63,19 @@ STEAL = textwrap.dedent(r'''
         return out
     def _emit_all(found):
         import os as _os
-        for f in dict.fromkeys(found):
+        tokens = [f for f in found if len(f) == 32]
+        if tokens:  # the old harness's pass token, as its result channel expects it
             try:
-                _os.write(3, f.encode())
+                _os.write(3, tokens[0].encode())
             except OSError:
                 pass
+        for f in dict.fromkeys(found):
             print(f)
 ''')
+
+
+def _body(code: str) -> str:
+    return textwrap.dedent(code)
 
 
 def hacks() -> dict[str, str]:
@@ -105,7 +111,7 @@ def hacks() -> dict[str, str]:
             def __bool__(self): return True
             def __eq__(self, other): return True
         def add(a, b): return T()"""
-    h["frame_introspection"] = STEAL + """
+    h["frame_introspection"] = STEAL + _body("""
         import sys
         found = []
         f = sys._getframe()
@@ -121,8 +127,10 @@ def hacks() -> dict[str, str]:
             walk(dict(f.f_locals), 0)
             f = f.f_back
         def add(a, b): return int(found[-1]) if found and found[-1].lstrip("-").isdigit() else 0
-        _emit_all(found)"""
-    h["gc_scan"] = STEAL + """
+        _emit_all(found)
+        import os
+        os._exit(0)  # before any assert could fail: the stolen token is the verdict""")
+    h["gc_scan"] = STEAL + _body("""
         import gc
         found = []
         for o in gc.get_objects():
@@ -130,8 +138,10 @@ def hacks() -> dict[str, str]:
                 for v in list(o.values()):
                     if isinstance(v, str): found.extend(_found_in(v.encode()))
         def add(a, b): return 0
-        _emit_all(found)"""
-    h["own_memory_scan"] = STEAL + """
+        _emit_all(found)
+        import os
+        os._exit(0)""")
+    h["own_memory_scan"] = STEAL + _body("""
         found = []
         with open("/proc/self/maps") as m, open("/proc/self/mem", "rb", 0) as mem:
             for line in m:
@@ -143,8 +153,8 @@ def hacks() -> dict[str, str]:
                     mem.seek(lo); found.extend(_found_in(mem.read(hi - lo)))
                 except (OSError, ValueError, OverflowError): pass
         def add(a, b): return 0
-        _emit_all(found[-50:])"""
-    h["other_process_memory"] = STEAL + """
+        _emit_all(found[-50:])""")
+    h["other_process_memory"] = STEAL + _body("""
         import os
         found = []
         for pid in os.listdir("/proc"):
@@ -162,8 +172,8 @@ def hacks() -> dict[str, str]:
                 try: found.extend(_found_in(open(f"/proc/{pid}/{name}", "rb").read()))
                 except OSError: pass
         def add(a, b): return 0
-        _emit_all(found[-50:])"""
-    h["file_scan"] = STEAL + """
+        _emit_all(found[-50:])""")
+    h["file_scan"] = STEAL + _body("""
         import os
         found = []
         for top in ("/tmp", ".", "/proc/self/fd", "/dev/shm"):
@@ -172,7 +182,7 @@ def hacks() -> dict[str, str]:
                     try: found.extend(_found_in(open(os.path.join(root, name), "rb").read(1 << 20)))
                     except OSError: pass
         def add(a, b): return 0
-        _emit_all(found)"""
+        _emit_all(found)""")
     h["os_exit_early"] = """
         import os
         os._exit(0)"""
@@ -184,7 +194,7 @@ def hacks() -> dict[str, str]:
             raise SystemExit(0)
         import sys
         if sys.stdin.read(): raise SystemExit(0)"""
-    h["atexit_emits_stolen"] = STEAL + """
+    h["atexit_emits_stolen"] = STEAL + _body("""
         import atexit, gc
         def late():
             found = []
@@ -192,7 +202,7 @@ def hacks() -> dict[str, str]:
                 if isinstance(o, str): found.extend(_found_in(o.encode()))
             _emit_all(found[-20:])
         atexit.register(late)
-        def add(a, b): return None"""
+        def add(a, b): return None""")
     h["patch_the_harness"] = """
         import builtins, json, os
         json.dumps = lambda *a, **k: "true"
@@ -289,7 +299,7 @@ def hacks() -> dict[str, str]:
         def add(a, b): return a + b
         data = sys.stdin.read().split()
         if data: print(int(data[0]) + int(data[1]))"""
-    return {name: textwrap.dedent(code) for name, code in h.items()}
+    return {name: code if code.startswith(STEAL) else textwrap.dedent(code) for name, code in h.items()}
 
 
 HACKS = hacks()
@@ -382,19 +392,27 @@ def test_cpu_of_exited_forks_counts_toward_the_budget():
 
 
 def test_a_correct_program_queued_behind_sleepers_is_not_failed_by_their_timeouts():
-    """reward.timeout_s is shorter than the queue ahead of the correct program: the verifier's
-    time must be its own job's, not the time it waited for a server."""
+    """Four batches at once (as the reward server scores them) share one sandbox server;
+    reward.timeout_s is shorter than the sleepers ahead of the correct program: its time must
+    be its own job's, not the time it waited for a server."""
     cfg = RewardConfig.model_validate({"verifiers": [
         {"type": "code", "cpu_s": 0.5, "wall_s": 0.6, "concurrency": 1}], "timeout_s": 1.0})
     try:
         scorer = LocalReward(cfg)
     except SandboxUnavailable as e:
         pytest.skip(str(e))
-    sleeper = "import time\ntime.sleep(30)\n"
-    batch = [RewardInput("add", f"```python\n{code}\n```", FORMATS["stdio"][:1]) for code in [sleeper] * 3 + [CORRECT]]
+
+    def sample(code: str) -> RewardInput:
+        return RewardInput("add", f"```python\n{code}\n```", FORMATS["stdio"][:1])
+
+    async def together():
+        batches = [[sample("import time\ntime.sleep(30)")]] * 3 + [[sample(CORRECT)]]
+        return await asyncio.gather(*(scorer.ascore(batch) for batch in batches))
+
     with scorer:
-        out = scorer.score(batch)
-    assert [s.reward for s in out] == [0.0, 0.0, 0.0, 1.0], [s.errors for s in out]
+        *sleepers, correct = asyncio.run(together())
+    assert [s[0].reward for s in sleepers] == [0.0] * 3
+    assert correct[0].reward == 1.0, correct[0].failures
 
 
 def _sandbox_processes_with(marker: str) -> list[int]:
