@@ -281,6 +281,20 @@ class RewardServerConfig(Section):
         4, ge=1, description="Batches scored at once; further requests wait their turn."
     )
     max_waiting: int = Field(64, ge=0, description="Requests allowed to wait; beyond that, 503 (retry later).")
+    max_body_mb: float = Field(64.0, gt=0, description="Largest request body; a larger one is refused (413) "
+                               "before it is read.")
+    header_timeout_s: float = Field(10.0, gt=0, description="Time a connection has to send a request's "
+                                    "headers (a new one, or the next on a kept-alive one) before it is closed.")
+    body_timeout_s: float = Field(30.0, gt=0, description="Longest wait for the next piece of a request "
+                                  "body (408 and closed past it).")
+    max_connections: int = Field(256, ge=1, description="Open connections (and requests) at once; beyond "
+                                 "that, new requests get 503.")
+    log_per_minute: int = Field(30, ge=1, description="Most log lines per minute of any one kind (bad "
+                                "requests, timeouts); the rest are counted and reported as suppressed.")
+    token_env: str = Field("RLXF_REWARD_TOKEN", description="Environment variable holding the bearer "
+                           "token: when it is set, every request must carry `Authorization: Bearer "
+                           "<token>` (RemoteReward sends it from the same variable). Required when "
+                           "the server binds a non-loopback address.")
 
 
 class RewardConfig(Section):
