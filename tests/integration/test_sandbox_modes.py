@@ -244,3 +244,19 @@ def _sleeping_sandbox_processes() -> int:
             continue
         count += owner == SANDBOX_UID and "nanosleep" in waiting
     return count
+
+
+def test_programs_using_up_to_80_percent_of_their_cpu_budget_never_flip():
+    """The benchmark's flip run (``benchmarks/rewards.py --flips 400``) at a size that fits the
+    suite: fixed-work correct programs at 10-80% of a 0.2 s budget, alone and crowded."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rewards.py"
+    spec = importlib.util.spec_from_file_location("rlxf_bench_rewards", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    try:
+        found = bench.verdict_flips(24)
+    except SandboxUnavailable as e:
+        pytest.skip(str(e))
+    assert found["flips"] == 0 and found["failed"] == 0, found
