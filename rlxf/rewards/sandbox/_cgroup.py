@@ -55,6 +55,7 @@ class Cgroups:
         mounts, own = _mounts(), _own_groups()
         self.name = name
         self.fds: dict[str, int] = {}
+        self.parents: list[int] = []  # fds of the groups our base groups live in, to remove them
         self.paths: list[str] = []  # host paths of the base groups, for cleanup by the host
         errors = []
         try:
@@ -89,6 +90,7 @@ class Cgroups:
         base = f"{parent}/{self.name}"
         os.mkdir(base)
         self.paths.append(base)
+        self.parents.append(os.open(parent, os.O_RDONLY | os.O_DIRECTORY))
         with open(base + "/cgroup.subtree_control", "w") as f:
             f.write("+memory +pids +cpu")
         self.fds["v2"] = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
@@ -98,9 +100,11 @@ class Cgroups:
         if missing:
             raise OSError(f"no cgroup v1 hierarchy for {', '.join(missing)}")
         for controller in self.V1:
-            base = mounts[controller] + own.get(controller, "/").rstrip("/") + "/" + self.name
+            parent = mounts[controller] + own.get(controller, "/").rstrip("/")
+            base = parent + "/" + self.name
             os.mkdir(base)
             self.paths.append(base)
+            self.parents.append(os.open(parent, os.O_RDONLY | os.O_DIRECTORY))
             self.fds[controller] = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
 
     # -- per-program groups ---------------------------------------------------------------------
@@ -171,9 +175,19 @@ class Cgroups:
                     time.sleep(0.001)
 
     def close(self) -> None:
-        for fd in self.fds.values():
+        for fd in [*self.fds.values(), *self.parents]:
             os.close(fd)
         self.fds.clear()
+        self.parents.clear()
+
+    def remove_base(self) -> None:
+        """Remove this server's (emptied) base groups; the server calls it on its way out."""
+        for parent in self.parents:
+            try:
+                os.rmdir(self.name, dir_fd=parent)
+            except OSError:  # still busy: the host removes it when it reaps the server
+                pass
+        self.close()
 
     @property
     def description(self) -> str:

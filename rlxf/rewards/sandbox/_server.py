@@ -684,17 +684,21 @@ def main() -> int:
     ctx = Context(init, cgroups, runner, paths)
     send(1, {"ok": True, "mechanisms": mechanisms + limits, "pid": os.getpid(),
              "cgroup": cgroups.kind if cgroups else None, "cgroup_paths": cgroups.paths if cgroups else []})
-    while True:
-        job = recv(0)
-        if job is None:
-            return 0
-        if job.get("cancel"):  # arrived after its job had finished: nothing to cancel
-            continue
-        try:
-            answer = run_job(job, ctx)
-        except Exception as e:  # noqa: BLE001 - one bad job must not take the server down
-            answer = {"error": f"sandbox server error: {type(e).__name__}: {e}"}
-        send(1, answer)
+    try:
+        while True:
+            job = recv(0)
+            if job is None:
+                return 0
+            if job.get("cancel"):  # arrived after its job had finished: nothing to cancel
+                continue
+            try:
+                answer = run_job(job, ctx)
+            except Exception as e:  # noqa: BLE001 - one bad job must not take the server down
+                answer = {"error": f"sandbox server error: {type(e).__name__}: {e}"}
+            send(1, answer)
+    finally:  # the host closed our input or died (run_job exits then)
+        if cgroups is not None:
+            cgroups.remove_base()
 
 
 if __name__ == "__main__":
