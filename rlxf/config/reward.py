@@ -154,12 +154,16 @@ class CodeVerifierConfig(_Verifier):
     extract: Literal["last_block", "first_block", "full"] = Field(
         "last_block", description="Which code to run: the last or first ```python block, or the whole response."
     )
-    cpu_s: float = Field(2.0, gt=0, description="CPU-time budget per test case (decides timeouts).")
+    cpu_s: float = Field(2.0, gt=0, description="CPU-time budget per test case: all the program's processes, "
+                         "exited ones included, as the kernel counts them (decides timeouts). Leave correct "
+                         "solutions >= 25% headroom: CPU time varies a little with load.")
     wall_s: float | None = Field(
         None, gt=0, description="Wall-clock backstop per test case, for programs that sleep; default "
         "10 * cpu_s + 5 (generous: CPU time decides timeouts, so load never changes a verdict)."
     )
-    memory_mb: int = Field(512, ge=32, description="Address-space limit per process, MiB.")
+    memory_mb: int = Field(512, ge=32, description="Memory of the whole program, MiB: all its processes, "
+                           "shared memory and memfds (cgroup; where there is none, an address-space limit per "
+                           "process).")
     max_processes: int = Field(16, ge=1, description="Processes and threads a program may have at once.")
     max_open_files: int = Field(64, ge=8, description="File descriptors per process.")
     max_file_mb: int = Field(16, ge=1, description="Largest file the program may write, stdout included, MiB.")
