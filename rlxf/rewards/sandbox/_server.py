@@ -9,18 +9,30 @@ is a job (one program and its test cases) and each answer the job's per-test out
 Process layout in ``strict`` mode (every box is a process, the arrows are forks)::
 
     server  (new mount + network namespace; root filesystem = a read-only tmpfs holding only
-     │       the Python installation, /usr and a few /etc files; no network interfaces up)
+     │       the Python installation, /usr and a few /etc files; no network interfaces up;
+     │       the base control groups, opened before the root changed)
      └─ launcher  (per job: new mount, PID and IPC namespaces)
-         └─ init  (PID 1 of the job: mounts a private size-limited /tmp and a fresh /proc)
-             └─ test process  (per test case: rlimits, unprivileged uid, its own user
-                               namespace, no capabilities; runs the program in a forked
-                               interpreter -- no interpreter start-up per program)
+         └─ init  (PID 1 of the job: mounts a private size-limited /tmp and a fresh /proc,
+             │     creates the program's control group, waits for every test process and
+             │     decides each verdict from the kernel's accounting)
+             ├─ runner  (per program, in its control group: unprivileged uid, its own user
+             │           namespace, rlimits, then exec of a fresh interpreter -- _runner.py)
+             └─ test process  (per test case: forked by the runner with CLONE_PARENT, so it
+                               is init's child; runs the program, reports its outputs)
+
+The server's heap (and so the init's, a fork of it) may still hold earlier jobs' messages, but
+a program can reach neither (another uid, not dumpable), and the processes it runs in descend
+from the runner's exec, a fresh address space: a program never finds an earlier job's code,
+tests or outputs in its memory. The expected values never reach the server (the caller compares).
 
 The kernel kills every process of a PID namespace when its init exits, so a timeout, a crash
 or a dead server takes the whole tree with it; the private /tmp and IPC objects disappear with
-their namespaces. ``weak`` mode (opt-in, for machines without namespaces) keeps the rlimits,
-the scrubbed environment, a temporary working directory and process-tree cleanup through a
-child subreaper, and nothing else: the program can reach the network and the caller's files.
+their namespaces, the control group is emptied and removed by the server. The server exits
+when its input pipe closes, even in the middle of a job (the host died: ``kill -9`` included),
+and a message during a job cancels it. ``weak`` mode (opt-in, for machines without namespaces)
+keeps the rlimits, the control groups where available, the scrubbed environment, a temporary
+working directory and process-tree cleanup through a child subreaper, and nothing else: the
+program can reach the network and the caller's files.
 
 Keep this file importable by a bare interpreter: the standard library only, no rlxf imports.
 """
