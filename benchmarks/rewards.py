@@ -205,8 +205,8 @@ def verdict_flips(n: int, cpu_s: float = 0.2, concurrency: int | None = None, to
 
 
 def bench_flips(n: int) -> None:
-    print(f"\nverdict flips: {n} correct programs at 10-80% of a 0.2 s CPU budget, alone vs all at once; "
-          f"{cpu_model()}")
+    print(f"\nverdict flips: {n} correct programs at 10-80% of a 0.2 s CPU budget (a timeout past 0.3 s: "
+          f"the default 50% margin), alone vs all at once; {cpu_model()}")
     found = verdict_flips(n)
     print(f"  concurrency 1 vs {found['concurrency']}: {found['flips']} flips, {found['failed']} correct "
           f"programs failed, highest CPU use {found['max_cpu_fraction']:.0%} of the budget")

@@ -155,8 +155,10 @@ class CodeVerifierConfig(_Verifier):
         "last_block", description="Which code to run: the last or first ```python block, or the whole response."
     )
     cpu_s: float = Field(2.0, gt=0, description="CPU-time budget per test case: all the program's processes, "
-                         "exited ones included, as the kernel counts them (decides timeouts). Leave correct "
-                         "solutions >= 25% headroom: CPU time varies a little with load.")
+                         "exited ones included, as the kernel counts them (decides timeouts, with cpu_margin).")
+    cpu_margin: float = Field(0.5, ge=0, description="A test times out only past cpu_s * (1 + cpu_margin): "
+                              "the same work costs more CPU time on a loaded machine, and a verdict must not "
+                              "depend on the load.")
     wall_s: float | None = Field(
         None, gt=0, description="Wall-clock backstop per test case, for programs that sleep; default "
         "10 * cpu_s + 5 (generous: CPU time decides timeouts, so load never changes a verdict)."

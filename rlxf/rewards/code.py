@@ -287,7 +287,7 @@ class CodeVerifier(AsyncVerifier):
 
     @classmethod
     def from_config(cls, cfg: Any) -> CodeVerifier:
-        limits = SandboxLimits(cpu_s=cfg.cpu_s, wall_s=cfg.wall_s, memory_mb=cfg.memory_mb,
+        limits = SandboxLimits(cpu_s=cfg.cpu_s, cpu_margin=cfg.cpu_margin, wall_s=cfg.wall_s, memory_mb=cfg.memory_mb,
                                max_processes=cfg.max_processes, max_open_files=cfg.max_open_files,
                                max_file_mb=cfg.max_file_mb, tmp_mb=cfg.tmp_mb)
         sandbox = Sandbox(limits, concurrency=cfg.concurrency, isolation=cfg.isolation,

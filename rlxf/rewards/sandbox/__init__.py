@@ -30,11 +30,14 @@ Isolation (``isolation=``):
 
 Budgets are CPU time, not wall time: a correct program gets the same verdict whether the
 machine is idle or every core is busy. The verdict is ``timeout`` when the kernel's CPU count
-for the test (all its processes) exceeds ``cpu_s``, whatever the program printed; it is killed
-a little later (10% + 50 ms). CPU time itself varies a little with load (caches, shared
-cores): leave correct solutions a margin of at least 25% (a budget of 1.25x the CPU time a
-reference solution takes; ``benchmarks/rewards.py --flips`` measures the flips). ``cpu_s``
-includes the ~30 ms a fresh interpreter takes to start. ``wall_s`` is only a backstop for
+for the test (all its processes) exceeds ``cpu_s * (1 + cpu_margin)``, whatever the program
+printed; it is killed 50 ms later. The margin (default 50%) is there because the same work
+costs more CPU time on a loaded machine (shared caches and cores, hyperthread siblings, a
+hypervisor's other guests): on this project's shared 2-core VM, fixed work planned at 80% of
+its budget was counted at up to 136% with every core oversubscribed
+(``benchmarks/rewards.py --flips`` measures it). Set ``cpu_s`` to what a reference solution
+needs alone; the margin absorbs the load. The count starts after the fresh interpreter has
+started, so start-up is not the program's. ``wall_s`` is only a backstop for
 programs that sleep or block (stdin is a file that ends, so reading never blocks), and
 defaults to ``10 * cpu_s + 5``: generous on purpose, so a busy machine never turns a correct
 program's verdict into a timeout. A job's time is counted from when it starts, not while it
@@ -103,7 +106,8 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     """Limits for each test case of a program (each test runs in its own process)."""
 
-    cpu_s: float = 2.0            # CPU-time budget (user + system); the verdict-defining limit
+    cpu_s: float = 2.0            # CPU-time budget (user + system) a correct solution should fit in
+    cpu_margin: float = 0.5       # timeout only past cpu_s * (1 + cpu_margin): see the module doc
     wall_s: float | None = None   # wall-clock backstop; None = 10 * cpu_s + 5
     memory_mb: int = 512          # memory of the whole program (cgroup), and each process's address space
     max_processes: int = 16       # processes + threads the program may have at once (all together)

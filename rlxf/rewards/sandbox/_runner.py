@@ -221,4 +221,5 @@ def _emit(text: str) -> None:
         data = data[os.write(3, data):]
 
 
-main()
+if __name__ == "__main__":  # run as `python -c <this source>`; imported by tests for its encoder
+    main()

@@ -73,9 +73,9 @@ ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOAT
 
 SETUP_FAILED = 125  # exit code of a runner that could not be set up (not the program's fault)
 RUNNER_START_S = 10.0  # longest a fresh runner interpreter may take to start (a loaded machine)
-# The CPU verdict is "timeout" past cpu_s, from the kernel's count. The kill comes a little
-# later (10% + 50 ms): a backstop, so a program is never stopped short of the verdict's line.
-CPU_MARGIN, CPU_SLACK_S = 0.10, 0.05
+# The CPU verdict is "timeout" past cpu_s * (1 + cpu_margin), from the kernel's count. The kill
+# comes a little later (+50 ms): a backstop, so a program is never stopped short of that line.
+CPU_SLACK_S = 0.05
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -410,11 +410,9 @@ class _Job:
         pid, fds = started
         exited, cpu_killed = self._wait(pid, cpu0, start + limits["wall_s"])
         if not exited:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(pid)
         _, status = os.waitpid(pid, 0)
+        _kill_group(pid)  # whatever it started and left in its process group, all at once
         wall = time.monotonic() - start
         strays = _kill_strays({self.runner_pid})
         cpu, oom = self.cpu() - cpu0, self.oom_kills() - oom0
@@ -426,7 +424,7 @@ class _Job:
         for fd in fds:
             os.close(fd)
         return {
-            "status": _classify(exited, status, cpu, limits["cpu_s"], cpu_killed, oom, stderr, strays),
+            "status": _classify(exited, status, cpu, _cpu_line(limits), cpu_killed, oom, stderr, strays),
             "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
@@ -455,7 +453,7 @@ class _Job:
         """Wait for ``pid`` to exit (unreaped): (exited, killed for CPU). With a control group,
         poll the program's total CPU and kill the tree once it is past its budget plus margin;
         without one, each process's RLIMIT_CPU is the only CPU stop."""
-        limit = self.limits["cpu_s"] * (1 + CPU_MARGIN) + CPU_SLACK_S
+        limit = _cpu_line(self.limits) + CPU_SLACK_S
         pidfd = os.pidfd_open(pid)
         try:
             while True:
@@ -465,8 +463,8 @@ class _Job:
                 wait = left
                 if self.group is not None:
                     spent = self.cpu() - cpu0
-                    if spent > limit:  # its own children go with the strays, next
-                        os.kill(pid, signal.SIGKILL)
+                    if spent > limit:
+                        _kill_group(pid)
                         select.select([pidfd], [], [])
                         return True, True
                     wait = min(left, max(0.005, min(0.1, (limit - spent) / (os.cpu_count() or 1))))
@@ -541,6 +539,19 @@ def _memfd(name: str, data: bytes = b"") -> int:
     return fd
 
 
+def _kill_group(pid: int) -> None:
+    """SIGKILL the test's process group (it made itself a session leader): one signal the kernel
+    delivers to every member at once, so a fork bomb cannot refill what one-by-one kills free.
+    Members that left the group are ``_kill_strays``' to find."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _kill_strays(keep: set[int]) -> bool:
     """Kill every child of ours but ``keep``, and the orphans that come back to us as they
     die, until none is left; True if any was still running (exited zombies are no strays)."""
@@ -581,6 +592,11 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+def _cpu_line(limits: dict) -> float:
+    """CPU seconds past which a test is a timeout: the budget plus its margin for load."""
+    return limits["cpu_s"] * (1 + limits.get("cpu_margin", 0.0))
+
+
 def _classify(exited: bool, status: int, cpu: float, cpu_limit: float, cpu_killed: bool, oom: int,
               stderr: bytes, strays: bool) -> str:
     """The verdict, from what the kernel accounted: CPU over budget is a timeout whatever the
@@ -611,7 +627,7 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
     """Drop into the program's limits and identity (the runner, before it execs Python)."""
     strict = init["mode"] == "strict"
     mb = 1 << 20
-    cpu = max(1, math.ceil(limits["cpu_s"] * (1 + CPU_MARGIN) + CPU_SLACK_S))
+    cpu = max(1, math.ceil(_cpu_line(limits) + CPU_SLACK_S))
     for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
                        (resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2),
                        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] * mb,) * 2),
