@@ -41,9 +41,10 @@ def cpu_model() -> str:
 
 
 def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
+    from rlxf.trainer.quickstart import _config
+
     from rlxf.models import init_model
     from rlxf.run_dir import RunDir
-    from rlxf.trainer.quickstart import _config
     from rlxf.trainer.sft import run_sft
 
     model = out / "sft" / "model"
@@ -55,10 +56,11 @@ def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
 
 
 def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, every: int) -> dict:
+    from rlxf.trainer.quickstart import _config, _evaluate
+
     from rlxf.placement.local import build
     from rlxf.run_dir import RunDir
     from rlxf.trainer.loop import _train
-    from rlxf.trainer.quickstart import _config, _evaluate
 
     skip, norm = VARIANTS[name]
     cfg = _config("grpo", out, seed, [
