@@ -1,0 +1,23 @@
+"""A user-side environment for the agentic end-to-end tests (`agentic_plugins:DigitsEnv`)."""
+
+from __future__ import annotations
+
+from rlxf.envs import EnvTask, StepResult
+
+
+class DigitsEnv:
+    """Two turns; each turn's reward is the fraction of its characters that are digits (dense, so
+    every GRPO group carries signal from a random model)."""
+
+    def __init__(self, turns: int = 2):
+        self.turns, self.seen = turns, 0
+
+    def reset(self, task: EnvTask):
+        return [{"role": "user", "content": f"Say numbers ({task.uid})."}]
+
+    def step(self, action: str) -> StepResult:
+        self.seen += 1
+        reward = sum(c.isdigit() for c in action) / max(1, len(action))
+        done = self.seen >= self.turns
+        return StepResult([] if done else [{"role": "user", "content": "More numbers."}], reward=reward,
+                          terminated=done, info={"success": reward > 0.5})
