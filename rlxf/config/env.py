@@ -20,8 +20,8 @@ class EnvConfig(Section):
     )
     tools: list[str] = Field(
         default_factory=list,
-        description="Tools offered to the model, for environments that take them (`tool_arithmetic`, "
-        "`single_turn`): `calculator`, `python` (runs in the code sandbox), or your own function as "
+        description="Tools offered to the model, for environments whose constructor takes `tools` (a "
+        "rlxf.envs.tools.ToolSet; built-in: `tool_arithmetic`): `calculator`, `python` (runs in the code sandbox), or your own function as "
         "`package.module:function` (its JSON schema is taken from its signature and docstring).",
     )
     max_turns: int = Field(8, ge=1, description="Most model turns in one episode.")

@@ -4,7 +4,9 @@ masks, and GRPO over a user's environment trains (weights move, samples.jsonl sh
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 import torch
 from rl_helpers import metrics, write_config
 from safetensors.torch import load_file
@@ -77,3 +79,18 @@ def test_grpo_on_a_user_environment_trains(tmp_path, nano_model_dir):
     trained = load_file(run / "checkpoints" / "step_3" / "model" / "model.safetensors")
     base = load_file(nano_model_dir / "model.safetensors")
     assert any(not torch.equal(trained[k], base[k]) for k in trained)
+
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "agentic").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_agentic_example_smoke(example, tmp_path, nano_model_dir):
+    overrides = [f"model.path={nano_model_dir}", f"run.output_dir={tmp_path}", "train.steps=2",
+                 "train.prompts_per_step=2", "train.micro_batch_size=4", "data.train_size=64",
+                 "data.test_size=4", "eval.every=2", "eval.num_problems=2", "checkpoint.every=0",
+                 "logging.progress=false", "rollout.max_new_tokens=6", "env.max_turns=2"]
+    assert main(["train", str(example), *overrides]) == 0
+    records = metrics(tmp_path / load_config(example).run.name)
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["env/episode_errors"] == 0 for r in records) and "eval/accuracy" in records[-1]

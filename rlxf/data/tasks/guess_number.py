@@ -13,8 +13,8 @@ import random
 from typing import Any
 
 from rlxf.data.errors import DataError
-from rlxf.data.tasks.base import TaskItem, register_task
 from rlxf.data.tasks.arithmetic import last_integer
+from rlxf.data.tasks.base import TaskItem, register_task
 
 
 class GuessNumberTask:

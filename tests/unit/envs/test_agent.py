@@ -192,3 +192,17 @@ def test_env_config_errors_name_the_problem(tokenizer_for_tests):
         EnvRollout(EnvConfig(name="guess_number", tools=["calculator"]), None, tokenizer_for_tests)
     with pytest.raises(ValueError, match="cannot import module 'no_such_pkg.envs'"):
         EnvRollout(EnvConfig(name="no_such_pkg.envs:Game"), None, tokenizer_for_tests)
+
+
+def test_guess_number_task_splits_are_disjoint_and_in_range():
+    from rlxf.data.errors import DataError
+    from rlxf.data.tasks import check_disjoint, get_task
+
+    task = get_task("guess_number", {"low": 3, "high": 9})
+    train, test = task.splits(50, 10, seed=1)
+    check_disjoint(train, test, task.name)
+    assert {int(it.answer) for it in train + test} <= set(range(3, 10))
+    assert task.splits(50, 10, seed=1) == (train, test)
+    assert task.score("I guess 7", "7", {}) == 1.0 and task.score("no", "7", {}) == 0.0
+    with pytest.raises(DataError, match="unknown \\['hi'\\]; valid: low, high"):
+        get_task("guess_number", {"hi": 3})
