@@ -214,31 +214,42 @@ def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLi
 
 
 def _trajectory(e: _Episode, tokenizer, credit: Credit) -> Trajectory:
-    conv = e.conv
+    info = {"turns": e.turns, "turn_rewards": list(e.rewards), "end": e.end, "error": e.error, "infos": e.infos,
+            "final_observation": e.final_observation}
+    return conversation_trajectory(e.conv, e.prompt, e.group, tokenizer, rewards=e.rewards, reward_at=e.reward_at,
+                                   credit=credit, failed=e.end == "error", episode=info)
+
+
+def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: int, tokenizer, *,
+                            rewards: list[float], reward_at: list[int | None], credit: Credit, failed: bool,
+                            episode: dict[str, Any]) -> Trajectory:
+    """The trajectory of one recorded conversation (the agent loop's, or the chat endpoint's).
+
+    ``prompt`` becomes the first observation's ids; ``rewards[k]`` lands on response index
+    ``reward_at[k]`` under per-turn credit. A failed episode keeps its tokens with loss_mask 0.
+    """
     ids = conv.response_ids if conv is not None else []
-    mask = list(conv.loss_mask) if conv is not None else []
-    if e.end == "error":
-        mask = [0] * len(mask)   # the environment broke this episode: nothing to learn from it
+    mask = [0] * len(ids) if failed or conv is None else list(conv.loss_mask)
     token_rewards = None
     if credit == "per_turn" and conv is not None:
         token_rewards = [0.0] * len(ids)
-        for r, at in zip(e.rewards, e.reward_at):
+        for r, at in zip(rewards, reward_at):
             if at is not None:
                 token_rewards[at] += r
-    final_text = conv.messages[-1]["content"] if conv is not None and conv.messages[-1]["role"] == "assistant" else ""
-    finish = {"terminated": "stop", "error": "error"}.get(e.end or "", "length")
-    prompt = e.prompt if conv is None else Prompt(
-        uid=e.prompt.uid, prompt_ids=conv.ids[:conv.prompt_len],
-        prompt_text=tokenizer.decode(conv.ids[:conv.prompt_len]), ground_truth=e.prompt.ground_truth,
-        metadata=e.prompt.metadata)
+    last = conv.messages[-1] if conv is not None and conv.messages else {}
+    final_text = last.get("content", "") if last.get("role") == "assistant" else ""
+    end = episode.get("end")
+    finish = "error" if failed else "stop" if end == "terminated" else "length"
+    if conv is not None:
+        prompt = Prompt(uid=prompt.uid, prompt_ids=conv.ids[:conv.prompt_len],
+                        prompt_text=tokenizer.decode(conv.ids[:conv.prompt_len]), ground_truth=prompt.ground_truth,
+                        metadata=prompt.metadata)
     return Trajectory(
-        prompt=prompt, group=e.group, response_ids=list(ids), response_text=final_text,
+        prompt=prompt, group=group, response_ids=list(ids), response_text=final_text,
         rollout_logprobs=list(conv.logprobs) if conv is not None else [], loss_mask=mask,
         policy_versions=list(conv.versions) if conv is not None else [], finish_reason=finish,
-        reward=sum(e.rewards), token_rewards=token_rewards,
-        episode=_json_safe({"turns": e.turns, "turn_rewards": list(e.rewards), "end": e.end, "error": e.error,
-                            "infos": e.infos, "messages": conv.messages if conv is not None else [],
-                            "final_observation": e.final_observation}),
+        reward=sum(rewards), token_rewards=token_rewards,
+        episode=_json_safe({**episode, "messages": conv.messages if conv is not None else []}),
     )
 
 
