@@ -181,7 +181,8 @@ def _model_turns(engine, live: list[_Episode], sampling: SamplingParams, limits:
             if c.finish_reason == "error":
                 e.fail(f"engine: {c.error}")
                 continue
-            e.conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version)
+            e.conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
+                                  stopped=c.finish_reason == "stop")
             e.turns += 1
 
 

@@ -73,7 +73,8 @@ class EpisodeRecorder:
             [[c]] = self.engine.generate([GenerationRequest(conv.ids, seed=seed)], sampling)
             if c.finish_reason == "error":
                 raise RuntimeError(f"engine: {c.error}")
-            text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version)
+            text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
+                                       stopped=c.finish_reason == "stop")
             return text, "length" if c.finish_reason == "length" else "stop", len(c.response_ids), len(conv.ids)
 
     def _new_messages(self, conv: Conversation, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -82,8 +82,11 @@ class Conversation:
     def response_ids(self) -> list[int]:
         return self.ids[self.prompt_len:]
 
-    def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int) -> str:
-        """Append the engine's ids as they are; returns the turn's text (special tokens removed)."""
+    def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int, *, stopped: bool = True) -> str:
+        """Append the engine's ids as they are; returns the turn's text (special tokens removed).
+
+        ``stopped``: the turn ended on a stop token (the engine's ``finish_reason == "stop"``); its
+        last token then stands for the template's end-of-turn text where the two agree."""
         if len(token_ids) != len(logprobs):
             raise ValueError(f"model turn: {len(token_ids)} ids but {len(logprobs)} log-probs")
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -96,7 +99,7 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": text})
         last = self.tokenizer.decode(token_ids[-1:], skip_special_tokens=False) if token_ids else ""
         special = self.tokenizer.decode(token_ids[-1:], skip_special_tokens=True) == "" and last
-        self._stop_texts = (last,) if special else ()
+        self._stop_texts = (last,) if special and stopped else ()
         return text
 
     def add_messages(self, new: list[Message], *, generation_prompt: bool = True) -> list[int]:
@@ -124,16 +127,13 @@ class Conversation:
                 f"to start with the model's reply {reply[:40]!r}, got {turn[:40]!r}); token-in/token-out needs "
                 f"templates that write assistant content verbatim")
         closing = turn[len(reply):]
-        for stop in self._stop_texts:        # the model ended its turn with the template's own end token
+        # The model ended its turn with the template's own end token: it stands for that text. Any
+        # other stop token (another eos id) stays as sampled, and the template's closing follows it
+        # (mask 0): the ids then hold one token a fresh templating would not, never a re-tokenization.
+        for stop in self._stop_texts:
             if closing.startswith(stop):
                 closing = closing[len(stop):]
                 break
-        else:
-            if self._stop_texts:
-                raise TokenBoundaryError(
-                    f"the model ended its turn with {self._stop_texts[0]!r}, which the chat template does not "
-                    f"write after an assistant message (it writes {closing[:20]!r}); add the template's "
-                    f"end-of-turn token to rollout.stop_token_ids instead")
         appended = closing + full[len(closed):]
         new_ids = encode_text(self.tokenizer, appended)
         # the appended text must start at a token boundary of the whole conversation

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError, encode_text, render
+from rlxf.envs.tokens import Conversation, TemplateAppendError, encode_text, render
 from rlxf.models.tokenizer import CHATML_TEMPLATE
 
 # A header-style template (Llama-3-like): role in a header, turns end with <|endoftext|>, no newline after.
@@ -82,12 +82,25 @@ def test_template_that_rewrites_earlier_turns_is_a_clear_error(tokenizer_for_tes
 
 
 def test_turn_ended_by_a_token_the_template_does_not_write(tokenizers):
-    tok, _ = tokenizers["header"]      # assistant turns end with <|endoftext|>, the model stopped at <|im_end|>
+    """Another eos id (<|im_end|> where the template ends turns with <|endoftext|>) stays as sampled
+    with mask 1; the template's whole closing follows it with mask 0 (found by a random nano model)."""
+    tok, end_id = tokenizers["header"]
     conv = Conversation.start(tok, [{"role": "user", "content": "hi"}])
     ids = encode_text(tok, "hello") + [tok.convert_tokens_to_ids("<|im_end|>")]
     conv.add_model_turn(ids, [0.0] * len(ids), version=0)
-    with pytest.raises(TokenBoundaryError, match="does not write after an assistant message"):
-        conv.add_messages([{"role": "user", "content": "more"}])
+    appended = conv.add_messages([{"role": "user", "content": "more"}])
+    assert conv.response_ids[: len(ids)] == ids and appended[0] == end_id
+    assert conv.loss_mask == [1] * len(ids) + [0] * len(appended)
+
+
+def test_special_last_token_of_a_truncated_turn_is_not_a_stop(tokenizers):
+    """A turn cut by the length limit whose last token happens to be the end token does not close the turn."""
+    tok, end_id = tokenizers["chatml"]
+    conv = Conversation.start(tok, [{"role": "user", "content": "hi"}])
+    ids = encode_text(tok, "the") + [end_id]
+    conv.add_model_turn(ids, [0.0] * len(ids), version=0, stopped=False)
+    appended = conv.add_messages([{"role": "user", "content": "more"}])
+    assert appended[0] == end_id and conv.loss_mask == [1] * len(ids) + [0] * len(appended)
 
 
 def test_truncated_turn_is_closed_by_template_tokens_with_mask_zero(tokenizers):
