@@ -21,3 +21,20 @@ class DigitsEnv:
         done = self.seen >= self.turns
         return StepResult([] if done else [{"role": "user", "content": "More numbers."}], reward=reward,
                           terminated=done, info={"success": reward > 0.5})
+
+
+class BrokenEnv(DigitsEnv):
+    """DigitsEnv whose episodes fail by the task's seed: reset raises, step raises, or step returns garbage."""
+
+    def reset(self, task: EnvTask):
+        self.fault = task.seed % 4
+        if self.fault == 1:
+            raise RuntimeError("reset broke")
+        return super().reset(task)
+
+    def step(self, action: str):
+        if self.fault == 2:
+            raise RuntimeError("step broke")
+        if self.fault == 3:
+            return {"reward": 1.0}
+        return super().step(action)

@@ -94,3 +94,23 @@ def test_agentic_example_smoke(example, tmp_path, nano_model_dir):
     records = metrics(tmp_path / load_config(example).run.name)
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["env/episode_errors"] == 0 for r in records) and "eval/accuracy" in records[-1]
+
+
+def test_broken_episodes_never_stop_the_run(tmp_path, nano_model_dir):
+    """Episodes failing in reset (no response tokens at all), in step, or with garbage train along
+    with the healthy ones: the run finishes, the errors are counted and written to samples.jsonl."""
+    path = write_config(tmp_path, nano_model_dir,
+                        env={"name": "agentic_plugins:BrokenEnv", "max_turns": 2, "max_total_tokens": 96},
+                        rollout={"n": 4, "max_new_tokens": 4},
+                        train={"steps": 2, "prompts_per_step": 2, "micro_batch_size": 8},
+                        checkpoint={"every": 0}, logging={"samples_fraction": 1.0})
+    assert main(["train", str(path)]) == 0
+    run = tmp_path / "runs" / "t"
+    errors = sum(m["env/episode_errors"] for m in metrics(run))
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    failed = [s for s in samples if s["episode"]["error"]]
+    assert errors == len(failed) > 0 and len(failed) < len(samples)
+    assert {s["finish_reason"] for s in failed} == {"error"}
+    texts = [s["episode"]["error"] for s in failed]
+    assert any(t.startswith("reset: RuntimeError") for t in texts)     # no tokens at all, still trained past
+    assert any("step broke" in t for t in texts) and any("must return rlxf.envs.StepResult" in t for t in texts)
