@@ -206,3 +206,42 @@ def test_guess_number_task_splits_are_disjoint_and_in_range():
     assert task.score("I guess 7", "7", {}) == 1.0 and task.score("no", "7", {}) == 0.0
     with pytest.raises(DataError, match="unknown \\['hi'\\]; valid: low, high"):
         get_task("guess_number", {"hi": 3})
+
+
+class ConstantReward:
+    """A reward function scoring every response 0.5 (``rlxf.rewards`` interface)."""
+
+    def score(self, inputs):
+        from rlxf.rewards.types import ScoredSample
+
+        self.seen = inputs
+        return [ScoredSample(reward=0.5, scores={"half": 0.5}, correct=True) for _ in inputs]
+
+
+def test_single_turn_env_keeps_todays_tasks_working(tokenizer_for_tests):
+    """The data prompt's own ids, one model turn with mask 1, scored by the verifiers."""
+    tok = tokenizer_for_tests
+    from rlxf.data.templates import encode_prompt
+
+    ids, text = encode_prompt(tok, "12+34=")
+    reward = ConstantReward()
+    rollout = EnvRollout(EnvConfig(name="single_turn", use_verifiers=True), ScriptedEngine(tok, lambda t, s: "46"),
+                         tok, reward)
+    trajs = rollout.generate([Prompt(uid="a:0", prompt_ids=ids, prompt_text=text, ground_truth="46")], [0],
+                             SamplingParams(n=2, max_new_tokens=8))
+    rollout.score(trajs, 8)
+    for t in trajs:
+        assert t.prompt.prompt_ids == ids and t.response_ids == encode_text(tok, "46") + [tok.eos_token_id]
+        assert t.loss_mask == [1] * len(t.response_ids) and t.response_text == "46"
+        assert (t.reward, t.correct, t.scores) == (0.5, True, {"half": 0.5, "env": 0.0})
+    assert reward.seen[0].metadata["conversation"][-1] == {"role": "assistant", "content": "46"}
+
+
+def test_env_with_disaggregated_ray_is_a_config_error(tmp_path):
+    from rlxf.config import Config
+
+    base = {"model": {"path": "m"}, "data": {"task": "guess_number"}, "env": {"name": "guess_number"},
+            "run": {"placement": "ray"}}
+    Config.model_validate(base)   # colocated: fine
+    with pytest.raises(ValueError, match="ray.mode is 'disaggregated'.*colocated"):
+        Config.model_validate({**base, "ray": {"mode": "disaggregated"}})
