@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -88,17 +89,11 @@ def _call_all(calls: list[Callable[[], Any]], timeout: float) -> list[tuple[bool
                for i, fn in enumerate(calls)]
     for t in threads:
         t.start()
-    deadline = _now() + timeout
+    deadline = time.monotonic() + timeout
     for t in threads:
-        t.join(max(0.0, deadline - _now()))
+        t.join(max(0.0, deadline - time.monotonic()))
     return [r if not t.is_alive() else (False, f"did not return within {timeout:g} s (env.step_timeout_s)")
             for r, t in zip(results, threads)]
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def _check_messages(obs: Any, what: str) -> str | None:
