@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.base import Section
 from rlxf.config.data import DataConfig
+from rlxf.config.env import EnvConfig
 from rlxf.config.model import ModelConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.config.rollout import RolloutConfig
@@ -24,6 +25,9 @@ class Config(Section):
     data: DataConfig = Field(..., description="Prompt source and tokenization.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Verifiers and reward service.")
+    env: EnvConfig | None = Field(
+        None, description="A multi-turn environment: rollouts become episodes (rlxf.envs); null = single-turn."
+    )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Batch sizes and optimisation.")
     critic: CriticConfig = Field(default_factory=CriticConfig, description="PPO critic (value model).")
@@ -45,6 +49,9 @@ class Config(Section):
         check_divisible(samples, mini, min(self.train.micro_batch_size, mini))
         if self.algorithm.dynamic_sampling and self.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
+        if self.env is not None and self.run.placement == "ray" and self.ray.mode == "disaggregated":
+            raise ValueError("env is set but ray.mode is 'disaggregated', whose engine actors run single-turn "
+                             "rollouts only; use ray.mode=colocated or run.placement=local for environments")
         return self
 
     @cached_property
