@@ -9,9 +9,16 @@ Math: the ``math`` verifier (math-verify) through ``LocalReward`` with ``reward.
 long-lived), one warm-up batch is scored first. Responses mix plain integers, fractions and
 LaTeX, right and wrong.
 
-Code: the ``code`` verifier with sandbox ``concurrency`` 1 and 2 (programs in flight), strict
-isolation, each program a short stdin/stdout solution run against 2 test cases (so 2 test
-processes per program). "per core" divides by min(concurrency, cores).
+Code: the sandbox at ``concurrency`` 1 and 2 (programs in flight), strict isolation, each
+program a short stdin/stdout solution run against 2 test cases -- the baseline revision
+(``--baseline``, default the last commit before issue 16: each test a fork of the long-lived
+server) and the current one (each program a freshly started interpreter, its tests forked from
+it, limits by cgroup) side by side in one run, with their ratio. "per core" divides by
+min(concurrency, cores).
+
+Flips (``--flips N``): N correct programs doing fixed work worth 10%..80% of a 0.2 s CPU budget,
+run alone and then all at once on 2x as many servers as cores; a verdict that differs is a
+flip. The CPU verdict is the kernel's count, so the expected figure is 0.
 
 For scale: a docker-container-per-sample design has been reported at ~20 samples/s on 192
 cores, i.e. ~0.1 samples/s per core.
@@ -26,10 +33,14 @@ excluded, so
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -94,50 +105,128 @@ def bench_math(n: int) -> None:
 CORRECT = "a, b = map(int, input().split())\nprint(a + b)\n"
 WRONG = "a, b = map(int, input().split())\nprint(a - b)\n"
 BUSY = "a, b = map(int, input().split())\ns = 0\nfor i in range(20000):\n    s += i\nprint(a + b)\n"
+BASELINE = "06267bc"  # the last commit before issue 16: one forked process per test, no fresh runner
 
 
-def bench_code(n: int) -> None:
-    from rlxf.rewards import RewardInput
-    from rlxf.rewards.code import CodeVerifier
-    from rlxf.rewards.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
-    from rlxf.rewards.types import RewardResult
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
 
-    tests = [{"input": "3 4\n", "output": "7\n"}, {"input": "10 -2\n", "output": "8\n"}]
-    programs = [(CORRECT, WRONG, BUSY)[i % 3] for i in range(n)]
-    batch = [RewardInput("sum", f"```python\n{p}```", tests) for p in programs]
+
+def baseline_sandbox(rev: str):
+    """The ``rlxf.rewards.sandbox`` package as of ``rev`` (git archive into a temporary
+    directory), imported under another name: it is standard-library only, so it loads alone."""
+    import importlib.util
+    import io
+    import tarfile
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    data = subprocess.run(["git", "-C", str(root), "archive", rev, "rlxf/rewards/sandbox"],
+                          check=True, capture_output=True).stdout
+    where = Path(tempfile.mkdtemp(prefix="rlxf-baseline-"))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(where, filter="data")
+    spec = importlib.util.spec_from_file_location("rlxf_sandbox_baseline",
+                                                  where / "rlxf/rewards/sandbox/__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_code(n: int, rev: str) -> None:
+    """Sandbox throughput (programs/s) of the baseline and the current sandbox, side by side:
+    ``n`` short stdin/stdout programs x 2 tests, at concurrency 1 and 2."""
+    import rlxf.rewards.sandbox as current
+
+    old = baseline_sandbox(rev)
     cores = os.cpu_count() or 1
-    print(f"\ncode verifier (sandboxed Python), {n} programs x {len(tests)} tests, {cores} cores")
-    print(f"{'workers':>8} {'programs/s':>11} {'per core':>9} {'seconds':>8} {'CPU ms/item':>12} "
-          f"{'per free core':>14} {'mean pass':>10}")
+    programs = [(CORRECT, WRONG, BUSY)[i % 3] for i in range(n)]
+    print(f"\nsandbox, {n} short programs x 2 stdin/stdout tests, strict isolation; {cores} cores, {cpu_model()}")
+    print(f"{'sandbox':>22} {'conc.':>5} {'programs/s':>11} {'per core':>9} {'CPU ms/prog':>12} "
+          f"{'per free core':>14} {'ok':>5}")
+    rows: dict[tuple[str, int], float] = {}
     for concurrency in (1, 2):
-        try:
-            box = Sandbox(SandboxLimits(cpu_s=2), concurrency=concurrency)
-        except SandboxUnavailable as e:
-            print(f"sandbox unavailable: {e}")
-            return
-        verifier = CodeVerifier("code", box)
-        asyncio.run(verifier.ascore_batch(batch[:4 * concurrency]))  # start every server
-        pids = [server.proc.pid for server in box._servers]  # each server reaps its programs
-        before = cpu_seconds(pids)
-        start = time.perf_counter()
-        results: list[RewardResult] = asyncio.run(verifier.ascore_batch(batch))
-        seconds = time.perf_counter() - start
-        cpu_ms = (cpu_seconds(pids) - before) * 1000 / n
-        verifier.close()
-        rate = n / seconds
-        mean = sum(r.score for r in results) / n
-        print(f"{concurrency:>8} {rate:>11.1f} {rate / min(concurrency, cores):>9.1f} {seconds:>8.2f} "
-              f"{cpu_ms:>12.2f} {1000 / cpu_ms:>14.0f} {mean:>10.2f}   isolation: {box.mode}")
+        for label, module in ((f"baseline {rev}", old), ("current", current)):
+            tests = [module.TestCase.stdio("3 4\n"), module.TestCase.stdio("10 -2\n")]
+            box = module.Sandbox(module.SandboxLimits(cpu_s=2), concurrency=concurrency)
+            run = partial(_run_one, box, tests)
+            with box, ThreadPoolExecutor(concurrency) as pool:
+                list(pool.map(run, programs[:4 * concurrency]))  # start every server
+                pids = [server.proc.pid for server in box._servers]  # each server reaps its programs
+                before = cpu_seconds(pids)
+                start = time.perf_counter()
+                results = list(pool.map(run, programs))
+                seconds = time.perf_counter() - start
+                cpu_ms = (cpu_seconds(pids) - before) * 1000 / n
+            rate = n / seconds
+            ok = sum(r.tests[0].status == "ok" for r in results)
+            rows[(label, concurrency)] = 1000 / cpu_ms
+            print(f"{label:>22} {concurrency:>5} {rate:>11.1f} {rate / min(concurrency, cores):>9.1f} "
+                  f"{cpu_ms:>12.2f} {1000 / cpu_ms:>14.0f} {ok:>5}")
+        ratio = rows[("current", concurrency)] / rows[(f"baseline {rev}", concurrency)]
+        print(f"{'':>22} {'':>5} current / baseline, programs per free core: {ratio:.2f}x")
+
+
+def _run_one(box, tests, program: str):
+    return box.run(program, tests)
+
+
+def verdict_flips(n: int, cpu_s: float = 0.2, concurrency: int | None = None, top: float = 0.8) -> dict:
+    """Run ``n`` correct programs using 10%..``top`` of their CPU budget (fixed work, calibrated
+    here) alone and then all at once on ``concurrency`` servers (default 2x the cores); count
+    verdicts that differ (flips) and correct programs that failed."""
+    from rlxf.rewards.sandbox import Sandbox, SandboxLimits, TestCase
+
+    limits = SandboxLimits(cpu_s=cpu_s, wall_s=60.0)
+    tests = [TestCase.stdio("21\n")]
+    loop = "import sys\nn = int(sys.stdin.readline())\nfor _ in range({k}):\n    pass\nprint(n * 2)\n"
+    with Sandbox(limits, concurrency=1) as box:
+        probe = 2_000_000
+        spent = min(box.run(loop.format(k=probe), tests).tests[0].cpu_s for _ in range(3))
+        per_cpu_s = probe / spent
+        programs = [loop.format(k=int((0.1 + (top - 0.1) * i / max(1, n - 1)) * cpu_s * per_cpu_s)) for i in range(n)]
+        alone = [box.run(p, tests).tests[0] for p in programs]
+    width = concurrency or 2 * (os.cpu_count() or 1)
+    with Sandbox(limits, concurrency=width) as box, ThreadPoolExecutor(width) as pool:
+        crowded = [r.tests[0] for r in pool.map(lambda p: box.run(p, tests), programs)]
+
+    def good(t) -> bool:
+        return t.status == "ok" and t.stdout == "42\n"
+
+    return {"programs": n, "flips": sum(good(a) != good(b) for a, b in zip(alone, crowded, strict=True)),
+            "failed": sum(not good(a) for a in alone) + sum(not good(b) for b in crowded),
+            "max_cpu_fraction": max(t.cpu_s for t in alone + crowded) / cpu_s,
+            "concurrency": width}
+
+
+def bench_flips(n: int) -> None:
+    print(f"\nverdict flips: {n} correct programs at 10-80% of a 0.2 s CPU budget (a timeout past 0.3 s: "
+          f"the default 50% margin), alone vs all at once; {cpu_model()}")
+    found = verdict_flips(n)
+    print(f"  concurrency 1 vs {found['concurrency']}: {found['flips']} flips, {found['failed']} correct "
+          f"programs failed, highest CPU use {found['max_cpu_fraction']:.0%} of the budget")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--math", type=int, default=2000, help="math samples")
     parser.add_argument("--code", type=int, default=300, help="programs")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of the baseline sandbox")
+    parser.add_argument("--flips", type=int, default=400, help="programs for the verdict-flip run (0: skip)")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} (shared: figures are noisy)")
-    bench_math(args.math)
-    bench_code(args.code)
+    print(f"machine: {os.cpu_count()} cores, {cpu_model()}, load average {os.getloadavg()[0]:.2f} "
+          "(shared: figures are noisy)")
+    if args.math:
+        bench_math(args.math)
+    if args.code:
+        bench_code(args.code, args.baseline)
+    if args.flips:
+        bench_flips(args.flips)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Workload: an ``rlxf init-model`` preset built in-process, 64 sequences of 16 pro
 response tokens (random ids), ``sequence_logprobs`` (packed, entropy on) in micro-batches of 16
 with the summed log-probs backpropagated, fp32, ``--threads`` threads. The same model is loaded
 with ``model.linear_kernels`` = ``torch`` and ``onednn``; best of 3 timed passes after one warm-up.
-Prints seconds per pass, the ratio and the largest difference in the gradients. Never asserts.
+Prints the CPU model, seconds per pass, the ratio and the largest difference in the gradients,
+then what ``linear_kernels: auto`` picks on this machine and the calibration behind it. Never
+asserts.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()
 
+    from rlxf.models.kernel_choice import cpu_model, machine_kernel_choice
+
     torch.set_num_threads(args.threads)
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}")
     print(f"64 sequences x (16 + {args.tokens}) tokens, micro-batch 16, fp32, {args.threads} threads")
     print(f"{'preset':<8} {'torch s':>8} {'onednn s':>9} {'speed-up':>9} {'max grad diff':>14}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,6 +70,11 @@ def main() -> None:
             diff = max(float((a - b).abs().max()) for a, b in zip(grads["torch"], grads["onednn"], strict=True))
             print(f"{preset:<8} {seconds['torch']:>8.3f} {seconds['onednn']:>9.3f} "
                   f"{seconds['torch'] / seconds['onednn']:>8.2f}x {diff:>14.2e}")
+    # what `linear_kernels: auto` picks here (its own short calibration, cached per machine):
+    # it should agree with the speed-up column above wherever that is clearly away from 1.00x
+    print("auto on this machine:")
+    for line in machine_kernel_choice().reasons():
+        print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def train(
     elif eval_prompts is not None:
         raise ConfigError("rlxf.train: eval_prompts needs prompts (the training prompts) as well")
 
-    cfg = load_config(None, base=data)
+    cfg = load_config(None, base=data, given_rewards=bool(funcs))
     run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     if resume:
         from rlxf.cli.train import check_resume_compatible
@@ -159,8 +159,8 @@ def _as_dict(config: Config | str | Path | Mapping[str, Any] | None) -> dict[str
         return {}
     if isinstance(config, Config):
         return config.model_dump(mode="json", exclude_unset=True)
-    if isinstance(config, str | Path):
-        return load_config(config).model_dump(mode="json", exclude_unset=True)
+    if isinstance(config, str | Path):  # its reward names are checked once merged (train's load_config)
+        return load_config(config, given_rewards=True).model_dump(mode="json", exclude_unset=True)
     if isinstance(config, Mapping):
         return dict(config)
     raise ConfigError(f"rlxf.train: config must be a Config, a YAML path or a dict, not {type(config).__name__}")

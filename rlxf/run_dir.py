@@ -5,7 +5,8 @@
       metrics.jsonl      one JSON object per step, appended and fsynced
       samples.jsonl      a fraction of each step's rollouts: prompt, response, reward, scores
       train.log          the log
-      checkpoints/step_N/  model (HF format) + trainer state
+      checkpoints/step_N/  model/ (HF format) + trainer state; SFT and RL alike (rlxf.models.paths)
+      eval.jsonl         what `rlxf eval` measured on this run's checkpoints
       report.html        plots (`rlxf report`)
 """
 
@@ -62,6 +63,17 @@ class RunDir:
         An existing directory is never reused silently: pass ``resume`` to continue it or
         ``overwrite`` to delete it and start over.
         """
+        path = cls.check(output_dir, name, resume=resume, overwrite=overwrite)
+        if overwrite and path.exists():
+            shutil.rmtree(path)
+        run = cls(path)
+        run.checkpoints.mkdir(parents=True, exist_ok=True)
+        return run
+
+    @staticmethod
+    def check(output_dir: str | Path, name: str, *, resume: bool = False, overwrite: bool = False) -> Path:
+        """The path ``open`` would use, or the RunDirError it would raise; creates nothing (a
+        command checks this before validating its inputs, then opens)."""
         if resume and overwrite:
             raise RunDirError("--resume and --overwrite contradict each other; pass one")
         path = Path(output_dir) / name
@@ -73,11 +85,17 @@ class RunDir:
                 f"{path} already exists. Pass --resume to continue that run, --overwrite to delete it "
                 f"and start over, or choose another run.name (e.g. run.name={name}-2)"
             )
-        if overwrite and path.exists():
-            shutil.rmtree(path)
-        run = cls(path)
-        run.checkpoints.mkdir(parents=True, exist_ok=True)
-        return run
+        return path
+
+    def discard_if_unused(self) -> bool:
+        """Delete this run directory if the run logged nothing and saved no checkpoint or model
+        (its start failed), so that the corrected command can use the name again; True if deleted."""
+        logged = self.metrics.exists() and self.metrics.stat().st_size > 0
+        saved = (self.checkpoints.exists() and any(self.checkpoints.iterdir())) or (self.path / "model").exists()
+        if logged or saved:
+            return False
+        shutil.rmtree(self.path, ignore_errors=True)
+        return True
 
 
 def setup_logging(log_file: Path | None, *, console: bool = True, level: int = logging.INFO) -> logging.Logger:

@@ -54,7 +54,9 @@ class Trajectory:
     """One scored sample: a prompt, the policy's response, and its reward.
 
     For single-turn tasks ``loss_mask`` is all ones; multi-turn environments put 0 on tokens the
-    environment wrote (tool output) so only the model's own tokens are trained on.
+    environment wrote (tool output) so only the model's own tokens are trained on. A multi-turn
+    ``prompt`` is the first observation; ``response_ids`` every later token, model's and
+    environment's, in order; ``response_text`` the model's last turn.
     """
 
     prompt: Prompt
@@ -69,6 +71,9 @@ class Trajectory:
     scores: dict[str, float] = field(default_factory=dict)  # per-verifier scores, for logging
     reward_error: str | None = None  # set when a verifier failed; reward is then the error score
     correct: bool | None = None   # task accuracy where the task defines it
+    token_rewards: list[float] | None = None  # (R,) where the reward lands, summing to ``reward``; None = all
+                                  # on the last loss_mask=1 token (outcome). Multi-turn per-turn credit.
+    episode: dict[str, Any] | None = None  # multi-turn: turns, per-turn rewards, end, error, conversation
 
 
 @dataclass

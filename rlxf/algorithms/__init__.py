@@ -35,7 +35,7 @@ from rlxf.algorithms.aggregation import (
     token_mean,
 )
 from rlxf.algorithms.entropy import entropy_from_logits
-from rlxf.algorithms.groups import dynamic_sampling_keep, group_mean_std
+from rlxf.algorithms.groups import dynamic_sampling_keep, group_mean_std, zero_variance_fraction
 from rlxf.algorithms.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
@@ -119,4 +119,5 @@ __all__ = [
     "value_loss",
     "vanilla",
     "zero_masked",
+    "zero_variance_fraction",
 ]

@@ -44,6 +44,25 @@ def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor) -> Tensor:
     dropped and the batch is refilled with more prompts. True for samples of groups whose
     scores are not all equal; groups of one sample are never kept.
     """
+    high, low, inverse = _group_range(scores, group_ids)
+    return (high > low)[inverse]
+
+
+def zero_variance_fraction(scores: Tensor, group_ids: Tensor) -> Tensor:
+    """Fraction of groups whose scores are all equal, ``()`` (0 for an empty batch).
+
+    Such a group has zero advantage under any group baseline: it carries no learning signal.
+    When most groups are like that (a task too hard or too easy for the policy), RL barely
+    learns; groups of one sample count as zero-variance.
+    """
+    if scores.numel() == 0:
+        return scores.new_zeros(())
+    high, low, _ = _group_range(scores, group_ids)
+    return (high == low).to(scores.dtype).mean()
+
+
+def _group_range(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each group's max and min score, ``(G,)`` each, and each sample's group index ``(B,)``."""
     if scores.shape != group_ids.shape:
         raise ValueError(
             f"scores {tuple(scores.shape)} and group_ids {tuple(group_ids.shape)} must both be (B,)"
@@ -52,4 +71,4 @@ def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor) -> Tensor:
     empty = scores.new_zeros(n_groups)
     high = empty.scatter_reduce(0, inverse, scores, reduce="amax", include_self=False)
     low = empty.scatter_reduce(0, inverse, scores, reduce="amin", include_self=False)
-    return (high > low)[inverse]
+    return high, low, inverse

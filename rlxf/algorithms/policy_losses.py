@@ -29,7 +29,11 @@ of 0-dim detached tensors:
 Ratios are exp(log π_θ - log π_old) with the log-ratio clamped to ±``max_log_ratio`` before
 ``exp``: a token whose probability collapsed (or a -inf log-prob from a truncated sampler)
 would otherwise give ``inf``, and ``inf · 0`` in a clipped branch or in the backward pass is
-``nan``. Inside the clamp nothing changes; beyond e^20 every clipped loss is flat anyway.
+``nan``. Inside the clamp nothing changes. Beyond it the clamp is a deliberate bound, not a
+no-op: its gradient is zero there, so such a token stops learning. For most clipped branches
+that is what the clip would do anyway, but not for Â < 0 with r > 1 + ε_high, where
+-Â r is neither clipped nor flat (dual_clip caps it at c·|Â|). GSPO averages the raw
+per-token log-ratios and clamps only the sequence log-ratio, as the paper defines s_i.
 Pass float32 log-probs (even from a bf16 model): exp of a bf16 log-ratio is off by ~1%, the
 size of the clip range.
 """
@@ -193,6 +197,7 @@ def gspo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tenso
     """Group sequence policy optimisation (Zheng et al. 2025), the GSPO-token form.
 
         s_i = exp( 1/|y_i| Σ_t log(π_θ(a_t|s_t) / π_old(a_t|s_t)) )     (length-normalised)
+            (the raw per-token log-ratios are averaged; only log s_i is clamped to ±max_log_ratio)
         s_{i,t} = sg(s_i) · π_θ(a_t|s_t) / sg(π_θ(a_t|s_t))            (value s_i)
         ℓ_{i,t} = max(-Â_{i,t} s_{i,t}, -Â_{i,t} clip(s_{i,t}, 1 - ε_low, 1 + ε_high))
 
@@ -204,8 +209,16 @@ def gspo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tenso
     valid = mask.bool()
     adv = zero_masked(advantages.detach(), valid)
     token_log_ratio = _log_ratio(logprobs, old_logprobs, valid, params)
-    seq_log_ratio = masked_mean(token_log_ratio, valid, dim=-1, keepdim=True).detach()
-    logp = zero_masked(logprobs, valid)
+    # The paper's s_i is the mean of the RAW log-ratios: clamping each token first would let
+    # one collapsed token (log r = -30) count as -20 and move s_i by a factor e^(10/|y_i|).
+    # Infinite log-probs (a truncated sampler) become huge finite values, so the mean still
+    # reaches the sequence clamp instead of turning into inf - inf = nan.
+    raw = zero_masked(logprobs, valid).detach() - zero_masked(old_logprobs.detach(), valid)
+    big = torch.finfo(raw.dtype).max / max(raw.shape[-1], 1) / 2
+    raw = torch.nan_to_num(raw, nan=0.0, posinf=big, neginf=-big)
+    seq_log_ratio = masked_mean(raw, valid, dim=-1, keepdim=True)
+    # π/sg(π) carries the gradient; an infinite log-prob has none to give (and -inf - -inf is nan)
+    logp = zero_masked(logprobs, valid & torch.isfinite(logprobs))
     log_ratio = (seq_log_ratio + logp - logp.detach()).clamp(-params.max_log_ratio, params.max_log_ratio)
     ratio = log_ratio.exp()
     loss, metrics = _clipped_surrogate(ratio, adv, valid, params)

@@ -82,15 +82,19 @@ def register(app: typer.Typer) -> None:
     def eval_(
         config: Path = ConfigArg,
         overrides: list[str] | None = OverridesArg,
-        checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Checkpoint dir (or HF model dir) to evaluate; default model.path."),
+        checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Run, checkpoint or model directory to evaluate; default model.path. Results are appended to the run's eval.jsonl."),
     ) -> None:
         """Evaluate a model on the held-out split: greedy accuracy and pass@k."""
         _impl("evaluate").run(config, overrides or [], checkpoint=checkpoint)
 
     @app.command()
-    def explain(config: Path = ConfigArg, overrides: list[str] | None = OverridesArg) -> None:
-        """Print the resolved config, the batch arithmetic and a memory estimate per role."""
-        _impl("explain").run(config, overrides or [])
+    def explain(
+        config: Path = ConfigArg,
+        overrides: list[str] | None = OverridesArg,
+        full_config: bool = typer.Option(False, "--full-config", help="Print every config field, not only those set."),
+    ) -> None:
+        """Print the batch arithmetic, a memory estimate per role, the kernels picked here, and the config."""
+        _impl("explain").run(config, overrides or [], full_config=full_config)
 
     @app.command("config-docs")
     def config_docs(
@@ -119,7 +123,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def generate(
-        model: str = typer.Argument(..., help="Model directory or hub id."),
+        model: str = typer.Argument(..., help="Run, checkpoint or model directory, or a hub id."),
         prompts: list[str] = typer.Argument(..., help="Prompt texts (chat-templated before generation)."),
         backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
         n: int = typer.Option(1, "-n", help="Samples per prompt."),

@@ -1,28 +1,51 @@
-"""`rlxf eval CONFIG [OVERRIDES] [--checkpoint PATH]`"""
+"""`rlxf eval CONFIG [OVERRIDES] [--checkpoint PATH]`: held-out accuracy of a model, printed and,
+when the model belongs to a run, appended to that run's ``eval.jsonl``."""
 
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 
 from rlxf.cli.errors import UsageError
 
 
-def resolve_model_dir(checkpoint: Path) -> Path:
-    """A checkpoint directory (``step_N/``, holding ``model/``) or a model directory itself."""
-    if (checkpoint / "model" / "config.json").exists():
-        return checkpoint / "model"
-    if (checkpoint / "config.json").exists():
-        return checkpoint
-    raise UsageError(f"--checkpoint {checkpoint}: neither a checkpoint (with model/) nor a model directory")
+def _location(path: Path | str):
+    """Where the model is (``rlxf.models.paths``): a model, checkpoint or run directory."""
+    from rlxf.models.paths import ModelPathError, resolve_model_dir
+
+    try:
+        return resolve_model_dir(path)
+    except ModelPathError as e:
+        raise UsageError(str(e)) from None
+
+
+def _save(location, record: dict) -> Path | None:
+    """Append ``record`` to ``<run>/eval.jsonl`` when the model belongs to a run directory."""
+    if location is None or location.run is None:
+        return None
+    from rlxf.metrics.sinks import JsonlWriter
+
+    out = location.run / "eval.jsonl"
+    writer = JsonlWriter(out)
+    try:
+        writer.write(record)
+    finally:
+        writer.close()
+    return out
 
 
 def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
     from rlxf.config import load_config
 
     if checkpoint is not None:
-        overrides = [*overrides, f"model.path={resolve_model_dir(checkpoint)}"]
+        location = _location(checkpoint)
+        overrides = [*overrides, f"model.path={location.model}"]
     cfg = load_config(config, overrides)
+    if checkpoint is None:
+        local = Path(cfg.model.path).expanduser()
+        location = _location(local) if local.exists() else None  # else a hub id
 
     from rlxf.data import build_prompt_data
     from rlxf.models import load_from_config
@@ -44,4 +67,10 @@ def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
         close = getattr(reward, "close", None)
         if close is not None:
             close()
-    print(json.dumps({"model": cfg.model.path, **metrics}, indent=2))
+    record = {"model": cfg.model.path, **metrics}
+    if location is not None and location.step is not None:
+        record = {"model": cfg.model.path, "step": location.step, **metrics}
+    print(json.dumps(record, indent=2))
+    saved = _save(location, {**record, "time": time.time()})
+    where = f"appended to {saved}" if saved else "not saved: the model is not in a run directory"
+    print(f"eval results {where}", file=sys.stderr)

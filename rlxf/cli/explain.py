@@ -1,4 +1,5 @@
-"""`rlxf explain CONFIG [OVERRIDES]`: the resolved config, batch arithmetic, memory per role."""
+"""`rlxf explain CONFIG [OVERRIDES]`: batch arithmetic, memory per role, the matmul kernels picked
+here and why, then the config (what differs from the defaults; ``--full-config`` for all)."""
 
 from __future__ import annotations
 
@@ -26,14 +27,44 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.3f}" if n < 1024**3 * 10 else f"{n / 1024**3:.1f}"
 
 
-def run(config: Path, overrides: list[str]) -> None:
-    from rlxf.config import dump_config, load_config
-    from rlxf.config.explain import batch_table, memory_estimate, resolved_dtype
+def _print_config(console: Console, cfg, full: bool) -> None:
+    """The resolved config last (it is long): the fields set by the file or the overrides, or
+    every field with ``full``."""
+    import yaml
+
+    from rlxf.config import dump_config
+
+    if full:
+        console.rule("resolved config")
+        console.print(dump_config(cfg), highlight=False, markup=False)
+        return
+    console.rule("config: fields that differ from the defaults (--full-config for all)")
+    changed = cfg.model_dump(mode="json", exclude_defaults=True)
+    console.print(yaml.safe_dump(changed, sort_keys=False, allow_unicode=True), highlight=False, markup=False)
+
+
+def _print_kernels(console: Console, cfg) -> None:
+    from rlxf.models.kernel_choice import explain
+
+    console.rule(f"matmul kernels (model.linear_kernels={cfg.model.linear_kernels})")
+    for line in explain(cfg.model.linear_kernels, cfg.model.device, cfg.model.dtype):
+        console.print(line, highlight=False, markup=False)
+
+
+def run(config: Path, overrides: list[str], *, full_config: bool = False) -> None:
+    from rlxf.config import load_config
 
     cfg = load_config(config, overrides)
     console = Console()
-    console.rule("resolved config")
-    console.print(dump_config(cfg), highlight=False, markup=False)
+    try:
+        _print_tables(console, cfg)
+        _print_kernels(console, cfg)
+    finally:
+        _print_config(console, cfg, full_config)
+
+
+def _print_tables(console: Console, cfg) -> None:
+    from rlxf.config.explain import batch_table, memory_estimate, resolved_dtype
 
     console.rule("batch arithmetic")
     table = Table(show_header=True, header_style="bold")
@@ -47,8 +78,10 @@ def run(config: Path, overrides: list[str]) -> None:
     try:
         dims = _model_dims(cfg.model.path, cfg.model.trust_remote_code)
     except (OSError, ValueError) as e:
-        console.print(f"model {cfg.model.path!r} not readable ({type(e).__name__}); memory estimate skipped. "
-                      f"Build it first, e.g. `rlxf init-model --preset tiny {cfg.model.path}`.")
+        from rlxf.models.loading import missing_model_hint
+
+        console.print(f"model.path {cfg.model.path!r} not readable ({type(e).__name__}); memory estimate "
+                      f"skipped. {missing_model_hint(Path(cfg.model.path))}", markup=False)
         return
     console.print(f"model: {dims.params:,} parameters, {dims.layers} layers, hidden {dims.hidden}, "
                   f"vocab {dims.vocab}; dtype {resolved_dtype(cfg)}")

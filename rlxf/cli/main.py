@@ -18,8 +18,28 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain help: typer's rich help labels every on/off flag "<bool>", as if it took a value
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import rlxf
+
+        print(f"rlxf {rlxf.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print rlxf's version and exit."),
+) -> None:
+    """rlxf: reinforcement learning for large language models."""
+
+
 commands.register(app)
 
 

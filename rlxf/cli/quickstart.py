@@ -90,7 +90,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     t0 = time.perf_counter()
     run_sft(sft_cfg, RunDir.open(out, "sft"))
     sft_seconds = time.perf_counter() - t0
-    sft_model = out / "sft" / "model"
+    sft_model = out / "sft"  # a run directory stands for its newest checkpoint's model
     log.info("stage 2/4: SFT done in %.0fs", sft_seconds)
 
     # 3. GRPO on hard problems (two or three carries), from the SFT model
@@ -113,11 +113,11 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
 
     # held-out greedy accuracy of the three models on hard and easy problems
     evals = {"hard": grpo_cfg, "easy": sft_cfg}
-    grpo_model = grpo_run.checkpoints / f"step_{grpo_cfg.train.steps}" / "model"
+    grpo_model = grpo_run.path
     results = []
     for name, path, seconds in (("SFT on easy demonstrations", sft_model, sft_seconds),
                                 ("+ GRPO on hard problems", grpo_model, rl_seconds),
-                                ("+ continued SFT, same time", out / "sft-more" / "model", more_seconds)):
+                                ("+ continued SFT, same time", out / "sft-more", more_seconds)):
         acc = _evaluate(path, evals)
         results.append(Result(name, acc["hard"], acc["easy"], seconds))
     summary = {"results": [asdict(r) for r in results], "total_seconds": time.perf_counter() - start,

@@ -28,7 +28,7 @@ def run(config_path: Path, overrides: list[str], host: str = "127.0.0.1", port: 
     try:
         import uvicorn
 
-        from rlxf.rewards.server import create_app
+        from rlxf.rewards.server import server_config
     except ImportError as e:
         raise UsageError(f"serve-reward needs the web stack: pip install 'rlxf[serve]' ({e})") from None
     from rlxf.rewards import LocalReward
@@ -37,4 +37,8 @@ def run(config_path: Path, overrides: list[str], host: str = "127.0.0.1", port: 
     with LocalReward(cfg) as scorer:
         log.info("serving verifiers %s on http://%s:%d (workers=%d, timeout %.0fs)", scorer.names, host, port,
                  cfg.workers, cfg.timeout_s)
-        uvicorn.run(create_app(scorer, cfg.server), host=host, port=port, log_level="info")
+        try:
+            config = server_config(scorer, cfg.server, host, port)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        uvicorn.Server(config).run()

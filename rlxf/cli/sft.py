@@ -12,15 +12,18 @@ RESUMABLE = (*RUN_RESUMABLE, "sft.steps", "sft.max_seconds", "sft.eval_every")
 
 
 def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = False) -> None:
-    from rlxf.cli.train import apply_threads, check_resume_compatible
+    from rlxf.cli.preflight import check_inputs
+    from rlxf.cli.train import apply_threads, check_resume_compatible, discard_on_failed_start
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
     cfg = load_config(config, overrides)
     try:
-        run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     except RunDirError as e:
         raise UsageError(str(e)) from None
+    check_inputs(cfg, prompts=False)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg, RESUMABLE)
     setup_logging(run_dir.log)
@@ -28,4 +31,10 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
 
     from rlxf.trainer.sft import run_sft
 
-    run_sft(cfg, run_dir, resume=resume)
+    with discard_on_failed_start(run_dir, fresh=not resume):
+        run_sft(cfg, run_dir, resume=resume)
+
+    from rlxf.metrics.report import write_report
+
+    report = write_report([run_dir.path])  # the loss curve, eval points, samples: as for RL
+    print(f"report {report}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -60,15 +61,30 @@ def resume_hint(checkpoints: Path, command: str) -> str:
     return f"continue from {ckpt} with: {command}"
 
 
+@contextmanager
+def discard_on_failed_start(run_dir, *, fresh: bool):
+    """A fresh run whose start fails (before anything is logged or saved) leaves no directory
+    behind, so the corrected command is not refused with "already exists"."""
+    try:
+        yield
+    except BaseException:
+        if fresh and run_dir.discard_if_unused():
+            logging.getLogger("rlxf").info("the run failed before its first step; removed %s", run_dir.path)
+        raise
+
+
 def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
+    from rlxf.cli.preflight import check_inputs
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
     cfg = load_config(config, overrides)
     try:
-        run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     except RunDirError as e:
         raise UsageError(str(e)) from None
+    check_inputs(cfg)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg)
     log = setup_logging(run_dir.log)
@@ -81,7 +97,8 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
 
     again = shlex.join(["rlxf", "train", str(config), *overrides, "--resume"])
     try:
-        last = run_training(cfg, run_dir, resume=resume)
+        with discard_on_failed_start(run_dir, fresh=not resume):
+            last = run_training(cfg, run_dir, resume=resume)
     except TrainingInterrupted as e:  # SIGTERM / first Ctrl-C: the finished step was checkpointed
         log.warning("%s", e)
         print(f"{e}\n{resume_hint(run_dir.checkpoints, again)}", file=sys.stderr)

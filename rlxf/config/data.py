@@ -49,9 +49,8 @@ class DataConfig(Section):
     )
     task_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of the task. arithmetic: min_digits, max_digits, ops (e.g. '+-'), "
-        "num_operands (int or [min, max]), allow_negative, format ('compact' = '12+345=', "
-        "'question' = 'What is 12 + 345?', or a string with {expr} / {spaced}). reasoning_gym: the "
+        description="Options of the task. Built-in tasks: every option is listed below as "
+        "data.task_options[task=NAME].OPTION (from the task's own schema). reasoning_gym: the "
         "dataset's config fields (seed and size come from run.data_seed and train_size / test_size).",
     )
     train_size: int = Field(20000, ge=1, description="Procedural tasks: number of training problems.")

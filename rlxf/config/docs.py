@@ -16,9 +16,10 @@ def _type_name(ann: Any) -> str:
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in typing.get_args(ann))
     if origin is not None:
-        args = ", ".join(_type_name(a) for a in typing.get_args(ann))
+        names = [_type_name(a) for a in typing.get_args(ann)]
         name = getattr(origin, "__name__", str(origin))
-        return f"{name}[{args}]" if name not in ("Union", "UnionType") else args.replace(", ", " | ")
+        # a union's members are joined by " | ", and only they: tuple[int, int] keeps its comma
+        return " | ".join(names) if name in ("Union", "UnionType") else f"{name}[{', '.join(names)}]"
     if ann is type(None):
         return "null"
     return getattr(ann, "__name__", str(ann))
@@ -71,10 +72,16 @@ def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[
     return rows
 
 
-def render(section: str | None = None) -> str:
+def render(section: str | None = None, task_options: dict[str, type[BaseModel]] | None = None) -> str:
+    """The docs of every field (of ``section``); ``task_options`` (task name -> its options
+    model) are listed after ``data.task_options``, from the models themselves."""
     rows = field_docs()
+    at = next((i + 1 for i, r in enumerate(rows) if r[0] == "data.task_options"), len(rows))
+    extra = [row for name, model in (task_options or {}).items()
+             for row in field_docs(model, f"data.task_options[task={name}].")]
+    rows[at:at] = extra
     if section:
-        rows = [r for r in rows if r[0] == section or r[0].startswith(section + ".") or r[0].startswith(section + "[]")]
+        rows = [r for r in rows if r[0] == section or r[0].startswith((section + ".", section + "["))]
         if not rows:
             sections = sorted(Config.model_fields)
             raise KeyError(f"no config section {section!r}; sections: {', '.join(sections)}")

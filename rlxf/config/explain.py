@@ -80,7 +80,7 @@ def memory_estimate(cfg: Config, dims: ModelDims) -> list[RoleMemory]:
 
     b = DTYPE_BYTES[resolved_dtype(cfg)]
     d = cfg.derived
-    micro_tokens = cfg.train.micro_batch_size * d.max_tokens_per_sample
+    micro_tokens = d.micro_batch_size * d.max_tokens_per_sample
     act = activation_bytes(dims, micro_tokens, b, cfg.model.gradient_checkpointing, cfg.model.logprob_chunk_size)
     trainable = dims.params
     roles = [RoleMemory("actor", weights=dims.params * b, grads=trainable * b,
@@ -102,15 +102,18 @@ def batch_table(cfg: Config) -> list[tuple[str, str, str]]:
     """(quantity, value, how it is computed) rows of the batch arithmetic."""
     d = cfg.derived
     t = cfg.train
+    micro_from = "train.micro_batch_size"
+    if d.micro_batch_size < t.micro_batch_size:
+        micro_from = f"train.micro_batch_size={t.micro_batch_size}, capped at the mini-batch"
     return [
         ("prompts per step", f"{t.prompts_per_step}", "train.prompts_per_step"),
         ("samples per step", f"{d.samples_per_step}", f"prompts x rollout.n = {t.prompts_per_step} x {cfg.rollout.n}"),
         ("mini-batch (samples per optimizer step)", f"{d.mini_batch_size}",
          "train.mini_batch_size" if t.mini_batch_size else "all samples of the step"),
-        ("micro-batch (samples per forward/backward)", f"{t.micro_batch_size}", "train.micro_batch_size"),
-        ("gradient-accumulation steps", f"{d.grad_accum_steps}", f"mini / micro = {d.mini_batch_size} / {t.micro_batch_size}"),
+        ("micro-batch (samples per forward/backward)", f"{d.micro_batch_size}", micro_from),
+        ("gradient-accumulation steps", f"{d.grad_accum_steps}", f"mini / micro = {d.mini_batch_size} / {d.micro_batch_size}"),
         ("micro-batches per RL step", f"{d.micro_batches_per_step}",
-         f"samples / micro x epochs = {d.samples_per_step} / {t.micro_batch_size} x {t.ppo_epochs}"),
+         f"samples / micro x epochs = {d.samples_per_step} / {d.micro_batch_size} x {t.ppo_epochs}"),
         ("optimizer steps per RL step", f"{d.optimizer_steps_per_step}",
          f"samples / mini x epochs = {d.samples_per_step} / {d.mini_batch_size} x {t.ppo_epochs}"),
         ("optimizer steps in the run", f"{d.optimizer_steps_per_step * t.steps}", f"x train.steps = {t.steps}"),

@@ -156,6 +156,50 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
+_FIELD_PATH = re.compile(r"\b([a-z_]+(?:\.[a-z_0-9]+)+)")
+
+
+def _exact_line(node: yaml.Node | None, path: list[str]) -> int | None:
+    """1-based line of the key at ``path`` in the YAML file; None if the file does not set it."""
+    line = None
+    for part in path:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        for key, value in node.value:
+            if key.value == part:
+                line, node = key.start_mark.line + 1, value
+                break
+        else:
+            return None
+    return line
+
+
+def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridden: dict[tuple, str]) -> str:
+    """Where the value behind one error came from: the override(s), or the file and line.
+
+    An error about one field points at it; an error of a check across fields (batch arithmetic)
+    points at every field its message names, so an override is blamed when it caused the problem
+    rather than the YAML file that was fine on its own.
+    """
+    direct = next((o for k, o in overridden.items() if loc[: len(k)] == k), None)
+    if direct is not None:
+        return direct
+    named = [m.split(".") for m in dict.fromkeys(_FIELD_PATH.findall(msg)) if m.split(".")[0] in Config.model_fields]
+    if not named:
+        named = [list(map(str, loc))] if loc else []
+    parts: list[str] = []
+    for path in named:
+        override = overridden.get(tuple(path))
+        line = None if override else _exact_line(node, path)
+        where = override or (f"{source}:{line}" if line else None)
+        if where and where not in parts:
+            parts.append(where)
+    if parts:
+        return ", ".join(sorted(parts, key=lambda p: not p.startswith("override")))
+    line = _line_of(node, loc)
+    return f"{source}:{line}" if line else source
+
+
 def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
                    overridden: dict[tuple, str]) -> str:
     lines = [f"invalid config ({source}): {err.error_count()} problem(s)"]
@@ -164,10 +208,7 @@ def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
         path = ".".join(str(p) for p in loc) or "(top level)"
         kind = e["type"]
         msg = e["msg"].removeprefix("Value error, ")
-        origin = next((o for k, o in overridden.items() if loc[: len(k)] == k), None)
-        if origin is None:
-            line = _line_of(node, loc)
-            origin = f"{source}:{line}" if line else source
+        origin = _origin(loc, msg, source, node, overridden)
         if kind == "extra_forbidden":
             section = _model_at(loc[:-1])
             valid = sorted(section.model_fields) if section else []
@@ -185,7 +226,7 @@ def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
-                base: dict[str, Any] | None = None) -> Config:
+                base: dict[str, Any] | None = None, *, given_rewards: bool = False) -> Config:
     """Read ``path`` (YAML), apply ``overrides`` (``dotted.key=value``), validate.
 
     ``base`` seeds the data before the file (used by tests and by commands with defaults).
@@ -207,26 +248,43 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         cfg = Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_errors(err, source, node, overridden)) from None
-    check_names(cfg, Path(path).resolve().parent if path is not None else None)
+    check_names(cfg, Path(path).resolve().parent if path is not None else None, given_rewards=given_rewards)
     return cfg
 
 
-def check_names(cfg: Config, config_dir: Path | None = None) -> None:
+def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: bool = False) -> None:
     """Import ``cfg.plugins``, then check every registry name in the config exists.
 
-    Plugin modules are found on ``sys.path`` plus the working directory and the config
-    file's directory (as ``python -m`` would), so a ``my_estimators.py`` next to the YAML
-    works without PYTHONPATH. Registries live in lower layers (they import torch), so they
-    are imported here, lazily, once the schema itself is valid.
+    Plugin modules and custom reward functions (``reward.verifiers[i].function``) are imported
+    here, found on ``sys.path`` plus the working directory and the config file's directory (as
+    ``python -m`` would), so a ``my_rewards.py`` next to the YAML works without PYTHONPATH or
+    ``plugins:``. Registries live in lower layers (they import torch), so they
+    are imported here, lazily, once the schema itself is valid. ``given_rewards``: the caller
+    hands the reward functions over as objects (``rlxf.train``), so their names are not imported.
     """
+    # reward.url: the verifiers are the server's, imported there
+    custom = [] if cfg.reward.url or given_rewards else [(i, v.function) for i, v in enumerate(cfg.reward.verifiers)
+                                        if v.type == "custom"]
     for extra in (Path.cwd(), config_dir):
-        if cfg.plugins and extra is not None and str(extra) not in sys.path:
+        if (cfg.plugins or custom) and extra is not None and str(extra) not in sys.path:
             sys.path.append(str(extra))
+    where = f"the working directory or {config_dir}" if config_dir else "the working directory"
     for module in cfg.plugins:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise ConfigError(f"plugins: cannot import {module!r}: {e}") from None
+            raise ConfigError(f"plugins: cannot import {module!r}: {e}. Put it in {where}, "
+                              f"or install it") from None
+    # a reward function that cannot be imported is a config mistake (exit 2), found before any
+    # model loads or run directory exists
+    from rlxf.rewards.custom import load_function  # noqa: PLC0415 - lazy, like the registries
+
+    for i, spec in custom:
+        try:
+            load_function(spec)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"reward.verifiers.{i}.function: {e}. The module must be importable: "
+                              f"put it in {where}, or install it") from None
     from rlxf.algorithms import registry  # noqa: PLC0415 - lazy on purpose
 
     problems = []

@@ -49,8 +49,10 @@ class ModelConfig(Section):
     linear_kernels: Literal["auto", "onednn", "torch"] = Field(
         "auto",
         description="Matmuls of the linear layers in training forwards/backwards: `auto` runs them on "
-        "oneDNN for CPU float32 models when it works here (about 2x MKL's fp32 rate on AVX-512 CPUs "
-        "where MKL takes its AVX2 path), else torch's own; `onednn` insists; `torch` always F.linear.",
+        "oneDNN for CPU float32 models when it works here and measured faster than torch's own on this "
+        "machine (a short calibration, cached per CPU model, torch version and thread count under "
+        "~/.cache/rlxf; it also picks the rollout engine's kernels and weight packing; `rlxf explain` "
+        "shows the choice and the figures), else torch's own; `onednn` insists; `torch` always F.linear.",
     )
     logprob_chunk_size: int = Field(
         1024, ge=1,

@@ -154,12 +154,18 @@ class CodeVerifierConfig(_Verifier):
     extract: Literal["last_block", "first_block", "full"] = Field(
         "last_block", description="Which code to run: the last or first ```python block, or the whole response."
     )
-    cpu_s: float = Field(2.0, gt=0, description="CPU-time budget per test case (decides timeouts).")
+    cpu_s: float = Field(2.0, gt=0, description="CPU-time budget per test case: all the program's processes, "
+                         "exited ones included, as the kernel counts them (decides timeouts, with cpu_margin).")
+    cpu_margin: float = Field(0.5, ge=0, description="A test times out only past cpu_s * (1 + cpu_margin): "
+                              "the same work costs more CPU time on a loaded machine, and a verdict must not "
+                              "depend on the load.")
     wall_s: float | None = Field(
         None, gt=0, description="Wall-clock backstop per test case, for programs that sleep; default "
         "10 * cpu_s + 5 (generous: CPU time decides timeouts, so load never changes a verdict)."
     )
-    memory_mb: int = Field(512, ge=32, description="Address-space limit per process, MiB.")
+    memory_mb: int = Field(512, ge=32, description="Memory of the whole program, MiB: all its processes, "
+                           "shared memory and memfds (cgroup; where there is none, an address-space limit per "
+                           "process).")
     max_processes: int = Field(16, ge=1, description="Processes and threads a program may have at once.")
     max_open_files: int = Field(64, ge=8, description="File descriptors per process.")
     max_file_mb: int = Field(16, ge=1, description="Largest file the program may write, stdout included, MiB.")
@@ -281,6 +287,20 @@ class RewardServerConfig(Section):
         4, ge=1, description="Batches scored at once; further requests wait their turn."
     )
     max_waiting: int = Field(64, ge=0, description="Requests allowed to wait; beyond that, 503 (retry later).")
+    max_body_mb: float = Field(64.0, gt=0, description="Largest request body; a larger one is refused (413) "
+                               "before it is read.")
+    header_timeout_s: float = Field(10.0, gt=0, description="Time a connection has to send a request's "
+                                    "headers (a new one, or the next on a kept-alive one) before it is closed.")
+    body_timeout_s: float = Field(30.0, gt=0, description="Longest wait for the next piece of a request "
+                                  "body (408 and closed past it).")
+    max_connections: int = Field(256, ge=1, description="Open connections (and requests) at once; beyond "
+                                 "that, new requests get 503.")
+    log_per_minute: int = Field(30, ge=1, description="Most log lines per minute of any one kind (bad "
+                                "requests, timeouts); the rest are counted and reported as suppressed.")
+    token_env: str = Field("RLXF_REWARD_TOKEN", description="Environment variable holding the bearer "
+                           "token: when it is set, every request must carry `Authorization: Bearer "
+                           "<token>` (RemoteReward sends it from the same variable). Required when "
+                           "the server binds a non-loopback address.")
 
 
 class RewardConfig(Section):
@@ -303,6 +323,17 @@ class RewardConfig(Section):
     timeout_s: float = Field(30.0, gt=0, description="Time limit for one verifier call on one sample.")
     error_score: float = Field(
         0.0, description="Score given to a verifier that raised, hung or crashed on a sample."
+    )
+    max_error_frac: float = Field(
+        0.5, ge=0, le=1,
+        description="Stop training when more than this fraction of one step's samples have a failed "
+        "reward (a verifier raised, timed out or crashed), showing the first failure's traceback; "
+        "1 = never stop (failures only score error_score and show in samples.jsonl).",
+    )
+    max_error_frac_first_step: float = Field(
+        0.0, ge=0, le=1,
+        description="The same limit for the run's first step. 0 (default): any failure there stops "
+        "the run, so a reward function that raises is seen at once (as TRL raises).",
     )
     url: str | None = Field(
         None, description="Score remotely via `rlxf serve-reward` at this URL (e.g. http://host:8008) "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Literal
 
@@ -65,6 +66,21 @@ class LoggingConfig(Section):
     )
     progress: bool = Field(True, description="Show a live progress display on the terminal.")
     log_every: int = Field(1, ge=1, description="Print a metrics line every N steps.")
+
+    @field_validator("sinks")
+    @classmethod
+    def _sinks_installed(cls, v: list[str]) -> list[str]:
+        # asked for and missing is a config error, caught before any work starts, not a
+        # warning in a scrolling log that leaves a run without the dashboard it was meant for
+        for name in v:
+            try:
+                missing = importlib.util.find_spec(name) is None
+            except ValueError:  # a module without a spec (already imported some other way)
+                missing = False
+            if missing:
+                raise ValueError(f"{name!r} is not installed: pip install 'rlxf[{name}]', or remove it "
+                                 "from logging.sinks (metrics.jsonl is always written)")
+        return v
 
 
 class CheckpointConfig(Section):

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.base import Section
 from rlxf.config.data import DataConfig
+from rlxf.config.env import EnvConfig
 from rlxf.config.model import ModelConfig
 from rlxf.config.preference import DPOConfig, LabelConfig, RewardModelConfig
 from rlxf.config.reward import RewardConfig
@@ -25,6 +26,9 @@ class Config(Section):
     data: DataConfig = Field(..., description="Prompt source and tokenization.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Verifiers and reward service.")
+    env: EnvConfig | None = Field(
+        None, description="A multi-turn environment: rollouts become episodes (rlxf.envs); null = single-turn."
+    )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Batch sizes and optimisation.")
     critic: CriticConfig = Field(default_factory=CriticConfig, description="PPO critic (value model).")
@@ -46,9 +50,12 @@ class Config(Section):
     def _batch_arithmetic(self) -> Config:
         samples = self.train.prompts_per_step * self.rollout.n
         mini = self.train.mini_batch_size or samples
-        check_divisible(samples, mini, self.train.micro_batch_size)
+        check_divisible(samples, mini, min(self.train.micro_batch_size, mini))
         if self.algorithm.dynamic_sampling and self.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
+        if self.env is not None and self.run.placement == "ray" and self.ray.mode == "disaggregated":
+            raise ValueError("env is set but ray.mode is 'disaggregated', whose engine actors run single-turn "
+                             "rollouts only; use ray.mode=colocated or run.placement=local for environments")
         return self
 
     @cached_property
@@ -57,14 +64,18 @@ class Config(Section):
         samples = self.train.prompts_per_step * self.rollout.n
         mini = self.train.mini_batch_size or samples
         per_epoch = samples // mini
+        # a micro-batch cannot hold more than its mini-batch: capped, so shrinking the batch on the
+        # command line needs no third override (`rlxf explain` says when the cap applies)
+        micro = min(self.train.micro_batch_size, mini)
         max_tokens = self.data.max_prompt_len + self.rollout.max_new_tokens
         return TrainDerived(
             samples_per_step=samples,
             mini_batch_size=mini,
             optimizer_steps_per_epoch=per_epoch,
             optimizer_steps_per_step=per_epoch * self.train.ppo_epochs,
-            grad_accum_steps=mini // self.train.micro_batch_size,
-            micro_batches_per_step=samples // self.train.micro_batch_size * self.train.ppo_epochs,
+            micro_batch_size=micro,
+            grad_accum_steps=mini // micro,
+            micro_batches_per_step=samples // micro * self.train.ppo_epochs,
             max_tokens_per_sample=max_tokens,
             max_tokens_per_step=samples * max_tokens,
         )

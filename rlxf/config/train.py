@@ -20,6 +20,13 @@ class OptimConfig(Section):
     )
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine: final lr as a fraction of lr.")
     max_grad_norm: float | None = Field(1.0, gt=0, description="Clip the global gradient norm; None = off.")
+    skip_zero_grad_steps: bool = Field(
+        True,
+        description="RL roles: when every gradient of an optimizer step is exactly zero (no learning "
+        "signal: all advantages 0 and no KL or entropy term), skip the step, leaving weights, AdamW "
+        "moments and the lr schedule untouched. Off: AdamW steps anyway, so momentum and weight decay "
+        "keep moving the weights on steps with nothing to learn from.",
+    )
 
 
 class TrainConfig(Section):
@@ -31,7 +38,8 @@ class TrainConfig(Section):
         "step per epoch, fully on-policy).",
     )
     micro_batch_size: int = Field(
-        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into these)."
+        8, ge=1, description="Samples per forward/backward pass (gradient accumulation splits a mini-batch into "
+        "these); capped at the mini-batch when larger."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each RL step's samples.")
     packing: bool = Field(
@@ -65,6 +73,7 @@ class TrainDerived(Section):
 
     samples_per_step: int
     mini_batch_size: int
+    micro_batch_size: int           # train.micro_batch_size, capped at the mini-batch
     optimizer_steps_per_epoch: int
     optimizer_steps_per_step: int
     grad_accum_steps: int
@@ -84,8 +93,6 @@ def check_divisible(samples: int, mini: int, micro: int) -> None:
             f"train.micro_batch_size={micro} does not divide train.mini_batch_size={mini}; "
             f"choose a divisor of {mini}"
         )
-
-
 
 
 class SFTConfig(Section):

@@ -1,46 +1,57 @@
-"""``rlxf report``: an HTML page of PNG plots from one or more runs' metrics.jsonl.
+"""``rlxf report``: one HTML page of a run (or several, overlaid) that a researcher reads.
 
-Several runs are overlaid on the same axes for comparison. The page is one self-contained
-file (images inlined), so it can be mailed or attached to an issue as is.
+What it shows, from ``metrics.jsonl`` and ``samples.jsonl``: a headline table (last values,
+and the *mean* step time and throughput); every logged curve (reward, SFT or policy loss,
+accuracy with each eval source as points, KL to the reference, the policy's change per step,
+entropy, lengths, clipping, grad norm, learning rate, advantages, the kept fraction of dynamic
+sampling, the critic), smoothed with the raw curve behind; the time per phase; and a samples
+table: the best, the worst and a random response of a few steps, with their rewards. Plots
+whose metrics no run logged are left out (an SFT run has no clip fraction). The page is one
+self-contained file (images inlined), so it can be mailed or attached to an issue as is.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
+import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlxf.metrics.report_plots import PHASES, Plot, line_plot, phase_means, png, time_plot
 from rlxf.metrics.sinks import read_jsonl
 
-PHASES = ("rollout", "reward", "experience", "train", "sync", "eval", "checkpoint")
-
-
-@dataclass(frozen=True)
-class Plot:
-    title: str
-    keys: tuple[str, ...]   # metric names drawn on this plot (solid, dashed, dotted, ...)
-    ylabel: str
-
+__all__ = ["PLOTS", "PHASES", "Plot", "RunMetrics", "default_output", "load_run", "write_report"]
 
 PLOTS = (
     Plot("Reward", ("reward/mean",), "mean reward"),
+    Plot("Loss", ("sft/loss", "policy/loss"), "loss"),
     Plot("Accuracy", ("accuracy", "eval/accuracy", "eval/pass@k"), "fraction correct"),
-    Plot("KL to reference", ("kl", "policy/approx_kl"), "KL (nats/token)"),
+    Plot("KL to reference", ("kl",), "KL (nats/token)"),
+    Plot("Policy change per step (KL old → new, k3)", ("policy/approx_kl",), "KL (nats/token)"),
     Plot("Entropy", ("entropy",), "nats/token"),
     Plot("Response length", ("response/length_mean", "response/length_max"), "tokens"),
     Plot("Clip fraction", ("policy/clipfrac_low", "policy/clipfrac_high"), "fraction of tokens"),
+    Plot("Gradient norm", ("grad_norm", "critic/grad_norm"), "L2 norm (before clipping)"),
+    Plot("Learning rate", ("lr",), "lr"),
+    Plot("Advantages", ("advantage/mean", "advantage/abs_mean"), "advantage"),
+    Plot("Kept fraction (dynamic sampling)", ("sampling/kept_frac",), "fraction of samples"),
+    Plot("Critic", ("critic/loss", "critic/value_mean", "critic/clipfrac"), "value"),
+    Plot("Engine vs trainer log-prob gap", ("rollout/logprob_gap_mean", "rollout/logprob_gap_max"), "nats"),
 )
-STYLES = ("-", "--", ":", "-.")
+EVAL_SOURCE = re.compile(r"^eval/(.+)/accuracy$")
+HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "kl", "entropy", "response/length_mean")
+HEADLINE_MEAN = ("time/step", "throughput/tokens_per_s")
+SAMPLE_STEPS = 6          # steps shown in the samples table, evenly spread, first and last included
 
 
 @dataclass
 class RunMetrics:
     name: str
     records: list[dict[str, Any]]
+    samples: list[dict[str, Any]] | None = None
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         xs, ys = [], []
@@ -51,137 +62,152 @@ class RunMetrics:
                 ys.append(float(v))
         return xs, ys
 
+    def keys(self) -> set[str]:
+        return {k for r in self.records for k in r}
+
 
 def load_run(run_dir: Path) -> RunMetrics:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: is it a run directory?")
-    return RunMetrics(run_dir.name, read_jsonl(path))
+    samples = run_dir / "samples.jsonl"
+    return RunMetrics(run_dir.name, read_jsonl(path), read_jsonl(samples) if samples.exists() else None)
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
+def default_output(run_dirs: list[Path]) -> Path:
+    """``RUN/report.html`` for one run; for several, a comparison file next to the first run
+    (never over one run's own report)."""
+    first = Path(run_dirs[0])
+    if len(run_dirs) == 1:
+        return first / "report.html"
+    return first.parent / ("compare-" + "-vs-".join(Path(d).name for d in run_dirs) + ".html")
 
 
-def _line_plot(plot: Plot, runs: list[RunMetrics]):
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    drawn = 0
-    for ci, run in enumerate(runs):
-        color = f"C{ci % 10}"
-        for si, key in enumerate(plot.keys):
-            xs, ys = run.series(key)
-            if not xs:
-                continue
-            label = key if len(runs) == 1 else f"{run.name}: {key}"
-            marker = "o" if key.startswith("eval/") else None
-            ax.plot(xs, ys, STYLES[si % len(STYLES)], color=color, label=label, marker=marker, markersize=4)
-            drawn += 1
-    ax.set_title(plot.title)
-    ax.set_xlabel("step")
-    ax.set_ylabel(plot.ylabel)
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
-    return fig
+def plots_for(runs: list[RunMetrics]) -> list[Plot]:
+    """The plots some run has data for; each eval source's accuracy joins the accuracy plot."""
+    keys = set().union(*(r.keys() for r in runs))
+    sources = tuple(sorted(k for k in keys if EVAL_SOURCE.match(k)))
+    plots = [Plot(p.title, p.keys + sources, p.ylabel) if p.title == "Accuracy" else p for p in PLOTS]
+    return [p for p in plots if any(k in keys for k in p.keys)]
 
 
-def _time_plot(runs: list[RunMetrics]):
-    """Mean seconds per training step in each phase, one stacked bar per run.
-
-    Phases that run only on some steps (eval, checkpoint) are averaged over every step too, so
-    each part is that phase's share of the run's time per step.
-    """
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * max(2, len(runs))))
-    drawn = False
-    for ri, run in enumerate(runs):
-        left = 0.0
-        steps = len(run.series("time/step")[1])
-        for pi, phase in enumerate(PHASES):
-            _, ys = run.series(f"time/{phase}")
-            if not ys:
-                continue
-            mean = sum(ys) / max(steps, len(ys))
-            ax.barh(ri, mean, left=left, color=f"C{pi}", label=phase if ri == 0 or not drawn else None)
-            left += mean
-            drawn = True
-    ax.set_yticks(range(len(runs)), [r.name for r in runs])
-    ax.set_xlabel("seconds per step (mean)")
-    ax.set_title("Time per phase")
-    if drawn:
-        handles, labels = ax.get_legend_handles_labels()
-        uniq = dict(zip(labels, handles))
-        ax.legend(uniq.values(), uniq.keys(), fontsize=7, ncol=len(uniq), loc="upper center",
-                  bbox_to_anchor=(0.5, -0.35), frameon=False)
-    else:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
-    return fig
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
 
 
-def _summary_rows(runs: list[RunMetrics]) -> list[list[str]]:
-    keys = ("reward/mean", "accuracy", "eval/accuracy", "kl", "entropy", "response/length_mean",
-            "throughput/tokens_per_s", "time/step")
-    rows = [["run", "steps", *keys]]
+def headline_rows(runs: list[RunMetrics]) -> list[list[str]]:
+    """Last value of the learning metrics; the mean of the speed ones (one slow or fast step,
+    such as the first with its warm-up, says little about a run)."""
+    rows = [["run", "steps", *(f"{k} (last)" for k in HEADLINE_LAST), *(f"{k} (mean)" for k in HEADLINE_MEAN)]]
     for run in runs:
         row = [run.name, str(max((int(r.get("step", 0)) for r in run.records), default=0))]
-        for key in keys:
-            _, ys = run.series(key)
-            row.append(f"{ys[-1]:.4g}" if ys else "-")
+        for key in HEADLINE_LAST:
+            ys = run.series(key)[1]
+            row.append(_fmt(ys[-1]) if ys else "-")
+        for key in HEADLINE_MEAN:
+            ys = run.series(key)[1]
+            row.append(_fmt(sum(ys) / len(ys)) if ys else "-")
         rows.append(row)
     return rows
 
 
+def phase_rows(runs: list[RunMetrics]) -> list[list[str]]:
+    rows = [["run", *PHASES, "total"]]
+    for run in runs:
+        means = phase_means(run)
+        total = sum(means.values())
+        cells = [f"{means[p]:.3g} s ({100 * means[p] / total:.0f}%)" if p in means and total > 0 else "-"
+                 for p in PHASES]
+        rows.append([run.name, *cells, f"{total:.3g} s" if means else "-"])
+    return rows
+
+
+def sample_rows(run: RunMetrics, per_run_steps: int = SAMPLE_STEPS) -> list[list[str]]:
+    """Best, worst and one random sample (seeded by run and step) of a few evenly spread steps."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for s in run.samples or []:
+        if isinstance(s.get("reward"), (int, float)):
+            by_step.setdefault(int(s.get("step", 0)), []).append(s)
+    steps = sorted(by_step)
+    if len(steps) > per_run_steps:
+        steps = sorted({steps[round(i * (len(steps) - 1) / (per_run_steps - 1))] for i in range(per_run_steps)})
+    rows = [["step", "which", "reward", "correct", "prompt", "response"]]
+    for step in steps:
+        group = sorted(by_step[step], key=lambda s: s["reward"])
+        picks = [("best", group[-1]), ("worst", group[0])]
+        rest = group[1:-1]
+        if rest:
+            picks.append(("random", random.Random(f"{run.name}:{step}").choice(rest)))
+        for which, s in picks:
+            response = str(s.get("response", ""))
+            if s.get("reward_error"):
+                response += f"\n[reward error: {s['reward_error']}]"
+            rows.append([str(step), which, _fmt(float(s["reward"])), str(s.get("correct", "-")),
+                         _clip(str(s.get("prompt", "")), 300), _clip(response, 600)])
+    return rows
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more chars)"
+
+
+def _table(rows: list[list[str]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
+    return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
+
+
 def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
-    """Render the plots of ``run_dirs`` into ``out`` (default: first run's report.html)."""
+    """Render ``run_dirs`` into ``out`` (default: :func:`default_output`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     runs = [load_run(Path(d)) for d in run_dirs]
-    out = Path(out) if out else Path(run_dirs[0]) / "report.html"
+    out = Path(out) if out else default_output([Path(d) for d in run_dirs])
     images = []
-    for plot in PLOTS:
-        fig = _line_plot(plot, runs)
-        images.append((plot.title, _png(fig)))
+    for plot in plots_for(runs):
+        fig = line_plot(plot, runs)
+        images.append((plot.title, png(fig)))
         plt.close(fig)
-    fig = _time_plot(runs)
-    images.append(("Time per phase", _png(fig)))
+    fig = time_plot(runs)
+    images.append(("Time per phase", png(fig)))
     plt.close(fig)
 
-    rows = _summary_rows(runs)
-    table = "<table>" + "".join(
-        "<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c)}</{'th' if i == 0 else 'td'}>" for c in row) + "</tr>"
-        for i, row in enumerate(rows)
-    ) + "</table>"
-    figures = "\n".join(
-        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b64}"></figure>'
-        for t, b64 in images
-    )
+    figures = "\n".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b64}"></figure>'
+                        for t, b64 in images)
+    samples = "\n".join(
+        f"<h3>{html.escape(r.name)}</h3>" + _table(rows, "samples")
+        for r in runs if len(rows := sample_rows(r)) > 1
+    ) or "<p>No samples.jsonl with rewards in these runs.</p>"
     title = "rlxf report: " + ", ".join(r.name for r in runs)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 24px; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 16px; font-size: 13px; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; vertical-align: top; }}
 th {{ background: #f3f3f3; }}
+table.samples td {{ text-align: left; white-space: pre-wrap; font-family: ui-monospace, monospace;
+                    max-width: 520px; overflow-wrap: anywhere; }}
 .grid {{ display: flex; flex-wrap: wrap; gap: 12px; }}
 figure {{ margin: 0; }}
 </style></head>
 <body><h1>{html.escape(title)}</h1>
-<p>Last value of each headline metric:</p>
-{table}
+<h2>Headline</h2>
+{_table(headline_rows(runs))}
+<h2>Curves</h2>
+<p>Training curves: smoothed (exponential moving average over about a twentieth of the run), raw
+values faint behind. Eval metrics: one point per evaluation.</p>
 <div class="grid">
 {figures}
-</div></body></html>
+</div>
+<h2>Time per phase (mean seconds per step)</h2>
+{_table(phase_rows(runs))}
+<h2>Samples: best, worst and a random response per step</h2>
+{samples}
+</body></html>
 """
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".html.tmp")

@@ -249,12 +249,16 @@ SINKS: dict[str, Callable[[Path, str, str, dict[str, Any]], MetricsSink]] = {
 }
 
 
+class SinkUnavailableError(UserInputError):
+    """A sink in ``logging.sinks`` whose package is not installed."""
+
+
 def build_sinks(names: list[str], run_dir: Path, *, project: str, run_name: str,
                 config: dict[str, Any]) -> MultiSink:
     """metrics.jsonl plus every sink named in ``names`` (``logging.sinks``).
 
-    A sink whose package is not installed becomes a NullSink, with a warning that names the
-    extra to install: metrics.jsonl still has everything, and the run does not stop.
+    A sink whose package is not installed is an error (:class:`SinkUnavailableError`) that
+    names the extra to install; the config check catches it before a run starts.
     """
     sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
     for name in names:
@@ -263,6 +267,7 @@ def build_sinks(names: list[str], run_dir: Path, *, project: str, run_name: str,
         try:
             sinks.append(SINKS[name](run_dir, project, run_name, config))
         except ImportError as e:
-            log.warning("%s; logging to metrics.jsonl only", e)
-            sinks.append(NullSink())
+            for sink in sinks:
+                sink.close()
+            raise SinkUnavailableError(f"{e}, or remove {name!r} from logging.sinks") from None
     return MultiSink(sinks)

@@ -58,7 +58,7 @@ def init_model(preset: str, out_dir: str | Path, seed: int = 0, overwrite: bool 
     ``out_dir`` is a non-empty directory and ``overwrite`` is False. ``tokenizer`` reuses one
     from ``train_tokenizer()`` (it is the same for every preset and seed) to skip training it.
     """
-    from rlxf.models.loading import count_parameters
+    from rlxf.models.loading import count_parameters, match_permissions
 
     get_preset(preset)  # unknown names fail before any work
     out = Path(out_dir)
@@ -74,4 +74,5 @@ def init_model(preset: str, out_dir: str | Path, seed: int = 0, overwrite: bool 
     info = {"preset": preset, "seed": seed, "parameters": count_parameters(model),
             "vocab_size": len(tokenizer), "architecture": "Qwen2ForCausalLM"}
     (out / "rlxf_init.json").write_text(json.dumps(info, indent=2) + "\n")
+    match_permissions(out)
     return out

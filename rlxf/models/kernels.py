@@ -1,10 +1,11 @@
 """oneDNN matmuls for the linear layers of models trained on CPU (forward and backward).
 
-On x86 CPUs torch's ``F.linear`` calls MKL's sgemm, which on some CPUs (AMD, as on the
-machine rlxf is developed on) runs its AVX2 code path; oneDNN, which torch also ships,
-dispatches on the instruction set and runs AVX-512 there. Measured here (2 threads, fp32,
-2048 tokens, 512 -> 512): forward 187 -> 475 GFLOP/s, input gradient 196 -> 414, weight
-gradient 201 -> 350 (oneDNN reads the transposed operands in place). The rollout engine's
+On x86 CPUs torch's ``F.linear`` calls MKL's sgemm; oneDNN, which torch also ships, has its
+own kernels. Which is faster depends on the CPU. On the AMD EPYC rlxf is developed on (AVX2)
+oneDNN was faster (2 threads, fp32, 2048 tokens, 512 -> 512): forward 187 -> 475 GFLOP/s,
+input gradient 196 -> 414, weight gradient 201 -> 350 (oneDNN reads the transposed operands in
+place); on an Intel Xeon it ran at 0.86x of MKL. So ``auto`` measures on the machine it runs on
+(``rlxf.models.kernel_choice``). The rollout engine's
 kernels (``rlxf.rollout.native.kernels``) use the same op for decoding; this module gives the
 trainer's forward/backward the same speed.
 
@@ -88,8 +89,10 @@ def onednn_linear_works() -> bool:
 def use_fast_linears(model: nn.Module, kernels: LinearKernels = "auto") -> int:
     """Run ``model``'s ``nn.Linear`` layers on oneDNN when it is on CPU in fp32; returns how many.
 
-    ``auto``: when the model's parameters are CPU fp32 and the op passes its probe, else leave
-    the model as it is. ``onednn``: the same, but raise when it cannot be used. ``torch``: leave.
+    ``auto``: when the model's parameters are CPU fp32, the op passes its probe and oneDNN
+    measured faster than torch's own kernels on this machine (``rlxf.models.kernel_choice``,
+    measured once and cached), else leave the model as it is. ``onednn``: use it whenever it
+    can be used, and raise when it cannot. ``torch``: leave.
     """
     if kernels not in ("auto", "onednn", "torch"):
         raise ValueError(f"unknown linear kernels {kernels!r}; valid: auto, onednn, torch")
@@ -98,6 +101,10 @@ def use_fast_linears(model: nn.Module, kernels: LinearKernels = "auto") -> int:
     param = next(model.parameters(), None)
     usable = param is not None and param.device.type == "cpu" and param.dtype == torch.float32 \
         and onednn_linear_works()
+    if usable and kernels == "auto":
+        from rlxf.models.kernel_choice import machine_kernel_choice
+
+        usable = machine_kernel_choice().trainer == "onednn"
     if not usable:
         if kernels == "onednn":
             raise RuntimeError("oneDNN linear kernels need a CPU float32 model and a torch build with oneDNN")

@@ -1,6 +1,6 @@
 """Load and save Hugging Face causal LMs and tokenizers: local directories or hub ids.
 
-    model = load_model("runs/tiny", device="auto", dtype="auto")
+    model = load_model("runs/tiny", device="auto", dtype="auto")   # model, checkpoint or run dir
     tokenizer = load_tokenizer("runs/tiny")
     save_model(model, "out/step_10", tokenizer)   # AutoModelForCausalLM.from_pretrained reads it
 
@@ -17,6 +17,7 @@ import torch
 
 from rlxf.errors import UserInputError
 from rlxf.models.kernels import LinearKernels, use_fast_linears
+from rlxf.models.paths import ModelPathError, resolve_model_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -59,15 +60,39 @@ def check_source(path: str | Path, what: str) -> str:
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
-            raise ModelLoadError(f"{what} path {text} is a file; give the directory that holds config.json")
-        return str(local)
+            raise ModelLoadError(f"{what} {text} is a file; give the directory that holds config.json")
+        return _local_source(local, what)
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
     if looks_local:
-        raise ModelLoadError(
-            f"{what} path {text} does not exist. Make a small model there with "
-            f"`rlxf init-model --preset tiny {text}`, or give a Hugging Face hub id (org/name)."
-        )
+        raise ModelLoadError(f"{what} {text} does not exist. {missing_model_hint(local)}")
     return text
+
+
+def _local_source(local: Path, what: str) -> str:
+    """A model, checkpoint or run directory -> the model directory it stands for (one rule,
+    ``rlxf.models.paths``); a tokenizer-only directory is used as it is."""
+    if what == "tokenizer" and any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return str(local)
+    try:
+        return str(resolve_model_dir(local).model)
+    except ModelPathError as e:
+        raise ModelLoadError(f"{what} path: {e}") from None
+
+
+def missing_model_hint(path: Path) -> str:
+    """What to do about a model directory that does not exist.
+
+    The examples start from the quickstart's SFT run (``OUT/sft``, or its ``OUT/sft/model``), so
+    those paths get "run the quickstart"; ``init-model`` is offered only as a smoke test, since
+    its model is untrained and an exact-answer reward stays 0 on it.
+    """
+    if path.name == "sft" or path.parts[-2:] == ("sft", "model"):
+        out = path.parent if path.name == "sft" else path.parent.parent
+        return (f"It is the SFT model that `rlxf quickstart {out}` trains (about 4 minutes on a CPU): "
+                f"run that first, or set model.path to another trained causal LM directory or hub id.")
+    return (f"Set it to a trained causal LM directory or a Hugging Face hub id (org/name). "
+            f"(`rlxf init-model --preset tiny {path}` writes an untrained model there: enough to check "
+            f"that a config runs, but its reward stays near 0.)")
 
 
 def hub_error(source: str, err: Exception) -> ModelLoadError:
@@ -84,15 +109,17 @@ def load_tokenizer(
     chat_template: str | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    what: str = "tokenizer",
 ) -> PreTrainedTokenizerBase:
     """``AutoTokenizer.from_pretrained`` plus rlxf's conventions.
 
     ``chat_template`` (Jinja text, or a path to a file holding it) overrides the tokenizer's own.
+    ``what`` names the path in errors (the config field it came from).
     A tokenizer without a pad token gets its eos token as pad (padding is always masked).
     """
     from transformers import AutoTokenizer
 
-    source = check_source(path, "tokenizer")
+    source = check_source(path, what)
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
@@ -214,16 +241,22 @@ def apply_lora(model: PreTrainedModel, lora: LoraConfig):
 
 def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The policy model and its tokenizer from the ``model:`` config section."""
-    tokenizer = load_tokenizer(
-        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision,
-        trust_remote_code=cfg.trust_remote_code,
-    )
+    tokenizer = tokenizer_from_config(cfg)
     model = load_model(
         cfg.path, device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         lora=cfg.lora, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
         attn_implementation=cfg.attn_implementation, linear_kernels=cfg.linear_kernels,
     )
     return model, tokenizer
+
+
+def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer of the ``model:`` section; errors name the field its path came from."""
+    check_source(cfg.path, "model.path")  # checked first: a missing model is the usual mistake
+    return load_tokenizer(
+        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision,
+        trust_remote_code=cfg.trust_remote_code, what="model.tokenizer" if cfg.tokenizer else "model.path",
+    )
 
 
 def unwrap_model(model) -> PreTrainedModel:
@@ -283,7 +316,18 @@ def save_model(model, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | 
         base.config.use_cache = use_cache
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out))
+    match_permissions(out)
     return out
+
+
+def match_permissions(out: Path) -> None:
+    """Give every file in ``out`` the mode of its ``config.json`` (written by a plain ``open``,
+    so it follows the user's umask). transformers writes the weights through a temporary file, which
+    is created 0600: a model saved for a team or a server to read would be unreadable to them."""
+    mode = (out / "config.json").stat().st_mode & 0o777
+    for f in out.iterdir():
+        if f.is_file() and f.stat().st_mode & 0o777 != mode:
+            f.chmod(mode)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -23,6 +23,7 @@ from rlxf.models.loading import (
     check_source,
     enable_checkpointing,
     hub_error,
+    match_permissions,
     resolve_device,
     resolve_dtype,
 )
@@ -117,6 +118,7 @@ class ValueModel(torch.nn.Module):
         (out / "rlxf_value_model.json").write_text(json.dumps({"head": HEAD_FILE, "kind": "value"}) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(str(out))
+        match_permissions(out)
         return out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlxf.algorithms import make_kl_controller, registry
 from rlxf.config import Config
+from rlxf.config.env import EnvConfig
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
@@ -36,12 +37,12 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     d = cfg.derived
-    spec = ForwardSpec(micro_batch_size=cfg.train.micro_batch_size, packing=cfg.train.packing,
+    spec = ForwardSpec(micro_batch_size=d.micro_batch_size, packing=cfg.train.packing,
                        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps
     actor = Actor(model, PolicyObjective.from_config(cfg.algorithm, cfg.rollout.max_new_tokens),
-                  cfg.train.optim, total_optimizer_steps, spec)
+                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size)
 
     reference = None
     if cfg.algorithm.kl_coef > 0 and reference_model is not None:
@@ -90,12 +91,17 @@ def in_memory_copies(cfg: Config, model) -> dict:
 class LocalPlacement(Placement):
     """Learner, engine and reward as plain objects in this process."""
 
-    def __init__(self, learner: Learner, engine, reward):
+    def __init__(self, learner: Learner, engine, reward, env: EnvConfig | None = None):
         self.learner = learner
         self.engine = engine
         self.reward = reward
         self.tokenizer = learner.tokenizer
-        self._rollout = EngineRollout(engine, learner.tokenizer, reward)
+        if env is None:
+            self._rollout = EngineRollout(engine, learner.tokenizer, reward)
+        else:  # multi-turn: generate runs episodes whose trajectories carry the environment's masks
+            from rlxf.envs.rollout import EnvRollout
+
+            self._rollout = EnvRollout(env, engine, learner.tokenizer, reward if env.use_verifiers else None)
 
     @classmethod
     def from_config(cls, cfg: Config, *, model=None, tokenizer=None, reward=None) -> LocalPlacement:
@@ -115,7 +121,7 @@ class LocalPlacement(Placement):
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
                                           dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
         reward = reward if reward is not None else build_reward(cfg.reward)
-        return cls(learner, engine, reward)
+        return cls(learner, engine, reward, env=cfg.env)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:
@@ -140,6 +146,7 @@ class LocalPlacement(Placement):
         self.learner.load(directory)
 
     def close(self) -> None:
-        close = getattr(self.reward, "close", None)
-        if close is not None:
-            close()
+        for holder in (self.reward, self._rollout):
+            close = getattr(holder, "close", None)
+            if close is not None:
+                close()

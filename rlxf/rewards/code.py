@@ -13,21 +13,42 @@ response. The ground truth holds the tests, in any of these forms::
 
 A JSON string holding any of these works too. A response without code scores 0 (metric
 ``no_code``); unusable tests are a verifier error.
+
+The sandbox only *produces* outputs; they are compared here, in a process the program cannot
+reach. Assert tests are parsed into expressions and expected values -- ``assert f(x) == y``,
+``y == f(x)``, ``f(x) != y``, ``f(x) is True/False/None``, ``f(x)``, ``not f(x)``, with ``y`` a
+literal -- so the program reports the value of ``f(x)`` as plain data (an object whose
+``__eq__`` always says yes is not data) and never sees ``y``. An assert source that does not
+parse that way (setup statements, non-literal expected values, comparisons such as ``<``) is
+run inside the sandbox as before, where a hostile program can fake its success: the metric
+``unparsed_asserts`` counts those tests, so a training set can be checked for them.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlxf.rewards.base import AsyncVerifier
-from rlxf.rewards.sandbox import Sandbox, SandboxLimits, SandboxResult, TestCase, TestOutcome
+from rlxf.rewards.sandbox import Sandbox, SandboxLimits, TestCase, TestOutcome
 from rlxf.rewards.types import RewardInput, RewardResult
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One parsed assertion: ``expr``'s value against ``expected``, as ``how`` says."""
+
+    expr: str
+    how: str                      # "eq" | "ne" | "is" (True/False/None, same type) | "truthy" | "falsy"
+    expected: Any = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +57,108 @@ class CodeTest:
 
     case: TestCase
     expected: Any = None          # stdio: expected stdout; call: expected return value; assert: unused
+    checks: tuple[Check, ...] = field(default=())  # eval (a parsed assert): one per assertion
+
+
+def parse_assert(source: str) -> CodeTest:
+    """An assert test as expressions the sandbox evaluates and checks compared here; an
+    ``assert`` test run inside the sandbox if the source is anything else (module doc)."""
+    try:
+        body = ast.parse(source).body
+        checks = tuple(_check(node) for node in body)
+    except (SyntaxError, ValueError):
+        return CodeTest(TestCase.assertion(source))
+    if not checks:
+        return CodeTest(TestCase.assertion(source))
+    return CodeTest(TestCase.evaluate([c.expr for c in checks]), checks=checks)
+
+
+def _check(node: ast.stmt) -> Check:
+    if not isinstance(node, ast.Assert):
+        raise ValueError("not an assert")
+    test = node.test
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _boolean(Check(ast.unparse(test.operand), "falsy"), test.operand)
+    if isinstance(test, ast.Compare):
+        if len(test.ops) != 1:
+            raise ValueError("a chained comparison")
+        op, left, right = test.ops[0], test.left, test.comparators[0]
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            how = "eq" if isinstance(op, ast.Eq) else "ne"
+            for expr, value in ((left, right), (right, left)):
+                try:
+                    expected = _canonical(ast.literal_eval(value))
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                return _boolean(Check(ast.unparse(expr), how, expected), expr)
+            raise ValueError("no literal side")
+        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value in (True, False, None):
+            return _boolean(Check(ast.unparse(left), "is", right.value), left)
+        raise ValueError("an unsupported comparison")
+    return _boolean(Check(ast.unparse(test), "truthy"), test)
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _boolean(check: Check, expr: ast.expr) -> Check:
+    """A check whose answer is a yes/no is only safe when the program's own function gives
+    it: in ``assert math.isclose(f(1), 0.5)`` the comparison with 0.5 would run in the
+    sandbox, where the program can replace ``math.isclose`` (or ``isinstance``, ``abs``...)
+    by something that always says yes. Those stay in the sandbox, counted as unparsed."""
+    if check.how in ("eq", "ne") and not isinstance(check.expected, bool):
+        return check  # the program must produce the value itself: it never sees it
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id not in _BUILTINS:
+            return check  # a function of the program's: its answer is the program's answer
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+            return check  # Solution().method(...): the same
+    raise ValueError("a yes/no assertion computed by code the program can replace")
+
+
+def _canonical(value: Any) -> Any:
+    """An expected literal in the form the sandbox reports values (sets as tagged sorted lists)."""
+    if isinstance(value, (set, frozenset)):
+        return {"__set__": sorted((_canonical(v) for v in value), key=repr)}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, complex):
+        raise ValueError("complex numbers are not plain data")
+    return value
+
+
+def checks_pass(checks: Sequence[Check], result: str, float_tol: float) -> bool:
+    """Whether the reported values (a JSON list, one entry per check) satisfy every check."""
+    try:
+        reported = json.loads(result)
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(reported, list) or len(reported) != len(checks):
+        return False
+    for check, item in zip(checks, reported, strict=True):
+        if not isinstance(item, dict) or "value" not in item:
+            return False  # the expression raised or its value was not plain data
+        value = item["value"]
+        if check.how == "eq" and not values_match(value, check.expected, float_tol):
+            return False
+        if check.how == "ne" and values_match(value, check.expected, float_tol):
+            return False
+        if check.how == "is" and not (type(value) is type(check.expected) and value == check.expected):
+            return False
+        if check.how == "truthy" and not _truthy(value):
+            return False
+        if check.how == "falsy" and _truthy(value):
+            return False
+    return True
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, dict) and set(value) == {"__set__"}:
+        return bool(value["__set__"])
+    return bool(value)
 
 
 def extract_code(text: str, how: str = "last_block") -> str | None:
@@ -84,11 +207,11 @@ def _text(value: Any) -> str:
 
 def _one_test(item: Any) -> CodeTest:
     if isinstance(item, str):
-        return CodeTest(TestCase.assertion(item))
+        return parse_assert(item)
     if not isinstance(item, dict):
         raise ValueError(f"a test must be a string or a dict, not {type(item).__name__}")
     if "assert" in item:
-        return CodeTest(TestCase.assertion(item["assert"]))
+        return parse_assert(item["assert"])
     if item.get("fn_name"):
         args = item.get("args", item.get("input", []))
         expected = item.get("expected", item.get("output"))
@@ -143,7 +266,14 @@ def values_match(actual: Any, expected: Any, tol: float = 1e-6) -> bool:
 
 
 class CodeVerifier(AsyncVerifier):
-    """Fraction of test cases the response's program passes, run in a ``Sandbox``."""
+    """Fraction of test cases the response's program passes, run in a ``Sandbox``.
+
+    ``self_limited``: the sandbox bounds each job's time from when it starts running, not from
+    when it was queued, so the scorer puts no ``reward.timeout_s`` around it -- that timeout
+    would count time spent waiting behind other programs and fail correct ones for it.
+    """
+
+    self_limited = True
 
     def __init__(self, name: str, sandbox: Sandbox, *, extract: str = "last_block", compare: str = "tokens",
                  float_tol: float = 1e-6, partial_credit: bool = True, fail_fast: bool = False):
@@ -157,7 +287,7 @@ class CodeVerifier(AsyncVerifier):
 
     @classmethod
     def from_config(cls, cfg: Any) -> CodeVerifier:
-        limits = SandboxLimits(cpu_s=cfg.cpu_s, wall_s=cfg.wall_s, memory_mb=cfg.memory_mb,
+        limits = SandboxLimits(cpu_s=cfg.cpu_s, cpu_margin=cfg.cpu_margin, wall_s=cfg.wall_s, memory_mb=cfg.memory_mb,
                                max_processes=cfg.max_processes, max_open_files=cfg.max_open_files,
                                max_file_mb=cfg.max_file_mb, tmp_mb=cfg.tmp_mb)
         sandbox = Sandbox(limits, concurrency=cfg.concurrency, isolation=cfg.isolation,
@@ -165,15 +295,17 @@ class CodeVerifier(AsyncVerifier):
         return cls(cfg.label, sandbox, extract=cfg.extract, compare=cfg.compare, float_tol=cfg.float_tol,
                    partial_credit=cfg.partial_credit, fail_fast=cfg.fail_fast)
 
-    def passed(self, test: CodeTest, outcome: TestOutcome, result: SandboxResult) -> bool:
+    def passed(self, test: CodeTest, outcome: TestOutcome, token: str) -> bool:
         if outcome.status != "ok":
             return False
         kind = test.case.kind
         if kind == "stdio":
             return not outcome.stdout_truncated and outputs_match(outcome.stdout, test.expected, self.compare,
                                                                   self.float_tol)
+        if kind == "eval":
+            return checks_pass(test.checks, outcome.result, self.float_tol)
         if kind == "assert":
-            return outcome.result == result.nonce
+            return outcome.result == token
         try:
             value = json.loads(outcome.result)
         except json.JSONDecodeError:
@@ -195,13 +327,18 @@ class CodeVerifier(AsyncVerifier):
         result = await self.sandbox.arun(code, [t.case for t in tests], fail_fast=self.fail_fast)
         if result.error:
             return RewardResult.failed(f"sandbox: {result.error}")
-        passed = [self.passed(t, o, result) for t, o in zip(tests, result.tests, strict=True)]
+        passed = [self.passed(t, o, tok) for t, o, tok in zip(tests, result.tests, result.tokens, strict=True)]
         rate = sum(passed) / len(passed)
         statuses = [o.status for o in result.tests]
         metrics = {"no_code": 0.0, "correct": float(all(passed)), "pass_rate": rate,
                    "timeouts": float(sum(s in ("timeout", "wall_timeout") for s in statuses)),
                    "runtime_errors": float(sum(s in ("error", "memory", "killed", "output_limit") for s in statuses)),
-                   "cpu_s": sum(o.cpu_s for o in result.tests)}
+                   "cpu_s": sum(o.cpu_s for o in result.tests),
+                   # tests whose success the program itself reports (could not be parsed)
+                   "unparsed_asserts": float(sum(t.case.kind == "assert" for t in tests)),
+                   # 1: whole-program limits by the kernel (cgroups); 0: per-process rlimits only
+                   "kernel_limits": float(self.sandbox.cgroup is not None),
+                   "memory_peak_mb": result.memory_peak_mb}
         if any(s == "setup_error" for s in statuses):
             detail = next(o.stderr for o in result.tests if o.status == "setup_error")
             return RewardResult.failed(f"the sandbox could not set up a test process: {detail[-300:]}")

@@ -30,13 +30,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlxf.rewards.types import RewardInput, RewardResult, VerifierFailure
+from rlxf.rewards.types import RewardInput, RewardResult, VerifierFailure, describe_exception
 
 log = logging.getLogger(__name__)
 PACKET = 16  # calls handed to a lane at once: fewer round trips, little work lost to a kill
@@ -50,17 +49,11 @@ class _Call:
     future: Future = field(repr=False)
 
 
-def _describe(e: BaseException) -> str:
-    frames = traceback.extract_tb(e.__traceback__)
-    where = f" ({frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
-    return f"{type(e).__name__}: {e}"[:500] + where
-
-
 def _score(verifiers: list[Any], verifier: int, x: RewardInput) -> tuple[bool, Any]:
     try:
         result = verifiers[verifier].score(x)
     except Exception as e:  # noqa: BLE001 - a verifier's exception is that sample's error
-        return False, _describe(e)
+        return False, describe_exception(e)
     if not isinstance(result, RewardResult):
         return False, f"{type(verifiers[verifier]).__name__}.score returned {type(result).__name__}, not RewardResult"
     return True, result
@@ -90,7 +83,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, configs: list[Any]
     try:
         verifiers = [build_verifier(c) for c in configs]
     except Exception as e:  # noqa: BLE001
-        conn.send_bytes(pickle.dumps(("init_error", _describe(e))))
+        conn.send_bytes(pickle.dumps(("init_error", describe_exception(e))))
         return
     conn.send_bytes(pickle.dumps(("ready", os.getpid())))
     while True:
@@ -262,7 +255,7 @@ class VerifierPool:
             self._lanes.extend(self._new_lane() for _ in range(max(1, self.workers)))
             self._start_error = self._wait_ready(start_timeout_s)
         except Exception as e:  # noqa: BLE001 - reported to the constructor
-            self._start_error = f"reward workers failed to start: {_describe(e)}"
+            self._start_error = f"reward workers failed to start: {describe_exception(e)}"
         self._started.set()
         if self._start_error is None:
             self._dispatch()

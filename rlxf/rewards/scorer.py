@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from rlxf.config.reward import RewardConfig
 from rlxf.rewards.base import Verifier, build_verifier, is_isolated, run_sync
 from rlxf.rewards.pool import VerifierPool
-from rlxf.rewards.types import RewardInput, RewardResult, ScoredSample, VerifierFailure
+from rlxf.rewards.types import RewardInput, RewardResult, ScoredSample, VerifierFailure, describe_exception
 
 Outcome = RewardResult | VerifierFailure
 
@@ -157,7 +158,7 @@ class LocalReward:
                 except asyncio.TimeoutError:
                     return [VerifierFailure("timeout", f"no result within reward.timeout_s={limit:g}s")] * len(xs)
                 except Exception as e:  # noqa: BLE001 - the verifier's failure, recorded per sample
-                    return [VerifierFailure("error", f"{type(e).__name__}: {e}"[:500])] * len(xs)
+                    return [VerifierFailure("error", describe_exception(e))] * len(xs)
             if len(results) != len(xs):
                 return [VerifierFailure("error", f"{verifier.name} returned {len(results)} results for "
                                                  f"{len(xs)} inputs")] * len(xs)
@@ -187,7 +188,8 @@ class RemoteReward:
     after ``retries`` retries marks its samples as failed (``error_score``), never the run.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 600.0, error_score: float = 0.0, retries: int = 2):
+    def __init__(self, url: str, *, timeout_s: float = 600.0, error_score: float = 0.0, retries: int = 2,
+                 token: str | None = None):
         try:
             import httpx  # noqa: PLC0415
         except ImportError as e:
@@ -197,8 +199,10 @@ class RemoteReward:
         self.timeout_s = timeout_s
         self.error_score = error_score
         self.retries = retries
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            health = httpx.get(f"{self.url}/health", timeout=min(timeout_s, 30.0)).raise_for_status().json()
+            health = httpx.get(f"{self.url}/health", timeout=min(timeout_s, 30.0),
+                               headers=self.headers).raise_for_status().json()
         except (httpx.HTTPError, ValueError) as e:
             raise ConnectionError(f"reward server at {self.url} is not reachable ({e}); start it with "
                                   "`rlxf serve-reward CONFIG` or unset reward.url") from None
@@ -211,7 +215,7 @@ class RemoteReward:
         if not batch:
             return []
         chunks = [batch[k:k + self.max_batch_size] for k in range(0, len(batch), self.max_batch_size)]
-        async with self._httpx.AsyncClient(timeout=self.timeout_s) as client:
+        async with self._httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
             parts = await asyncio.gather(*(self._post(client, c) for c in chunks))
         return [s for part in parts for s in part]
 
@@ -258,5 +262,6 @@ class RemoteReward:
 def build_reward(cfg: RewardConfig) -> RewardFunction:
     """The reward function for a ``reward`` config section: remote if ``reward.url``, else local."""
     if cfg.url:
-        return RemoteReward(cfg.url, timeout_s=cfg.remote_timeout_s, error_score=cfg.error_score)
+        return RemoteReward(cfg.url, timeout_s=cfg.remote_timeout_s, error_score=cfg.error_score,
+                            token=os.environ.get(cfg.server.token_env) or None)
     return LocalReward(cfg)

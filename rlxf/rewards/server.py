@@ -8,20 +8,34 @@
 Bounded work: at most ``max_concurrent_batches`` batches are scored at once and
 ``max_waiting`` more may wait; beyond that the server answers 503 (the client retries). A
 batch over ``max_batch_size`` is a 413. A malformed request is a 422 naming the bad field.
+A client that hangs up mid-scoring has its batch cancelled (its sandbox jobs are killed), so
+an abandoned request never delays the others.
+
+Fit to expose (``http_guards``): a body-size limit, header and body timeouts, a bound on
+connections, rate-limited logs, and a bearer token read from the environment variable
+``reward.server.token_env`` -- required to bind anything but loopback (``check_bind``).
 Importing this module needs ``rlxf[serve]`` (FastAPI); ``import rlxf.rewards`` does not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import logging
+import os
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlxf.config.reward import RewardServerConfig
+from rlxf.rewards.http_guards import Guard, RateLimitFilter, guarded_h11
 from rlxf.rewards.scorer import RewardFunction
 from rlxf.rewards.types import RewardInput, batch_metrics
+
+log = logging.getLogger(__name__)
+DISCONNECT_POLL_S = 0.25  # how often a scoring request checks that its client is still there
 
 
 class SampleIn(BaseModel):
@@ -42,8 +56,10 @@ class ScoreRequest(BaseModel):
     samples: list[SampleIn]
 
 
-def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None) -> FastAPI:
-    """The FastAPI app serving ``scorer``. The caller owns the scorer (and closes it)."""
+def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None, *,
+               token: str | None = None) -> Guard:
+    """The ASGI app serving ``scorer``, behind ``http_guards.Guard`` (``token``: the bearer
+    token requests must carry; None: no authentication). The caller owns the scorer."""
     limits = limits or RewardServerConfig()
     app = FastAPI(title="rlxf reward server", version="1")
     gate = asyncio.Semaphore(limits.max_concurrent_batches)
@@ -55,7 +71,7 @@ def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None)
                 "max_batch_size": limits.max_batch_size, **state}
 
     @app.post("/score")
-    async def score(request: ScoreRequest) -> dict[str, Any]:
+    async def score(request: ScoreRequest, http: Request) -> dict[str, Any]:
         n = len(request.samples)
         if n > limits.max_batch_size:
             raise HTTPException(413, f"batch of {n} samples exceeds max_batch_size={limits.max_batch_size}; "
@@ -71,10 +87,57 @@ def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None)
             state["waiting"] -= 1
         state["in_flight"] += 1
         try:
-            results = await scorer.ascore(inputs)
+            results = await _unless_abandoned(scorer.ascore(inputs), http)
         finally:
             state["in_flight"] -= 1
             gate.release()
         return {"results": [r.to_json() for r in results], "metrics": batch_metrics(results)}
 
-    return app
+    return Guard(app, token=token, max_body_bytes=int(limits.max_body_mb * (1 << 20)),
+                 body_timeout_s=limits.body_timeout_s)
+
+
+async def _unless_abandoned(work: Any, http: Request) -> Any:
+    """Await ``work``; cancel it if the client hangs up first (then nobody reads the answer)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await http.is_disconnected():
+            task.cancel()
+            log.warning("client %s hung up: its batch was cancelled", http.client.host if http.client else "?")
+            raise HTTPException(499, "client closed the request")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to expose the verifiers without a token; warn when binding every interface."""
+    if not is_loopback(host) and not token:
+        raise ValueError(f"binding {host} exposes the verifiers (which run submitted code) beyond this "
+                         "machine: set a bearer token in the environment variable named by "
+                         "reward.server.token_env (default RLXF_REWARD_TOKEN), or bind 127.0.0.1")
+    if host in ("0.0.0.0", "::"):
+        log.warning("the reward server listens on every network interface (%s); only clients with the "
+                    "bearer token are served, but prefer the one interface trainers use", host)
+
+
+def server_config(scorer: RewardFunction, limits: RewardServerConfig, host: str, port: int,
+                  log_level: str = "info") -> uvicorn.Config:
+    """The uvicorn configuration: the guarded app, the header deadline, the connection bound,
+    rate-limited logs. The token comes from ``limits.token_env`` (see ``check_bind``)."""
+    token = os.environ.get(limits.token_env) or None
+    check_bind(host, token)
+    for name in ("uvicorn.error", "uvicorn.access", __name__):
+        logging.getLogger(name).addFilter(RateLimitFilter(limits.log_per_minute))
+    return uvicorn.Config(create_app(scorer, limits, token=token), host=host, port=port, log_level=log_level,
+                          http=guarded_h11(limits.header_timeout_s), limit_concurrency=limits.max_connections,
+                          timeout_keep_alive=int(max(1, limits.header_timeout_s)))

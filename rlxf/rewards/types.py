@@ -9,6 +9,7 @@ format), so the same records flow in-process, through worker processes and over 
 from __future__ import annotations
 
 import math
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,6 +75,15 @@ class RewardResult:
     @classmethod
     def failed(cls, message: str) -> RewardResult:
         return cls(0.0, {}, message)
+
+
+def describe_exception(e: BaseException, frames: int = 4) -> str:
+    """A verifier's exception as a ``VerifierFailure`` message: ``Type: message`` and the last
+    ``frames`` frames of its traceback, so the line of the reward function that raised is in
+    samples.jsonl and in the error that stops a run whose rewards keep failing."""
+    head = f"{type(e).__name__}: {e}"[:500]
+    tb = "".join(traceback.format_list(traceback.extract_tb(e.__traceback__)[-frames:]))
+    return f"{head}\nTraceback (last {frames} frames):\n{tb.rstrip()}" if tb else head
 
 
 @dataclass

@@ -14,6 +14,7 @@ directories from a killed writer are ignored and cleaned up.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import re
 import shutil
@@ -29,7 +30,13 @@ STATE_FILE = "trainer_state.pt"
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state in types ``torch.load(weights_only=True)`` accepts: tensors, ints,
+    floats, strings, tuples, lists and dicts (numpy's key array becomes a uint32 tensor)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(),
+             "numpy": {"kind": str(kind), "key": torch.from_numpy(np.array(key, dtype=np.uint32)),
+                       "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -37,7 +44,9 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy = state["numpy"]
+    np.random.set_state((numpy["kind"], numpy["key"].numpy().astype(np.uint32), numpy["pos"],
+                         numpy["has_gauss"], numpy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -143,8 +152,19 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], sta
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
-    """The trainer state saved with a checkpoint (RNG states are restored by the caller)."""
+    """The trainer state saved with a checkpoint (RNG states are restored by the caller).
+
+    Loaded with ``weights_only=True``: a checkpoint is data, and unpickling arbitrary objects
+    would run whatever code a crafted ``trainer_state.pt`` names on ``--resume``.
+    """
     file = path / STATE_FILE
     if not file.exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
-    return torch.load(file, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(
+            f"{file} holds objects other than tensors and plain values, so it is not loaded (loading "
+            f"it could run code it names). A checkpoint written by an rlxf older than this check stores "
+            f"numpy RNG state as an array: re-save it from a trusted run, or start without --resume. "
+            f"Detail: {str(e).splitlines()[0]}") from None

@@ -16,6 +16,7 @@ import torch
 
 from rlxf.algorithms import dynamic_sampling_keep
 from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.config.reward import RewardConfig
 from rlxf.data import PromptSampler
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
@@ -80,9 +81,37 @@ class EngineRollout:
         return score(self.reward, trajs, max_new_tokens)
 
 
+class RewardFailures(RuntimeError):
+    """More of a step's rewards failed than ``reward.max_error_frac`` allows."""
+
+
+def check_reward_failures(trajs: list[Trajectory], step: int, reward: RewardConfig) -> None:
+    """Stop the run when too many of this step's rewards failed.
+
+    A failed reward scores ``reward.error_score``, so a reward function that raises on every
+    sample would otherwise train on constant rewards (reward 0.000 on the console) while the
+    exceptions sit in samples.jsonl. The first step allows ``max_error_frac_first_step``
+    (default none): a broken reward function shows before any training.
+    """
+    failed = [t for t in trajs if t.reward_error is not None]
+    limit, name = ((reward.max_error_frac_first_step, "reward.max_error_frac_first_step") if step == 1
+                   else (reward.max_error_frac, "reward.max_error_frac"))
+    if not failed or len(failed) <= limit * len(trajs):
+        return
+    first = failed[0]
+    raise RewardFailures(
+        f"step {step}: the reward failed on {len(failed)} of {len(trajs)} samples, more than {name}={limit:g} "
+        f"allows. The first failure (prompt {first.prompt.uid}):\n{first.reward_error}\n"
+        f"Fix the verifier, or raise {name} to train on with failed samples scored "
+        f"reward.error_score={reward.error_score:g}."
+    )
+
+
 def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, algo: AlgorithmConfig, *,
-            prompts_per_step: int, seed: int, step: int, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
-    """This step's scored groups: ``prompts_per_step`` prompts x ``sampling.n`` samples."""
+            prompts_per_step: int, seed: int, step: int, timer: PhaseTimer,
+            reward: RewardConfig | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+    """This step's scored groups: ``prompts_per_step`` prompts x ``sampling.n`` samples.
+    With ``reward``, too many failed rewards stop the run (``check_reward_failures``)."""
     need = prompts_per_step
     n = sampling.n
     kept: list[Trajectory] = []
@@ -109,7 +138,10 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
         kept += trajs
         if len(kept) >= need * n:
             break
-    if not kept:  # every group agreed in every round: nothing to learn from, train on zeros
+    if reward is not None:
+        check_reward_failures(generated, step, reward)
+    informative = len(kept)
+    if not kept:  # every group agreed in every round: nothing to learn from (the update changes nothing)
         kept = generated[-need * n:]
     if len(kept) > need * n:  # whole groups only: keep the first `need` groups
         first = set(sorted({t.group for t in kept})[:need])
@@ -118,7 +150,7 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
     metrics = batch_metrics_of(generated)
     if algo.dynamic_sampling:
         metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
-                    "sampling/kept_frac": len(kept) / max(1, len(generated))}
+                    "sampling/kept_frac": min(informative, need * n) / max(1, len(generated))}
     metrics |= failures
     return kept, metrics
 

@@ -18,6 +18,7 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
     ``<prefix>accuracy``: fraction answered correctly with greedy decoding (one response each).
     ``<prefix>pass@k``: fraction with at least one correct answer among k samples drawn at
     ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0).
+    ``<prefix><source>/accuracy``: greedy accuracy per data source, when there are several.
     """
     if pass_k > 0 and sampling.temperature <= 0:
         raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
@@ -31,6 +32,7 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
         f"{prefix}length_mean": sum(len(t.response_ids) for t in trajs) / max(1, len(trajs)),
         f"{prefix}num_problems": float(len(prompts)),
     }
+    out.update(_per_source_accuracy(trajs, prefix))
     if pass_k > 0:
         sampled = replace(sampling, n=pass_k)
         trajs = rollout.generate(prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
@@ -39,6 +41,18 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
         out[f"{prefix}pass@k"] = len(solved) / n
         out[f"{prefix}k"] = float(pass_k)
     return out
+
+
+def _per_source_accuracy(trajs, prefix: str) -> dict[str, float]:
+    """``<prefix><source>/accuracy`` for each data source (the part of a prompt's uid before the
+    first ":"), when the held-out prompts come from more than one: a mixture's average hides
+    which task moved."""
+    by_source: dict[str, list[bool]] = {}
+    for t in trajs:
+        by_source.setdefault(t.prompt.uid.split(":", 1)[0], []).append(bool(t.correct))
+    if len(by_source) < 2:
+        return {}
+    return {f"{prefix}{source}/accuracy": sum(c) / len(c) for source, c in sorted(by_source.items())}
 
 
 def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling: SamplingParams, *,

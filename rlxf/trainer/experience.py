@@ -79,12 +79,18 @@ class ExperienceMaker:
 
         scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
         metrics: dict[str, float] = {}
+        shaping = torch.zeros_like(scores)
         if self.overlong_buffer:
             lengths = torch.tensor([len(r) for r in response_ids], dtype=torch.float32)
             shaping = soft_overlong_penalty(lengths, self.max_new_tokens, self.overlong_buffer, self.overlong_penalty)
-            scores = scores + shaping
             metrics["reward/overlong_penalty"] = float(shaping.mean())
+        scores = scores + shaping
         token_rewards = outcome_token_rewards(scores, mask)
+        placed = [t.token_rewards is not None for t in trajs]
+        if any(placed):  # multi-turn per-turn credit: each turn's reward on that turn's last model token
+            explicit = pad([t.token_rewards or [] for t in trajs], width) * mask
+            explicit = explicit + outcome_token_rewards(shaping, mask)
+            token_rewards = torch.where(torch.tensor(placed)[:, None], explicit, token_rewards)
         if self.kl_in_reward:
             token_rewards = kl_shaped_rewards(token_rewards, old, ref, mask, kl_coef, self.kl_estimator)
         group_ids = torch.tensor([t.group for t in trajs], dtype=torch.long)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from rlxf.models import load_model, save_model
+from rlxf.models.loading import merged_state_dict, unwrap_model
 from rlxf.trainer.experience import ExperienceMaker, drift_metrics
 from rlxf.trainer.roles import Actor, Critic, Reference
 from rlxf.trainer.seeds import derive_seed
@@ -74,8 +75,13 @@ class Learner:
         return {**metrics, **drift, "kl_coef": self.kl.value}
 
     def named_parameters(self):
-        """The actor's weights, as the engine loads them."""
-        return self.actor.model.named_parameters()
+        """The actor's weights, as the engine loads them: plain transformers names. A LoRA actor
+        is sent merged (base + B·A·scale per adapted layer): the engines hold no adapters, and
+        PEFT's wrapped names (``...q_proj.base_layer.weight``, ``lora_A``) match none of theirs."""
+        model = self.actor.model
+        if unwrap_model(model) is not model:
+            return merged_state_dict(model).items()
+        return model.named_parameters()
 
     def save(self, directory: Path) -> None:
         save_model(self.actor.model, directory / "model", self.tokenizer)

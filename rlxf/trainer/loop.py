@@ -28,6 +28,7 @@ from rlxf.data import PromptSampler, build_prompt_data
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import collect, step_metrics
+from rlxf.trainer.diagnostics import Diagnostics
 from rlxf.trainer.evaluate import evaluate
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.state import RunState, restore, save
@@ -53,6 +54,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     sampling = SamplingParams.from_config(cfg.rollout)
     state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
+    diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
     checkpoint_seconds: dict[str, float] = {}
     stop = StopRequest()
     try:
@@ -65,7 +67,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 # rollout + reward: a group of n scored responses per prompt
                 trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
                                                  prompts_per_step=cfg.train.prompts_per_step, seed=seeds.sampling,
-                                                 step=step, timer=timer)
+                                                 step=step, timer=timer, reward=cfg.reward)
 
                 # experience: log-probs, values, token rewards, advantages
                 with timer("experience"):
@@ -91,6 +93,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                         **step_metrics(trajs, timer), **checkpoint_seconds, **timer.metrics()}
                 state.skipped = state.skipped + 1 if train_metrics.get("skipped", 0) else 0
                 state.log(step, last, trajs)
+                diagnostics.observe(step, last)
                 progress.update(step, last)
                 checkpoint_seconds = {}
                 stopping = stop.signum  # read once: a signal may land while the checkpoint is written

@@ -20,6 +20,15 @@ class Totals:
 
     num_tokens: Tensor  # () valid tokens in the mini-batch
     num_seqs: Tensor    # () sequences with a valid token in the mini-batch
+    # samples in the mini-batch / samples the configured mini-batch holds; < 1 when dynamic
+    # sampling dropped zero-variance groups it could not refill. The loss is scaled by it, as if
+    # the missing rows were there with zero advantage, so that a handful of informative samples
+    # moves the model as much as a handful warrants, not as much as a full batch.
+    batch_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.batch_fraction <= 1:
+            raise ValueError(f"Totals.batch_fraction must be in (0, 1], got {self.batch_fraction!r}")
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,8 @@ class PolicyObjective:
                  ref_logprobs: Tensor | None = None, kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss (sum the shares over micro-batches).
 
-        All tensors (b, T). Returns the scalar loss and detached 0-dim metrics, each also a
+        All tensors (b, T). The loss is scaled by ``totals.batch_fraction``; the metrics describe
+        the samples present and are not. Returns the scalar loss and detached 0-dim metrics, each also a
         share: summed over the micro-batches of a mini-batch it gives the mini-batch value
         (token-weighted for means), except ``*_max`` / ``*_min``, which combine by max / min.
         """
@@ -72,4 +82,6 @@ class PolicyObjective:
             if self.entropy_coef > 0:
                 loss = loss - self.entropy_coef * ent
             metrics["entropy"] = ent.detach()
+        if totals.batch_fraction != 1.0:
+            loss = loss * totals.batch_fraction
         return loss, metrics

@@ -23,6 +23,15 @@ def lr_lambda(step: int, *, warmup: int, total: int, schedule: str, min_ratio: f
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def any_nonzero_grad(params) -> bool:
+    """Whether any of ``params`` has a gradient with a non-zero entry (nan and inf count).
+
+    An exact test, not a norm: squared tiny gradients can underflow a norm to 0.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    return bool(grads) and bool(torch.stack([g.ne(0).any() for g in grads]).any())
+
+
 def build_optimizer(params, cfg: OptimConfig, total_steps: int):
     """AdamW over the trainable ``params`` and its LambdaLR scheduler."""
     params = [p for p in params if p.requires_grad]

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rlxf.algorithms import loss_totals, value_loss
+from rlxf.algorithms import loss_totals, value_loss, zero_variance_fraction
 from rlxf.config.train import OptimConfig
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.models.value_model import sequence_values
 from rlxf.trainer.objective import PolicyObjective, Totals
-from rlxf.trainer.optim import build_optimizer
+from rlxf.trainer.optim import any_nonzero_grad, build_optimizer
 from rlxf.types import Experience
 
 
@@ -101,20 +101,29 @@ class _Trainable:
         self.model = model
         self.spec = spec
         self.max_grad_norm = optim.max_grad_norm
+        self.skip_zero_grad_steps = optim.skip_zero_grad_steps
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps)
 
-    def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool]:
-        """Clip, step, zero. A non-finite loss or gradient skips the step: (grad_norm, skipped)."""
+    def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool, bool]:
+        """Clip, step, zero: (grad_norm, skipped, no_signal).
+
+        A non-finite loss or gradient skips the step (``skipped``). So does a gradient that is
+        exactly zero everywhere when ``skip_zero_grad_steps`` (``no_signal``): AdamW would
+        still move every weight by its momentum (and decay), and its second moment would decay
+        so that the next informative step is larger; skipping keeps the weights, the moments
+        and the lr schedule bit-identical, as if the step had not happened.
+        """
         params = [p for p in self.model.parameters() if p.grad is not None]
+        no_signal = self.skip_zero_grad_steps and not any_nonzero_grad(params)
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
         grad_norm = float(norm)
         skipped = not (finite_loss and math.isfinite(grad_norm))
-        if not skipped:
+        if not (skipped or no_signal):
             self.optimizer.step()
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return grad_norm, skipped
+        return grad_norm, skipped, no_signal and not skipped
 
     @property
     def device(self) -> torch.device:
@@ -146,12 +155,26 @@ class _Trainable:
 
 
 class Actor(_Trainable):
-    """The policy π_θ being trained."""
+    """The policy π_θ being trained.
+
+    ``mini_batch_size``: the configured samples per optimizer step (``cfg.derived.mini_batch_size``).
+    A mini-batch with fewer samples (dynamic sampling kept only the groups that disagree) has its
+    loss scaled by samples / mini_batch_size, as if the dropped rows were there with advantage 0.
+    None divides by the samples present, so 3 informative samples weigh as much as a full batch.
+    """
 
     def __init__(self, model, objective: PolicyObjective, optim: OptimConfig, total_steps: int,
-                 spec: ForwardSpec):
+                 spec: ForwardSpec, mini_batch_size: int | None = None):
         super().__init__(model, optim, total_steps, spec)
+        if mini_batch_size is not None and mini_batch_size < 1:
+            raise ValueError(f"Actor: mini_batch_size must be >= 1 or None, got {mini_batch_size!r}")
         self.objective = objective
+        self.mini_batch_size = mini_batch_size
+
+    def _batch_fraction(self, rows: int) -> float:
+        if self.mini_batch_size is None or rows >= self.mini_batch_size:
+            return 1.0
+        return rows / self.mini_batch_size
 
     def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
         return batched_logprobs(self.model, prompt_ids, response_ids, self.spec)
@@ -170,7 +193,7 @@ class Actor(_Trainable):
         for rows in mini_batches:
             mini = exp.select(rows)
             num_tokens, num_seqs = loss_totals(mini.mask)
-            totals = Totals(num_tokens, num_seqs)
+            totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(rows)))
             finite = True
             for local in micro_batches(len(rows), self.spec.micro_batch_size):
                 mb = mini.select(local).trimmed()
@@ -192,10 +215,14 @@ class Actor(_Trainable):
                 fresh = ~seen[global_rows]
                 first[global_rows[fresh], :width] = logp.detach()[fresh]
                 seen[global_rows] = True
-            grad_norm, skipped = self._optimizer_step(finite)
+            grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
+                                "no_signal": float(no_signal), "batch_fraction": totals.batch_fraction,
                                 "lr": self.scheduler.get_last_lr()[0]})
-        return acc.result(), first
+        # groups that carry no signal (equal rewards), of those trained on: see trainer.diagnostics
+        metrics = acc.result() | {"groups/zero_variance_frac": float(zero_variance_fraction(exp.rewards,
+                                                                                            exp.group_ids))}
+        return metrics, first
 
 
 class Reference:
@@ -253,6 +280,7 @@ class Critic(_Trainable):
                 share = mask.sum() / num_tokens.clamp(min=1)
                 acc.add({"critic/loss": loss.detach(),
                          **{f"critic/{k}": m * share for k, m in metrics.items()}})
-            grad_norm, skipped = self._optimizer_step(finite)
-            acc.end_mini_batch({"critic/grad_norm": grad_norm, "skipped": float(skipped)})
+            grad_norm, skipped, no_signal = self._optimizer_step(finite)
+            acc.end_mini_batch({"critic/grad_norm": grad_norm, "skipped": float(skipped),
+                                "critic/no_signal": float(no_signal)})
         return acc.result()

@@ -20,7 +20,7 @@ from rlxf.config.train import SFTConfig
 from rlxf.data import PromptSampler, SFTExample, build_prompt_data, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks, truncate_after_step
-from rlxf.models import load_from_config, save_model
+from rlxf.models import load_from_config
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
@@ -76,8 +76,9 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
 
 
 def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
-    """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/model`` (HF format) and a
-    checkpoint every ``checkpoint.every`` steps; ``resume`` continues from the run's last one."""
+    """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/checkpoints/step_N/model``
+    (HF format, the layout RL runs use, so the run directory itself is a valid ``model.path``)
+    every ``checkpoint.every`` steps and at the end; ``resume`` continues from the run's last one."""
     from rlxf.config import dump_config
     from rlxf.rewards import build_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
@@ -136,8 +137,13 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         if final:
             sink.log(steps, {**last, **final})
             last = {**last, **final}
-        save_model(model, run.path / "model", tokenizer)
-        log.info("SFT: %d steps; model saved to %s", steps, run.path / "model")
+        # the one layout of every run (rlxf.models.paths): checkpoints/step_N/model, also when
+        # sft.max_seconds stopped it early or checkpoint.every is 0
+        final_dir = run.checkpoints / f"step_{steps}"
+        if latest_checkpoint(run.checkpoints) != final_dir:
+            save_checkpoint(run.checkpoints, steps, write=lambda d: core.save(d, tokenizer),
+                            state={"sampler": sampler.state_dict()}, keep_last=cfg.checkpoint.keep_last)
+        log.info("SFT: %d steps; model saved to %s", steps, final_dir / "model")
     finally:
         sink.close()
         if reward is not None:

@@ -51,6 +51,7 @@ class SampleWriter:
                 "response": t.response_text, "reward": t.reward, "scores": t.scores, "correct": t.correct,
                 "finish_reason": t.finish_reason, "response_tokens": len(t.response_ids),
                 "reward_error": t.reward_error,
+                **({"episode": t.episode} if t.episode is not None else {}),  # turns, rewards, error, conversation
             })
 
     def close(self) -> None:

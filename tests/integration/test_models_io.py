@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlxf.config.model import LoraConfig
 from rlxf.models import ModelLoadError, init_model, load_model, load_tokenizer, save_model
+from rlxf.models.kernels import onednn_linear_works
 from rlxf.models.loading import is_checkpointing
 
 
@@ -48,15 +49,27 @@ def test_init_model_refuses_to_overwrite(tmp_path, tokenizer_for_tests):
     assert not (tmp_path / "keep.txt").exists()
 
 
-def test_save_after_training_round_trips(nano_model_dir, tmp_path):
-    model = load_model(nano_model_dir, device="cpu")
+@pytest.mark.parametrize("kernels", ["onednn", "torch"])
+def test_save_after_training_round_trips(nano_model_dir, tmp_path, kernels):
+    if kernels == "onednn" and not onednn_linear_works():
+        pytest.skip("no oneDNN linear op in this torch build")
+    model = load_model(nano_model_dir, device="cpu", linear_kernels=kernels)
     tok = load_tokenizer(nano_model_dir)
     with torch.no_grad():
         model.model.layers[0].mlp.up_proj.weight.add_(0.5)  # a change that must survive the round trip
     out = save_model(model, tmp_path / "saved", tok)
     ids = [1, 2, 3, 4]
     back = AutoModelForCausalLM.from_pretrained(out)
-    torch.testing.assert_close(_logits(back, ids), _logits(model, ids), rtol=0, atol=0)
+    # The round trip itself is exact: every saved tensor equals the trained one bit for bit.
+    saved, trained = back.state_dict(), model.state_dict()
+    for name, tensor in trained.items():
+        assert torch.equal(saved[name], tensor), name
+    # Logits are exact only where the arithmetic is the same (F.linear on both sides). oneDNN
+    # against transformers' MKL matmuls differ by rounding, by how much depends on the CPU
+    # (2.7e-7 on an Intel Xeon, 0 on the AMD dev machine): a tolerance, not atol=0 (issue 17.14).
+    exact = kernels == "torch"
+    torch.testing.assert_close(_logits(back, ids), _logits(model, ids),
+                               rtol=0 if exact else 1e-5, atol=0 if exact else 1e-5)
     assert not torch.equal(_logits(back, ids), _logits(load_model(nano_model_dir), ids))
     assert AutoTokenizer.from_pretrained(out).get_vocab() == tok.get_vocab()
     assert back.config.use_cache  # saved for inference even though training turned it off

@@ -20,5 +20,5 @@ def test_quickstart_pipeline_runs(tmp_path, capsys):
     for stage in ("sft", "grpo", "sft-more"):
         assert (out / stage / "metrics.jsonl").exists() and (out / stage / "config.yaml").exists()
     assert (out / "grpo" / "report.html").exists()
-    assert (out / "sft-more" / "model" / "model.safetensors").exists()
+    assert list((out / "sft-more" / "checkpoints").glob("step_*/model/model.safetensors"))
     assert main(["quickstart", str(out), "--preset", "nano"]) == 2   # exists: needs --overwrite

@@ -256,7 +256,7 @@ def test_killing_every_process_it_can_see(box, verifier):
 def test_sys_exit_before_the_assertions_does_not_pass(box):
     result = box.run("import os\nos._exit(0)\ndef add(a, b):\n    return a + b\n",
                      [TestCase.assertion("assert add(1, 2) == 3")])
-    assert result.tests[0].status == "ok" and result.tests[0].result != result.nonce
+    assert result.tests[0].status == "ok" and result.tests[0].result != result.tokens[0]
 
 
 def test_sleeping_program_hits_the_wall_backstop(short_box):

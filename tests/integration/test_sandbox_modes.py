@@ -171,7 +171,7 @@ with m.Sandbox(m.SandboxLimits(cpu_s=1, wall_s=3), concurrency=1) as box:
     assert status("a, b = map(int, input().split())\\nprint(a + b)").stdout == "42\\n"
     assert status("open('/etc/pwned', 'w')").status == "error"
     assert "unreachable" in status("import socket\\nsocket.create_connection(('127.0.0.1', 22), 1)").stderr
-    assert status("import os\\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))").stdout == "['1', '2']\\n"
+    assert status("import os\\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))").stdout == "['1', '2', '3']\\n"  # init, the runner, the test
     assert status("import os\\nwhile True:\\n    try: os.fork()\\n    except OSError: pass").status != "ok"
 print("unprivileged strict sandbox ok")
 """
@@ -244,3 +244,19 @@ def _sleeping_sandbox_processes() -> int:
             continue
         count += owner == SANDBOX_UID and "nanosleep" in waiting
     return count
+
+
+def test_programs_using_up_to_80_percent_of_their_cpu_budget_never_flip():
+    """The benchmark's flip run (``benchmarks/rewards.py --flips 400``) at a size that fits the
+    suite: fixed-work correct programs at 10-80% of a 0.2 s budget, alone and crowded."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "rewards.py"
+    spec = importlib.util.spec_from_file_location("rlxf_bench_rewards", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    try:
+        found = bench.verdict_flips(16)
+    except SandboxUnavailable as e:
+        pytest.skip(str(e))
+    assert found["flips"] == 0 and found["failed"] == 0, found

@@ -31,7 +31,9 @@ def test_sft_learns_and_saves(tmp_path, nano_model_dir):
     # from ~log(4096) = 8.3 nats on a random model; answers of 1-digit sums are nearly free to learn
     assert losses[0] > 6.0 and min(losses[-3:]) < losses[0] / 2, losses
     assert "eval/accuracy" in records[10 - 1] and "eval/accuracy" in records[-1]
-    model = load_model(tmp_path / "sft" / "model")
+    # one layout for every run (issue 17.9): checkpoints/step_N/model, and the run dir loads
+    assert (tmp_path / "sft" / "checkpoints" / "step_20" / "model" / "config.json").exists()
+    model = load_model(tmp_path / "sft")
     assert sum(p.numel() for p in model.parameters()) > 0
     assert main(["sft", str(path)]) == 2          # refuses to overwrite without --overwrite
 

@@ -193,6 +193,6 @@ class ArithmeticTask:
         return float(got is not None and got == int(ground_truth))
 
 
-@register_task("arithmetic")
+@register_task("arithmetic", options=ArithmeticOptions)
 def make_arithmetic(options: dict[str, Any]) -> ArithmeticTask:
     return ArithmeticTask(options)

@@ -41,17 +41,26 @@ class Task(Protocol):
 
 TaskFactory = Callable[[dict[str, Any]], Task]
 _TASKS: dict[str, TaskFactory] = {}
+_OPTIONS: dict[str, type] = {}   # task name -> the pydantic model of its options, for config-docs
 REASONING_GYM_PREFIX = "reasoning_gym:"
 
 
-def register_task(name: str) -> Callable[[TaskFactory], TaskFactory]:
-    """Register ``factory(options) -> Task`` under ``name`` (at import time)."""
+def register_task(name: str, options: type | None = None) -> Callable[[TaskFactory], TaskFactory]:
+    """Register ``factory(options) -> Task`` under ``name`` (at import time); ``options``, the
+    pydantic model the factory checks its options with, documents them in ``rlxf config-docs``."""
     def deco(factory: TaskFactory) -> TaskFactory:
         if name in _TASKS and _TASKS[name] is not factory:
             raise ValueError(f"task {name!r} is already registered")
         _TASKS[name] = factory
+        if options is not None:
+            _OPTIONS[name] = options
         return factory
     return deco
+
+
+def task_option_models() -> dict[str, type]:
+    """The options model of each registered task that declared one, by task name."""
+    return dict(sorted(_OPTIONS.items()))
 
 
 def task_names() -> list[str]:

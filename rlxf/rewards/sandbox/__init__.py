@@ -5,9 +5,17 @@
         result.tests[0].status, result.tests[0].stdout   # ("ok", "42\\n")
 
 Each ``Sandbox`` keeps up to ``concurrency`` long-lived server processes (``_server.py``), one
-job at a time each. A server forks a fresh, isolated process tree per program and a fresh
-process per test case, so a program costs a few forks, not an interpreter start-up (see
-``_server.py`` for the process layout and the mechanisms).
+job at a time each. A server builds a fresh, isolated process tree per program whose runner is
+a freshly started interpreter (``_runner.py``): it never held another program's code, tests or
+outputs, nor the server's heap. The runner forks one process per test case. The program
+only *produces* outputs (stdout, or the JSON of the values its calls return); the caller
+compares them with the expected values, which never enter the sandbox (see ``code.py``).
+
+Limits hold for the whole program -- all its processes, the shared memory and memfds they
+create, the CPU of processes that already exited -- where the kernel offers control groups
+(v2, or v1's memory + pids + cpuacct; ``Sandbox.cgroup`` says which). Without them the
+sandbox falls back to per-process rlimits with CPU counted over every reaped process, says so
+in ``mechanisms`` and logs a warning.
 
 Isolation (``isolation=``):
 
@@ -21,10 +29,23 @@ Isolation (``isolation=``):
   Logged as a warning. Use it only for code you would run unsandboxed anyway.
 
 Budgets are CPU time, not wall time: a correct program gets the same verdict whether the
-machine is idle or every core is busy. ``wall_s`` is only a backstop for programs that sleep
-or block (stdin is a file that ends, so reading never blocks), and defaults to
-``10 * cpu_s + 5``: generous on purpose, so a busy machine never turns a correct program's
-verdict into a timeout.
+machine is idle or every core is busy. The verdict is ``timeout`` when the kernel's CPU count
+for the test (all its processes) exceeds ``cpu_s * (1 + cpu_margin)``, whatever the program
+printed; it is killed 50 ms later. The margin (default 50%) is there because the same work
+costs more CPU time on a loaded machine (shared caches and cores, hyperthread siblings, a
+hypervisor's other guests): on this project's shared 2-core VM, fixed work planned at 80% of
+its budget was counted at up to 136% with every core oversubscribed
+(``benchmarks/rewards.py --flips`` measures it). Set ``cpu_s`` to what a reference solution
+needs alone; the margin absorbs the load. The count starts after the fresh interpreter has
+started, so start-up is not the program's. ``wall_s`` is only a backstop for
+programs that sleep or block (stdin is a file that ends, so reading never blocks), and
+defaults to ``10 * cpu_s + 5``: generous on purpose, so a busy machine never turns a correct
+program's verdict into a timeout. A job's time is counted from when it starts, not while it
+waits for a free server, so no program is failed by the programs queued before it.
+
+The servers die with their caller, ``kill -9`` included: each watches its input pipe, and
+the job's process tree dies with the server (parent-death signals, the PID namespace, and the
+control group, which the server empties on its way out).
 """
 
 from __future__ import annotations
@@ -43,7 +64,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -67,11 +88,7 @@ TestStatus = Literal[
     "sandbox_error",    # the job as a whole failed (server died / budget exceeded)
 ]
 SERVER = Path(__file__).with_name("_server.py")
-DEFAULT_PRELOAD = (
-    "array", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "enum",
-    "fractions", "functools", "heapq", "itertools", "json", "math", "operator", "queue", "random",
-    "re", "statistics", "string", "typing",
-)
+DEFAULT_PRELOAD: tuple[str, ...] = ()  # each program's fresh runner would pay for every one
 SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1",
@@ -89,10 +106,11 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     """Limits for each test case of a program (each test runs in its own process)."""
 
-    cpu_s: float = 2.0            # CPU-time budget (user + system); the verdict-defining limit
+    cpu_s: float = 2.0            # CPU-time budget (user + system) a correct solution should fit in
+    cpu_margin: float = 0.5       # timeout only past cpu_s * (1 + cpu_margin): see the module doc
     wall_s: float | None = None   # wall-clock backstop; None = 10 * cpu_s + 5
-    memory_mb: int = 512          # address-space limit (RLIMIT_AS) of each process
-    max_processes: int = 16       # processes + threads the program may have at once
+    memory_mb: int = 512          # memory of the whole program (cgroup), and each process's address space
+    max_processes: int = 16       # processes + threads the program may have at once (all together)
     max_open_files: int = 64      # file descriptors
     max_file_mb: int = 16         # largest file, stdout included (RLIMIT_FSIZE)
     tmp_mb: int = 64              # size of the private /tmp (strict mode)
@@ -113,11 +131,12 @@ class TestCase:
 
     __test__ = False              # not a pytest test class, despite the name
 
-    kind: Literal["stdio", "assert", "call"]
+    kind: Literal["stdio", "assert", "call", "eval"]
     stdin: str = ""               # stdio (and any kind): the program's standard input
     source: str = ""              # assert: Python run after the program, in its namespace
     fn_name: str = ""             # call: the function (or Solution method) to call
     args: tuple = ()              # call: positional arguments (JSON values)
+    exprs: tuple[str, ...] = ()   # eval: expressions whose values (as JSON) the test reports
 
     @staticmethod
     def stdio(stdin: str) -> TestCase:
@@ -131,9 +150,15 @@ class TestCase:
     def call(fn_name: str, args: Sequence[Any]) -> TestCase:
         return TestCase("call", fn_name=fn_name, args=tuple(args))
 
+    @staticmethod
+    def evaluate(exprs: Sequence[str]) -> TestCase:
+        """Report the values of ``exprs`` (evaluated after the program): the caller compares
+        them, so the program never sees what they are compared with."""
+        return TestCase("eval", exprs=tuple(exprs))
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "stdin": self.stdin, "source": self.source,
-                "fn_name": self.fn_name, "args": list(self.args)}
+                "fn_name": self.fn_name, "args": list(self.args), "exprs": list(self.exprs)}
 
 
 @dataclass
@@ -143,10 +168,11 @@ class TestOutcome:
     status: TestStatus
     stdout: str = ""              # the program's stdout (first max_output_bytes)
     stderr: str = ""              # the last 4 KiB of stderr
-    result: str = ""              # assert: the completion token; call: the JSON return value
+    result: str = ""              # assert: the completion token; call: the JSON return value;
+                                  # eval: a JSON list of {"value": v} or {"error": message}
     exit_code: int | None = None
     signal: int | None = None
-    cpu_s: float = 0.0
+    cpu_s: float = 0.0            # kernel-counted CPU of all the test's processes, exited ones included
     wall_s: float = 0.0
     stdout_truncated: bool = False
     strays: bool = False          # the program left processes behind (they were killed)
@@ -159,7 +185,8 @@ class SandboxResult:
     tests: list[TestOutcome]
     error: str | None = None      # the job failed as a whole (tests are then sandbox_error)
     wall_s: float = 0.0
-    nonce: str = field(default="", repr=False)  # completion token that assert tests print
+    tokens: list[str] = field(default_factory=list, repr=False)  # what each assert test prints on success
+    memory_peak_mb: float = 0.0   # the program's peak memory, all processes (0: no control group)
 
 
 class _Server:
@@ -184,16 +211,30 @@ class _Server:
             err = self._stderr()
             self.kill()
             raise SandboxUnavailable(f"the sandbox server did not start: {err or 'no answer'}")
+        self.cgroup_paths: list[str] = list(self.hello.get("cgroup_paths", []))
 
     def send(self, msg: dict[str, Any]) -> None:
         body = json.dumps(msg).encode()
         self.proc.stdin.write(struct.pack(">Q", len(body)) + body)
         self.proc.stdin.flush()
 
-    def recv(self, timeout: float) -> dict[str, Any] | None:
-        """The next answer, or None if the server died or did not answer within ``timeout``."""
+    def recv(self, timeout: float, cancel: int | None = None) -> dict[str, Any] | None:
+        """The next answer, or None if the server died or did not answer within ``timeout``.
+        Once ``cancel`` (a pipe) is readable, the server is asked to kill the job, which it
+        answers with an error."""
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
+        if cancel is not None:
+            while True:
+                wait = deadline - time.monotonic()
+                ready = select.select([fd, cancel], [], [], max(0.0, wait))[0] if wait > 0 else []
+                if not ready:
+                    return None
+                if fd in ready:
+                    break
+                self.send({"cancel": True})
+                cancel = None
+                break
         head = self._read(fd, 8, deadline)
         if head is None:
             return None
@@ -234,6 +275,8 @@ class _Server:
                 stream.close()
             except OSError:
                 pass
+        for path in getattr(self, "cgroup_paths", []):  # what a killed server could not empty
+            remove_tree(path)
 
     def close(self) -> None:
         try:
@@ -296,6 +339,7 @@ class Sandbox:
                       "preload": list(preload), "env": dict(SANDBOX_ENV)}
         self._mode: str | None = None if isolation != "weak" else "weak"
         self.mechanisms: list[str] = []
+        self.cgroup: str | None = None  # "v2" / "v1": whole-program limits; None: rlimits only
         self._servers: list[_Server] = []
         self._idle: queue.SimpleQueue[_Server] = queue.SimpleQueue()
         self._slots = threading.BoundedSemaphore(self.concurrency)
@@ -335,6 +379,11 @@ class Sandbox:
             if self._mode is None or not self.mechanisms:
                 self._mode = mode
                 self.mechanisms = list(server.hello["mechanisms"])
+                self.cgroup = server.hello.get("cgroup")
+                if self.cgroup is None:
+                    log.warning("code sandbox: no usable control groups, so limits are per process "
+                                "(a program's forks, shared memory and memfds can take more than "
+                                "memory_mb in all): %s", self.mechanisms[-1])
                 if mode == "weak":
                     log.warning(
                         "code sandbox runs in WEAK isolation (%s): model-written code can reach the "
@@ -360,15 +409,19 @@ class Sandbox:
     # -- running ----------------------------------------------------------------------------
 
     def run(self, code: str, tests: Sequence[TestCase], *, limits: SandboxLimits | None = None,
-            fail_fast: bool = False) -> SandboxResult:
-        """Run ``code`` once per test case; blocks until done (at most the limits allow)."""
+            fail_fast: bool = False, cancel: int | None = None) -> SandboxResult:
+        """Run ``code`` once per test case; blocks until done (at most the limits allow).
+
+        ``cancel``: a file descriptor (a pipe's read end); once it is readable, the job is
+        killed and the result is a ``sandbox_error`` saying so.
+        """
         limits = limits or self.limits
-        nonce = uuid.uuid4().hex
-        job = {"code": code, "tests": [t.to_json() for t in tests], "limits": limits.to_json(),
-               "fail_fast": fail_fast, "nonce": nonce}
+        tokens = [uuid.uuid4().hex for _ in tests]
+        job = {"code": code, "tests": [{**t.to_json(), "token": tok} for t, tok in zip(tests, tokens, strict=True)],
+               "limits": limits.to_json(), "fail_fast": fail_fast}
         if not tests:
-            return SandboxResult([], nonce=nonce)
-        budget = len(tests) * limits.wall + 15.0
+            return SandboxResult([])
+        budget = len(tests) * limits.wall + 15.0  # counted from the start of the job, not the queue
         start = time.monotonic()
         with self._slots:
             for _ in range(2):  # once more on a fresh server if the idle one had died
@@ -382,7 +435,7 @@ class Sandbox:
                     self._retire(server)
                     answer = {"error": f"sandbox server pipe failed: {e}"}
                     continue
-                answer = server.recv(timeout=budget)
+                answer = server.recv(timeout=budget, cancel=cancel)
                 if answer is None:
                     self._retire(server)
                     answer = {"error": "sandbox server died or did not answer in time; it was killed "
@@ -392,16 +445,25 @@ class Sandbox:
                 break
         wall = time.monotonic() - start
         if answer.get("error"):
-            return SandboxResult([TestOutcome("sandbox_error") for _ in tests], answer["error"], wall, nonce)
+            return SandboxResult([TestOutcome("sandbox_error") for _ in tests], answer["error"], wall, tokens)
         outcomes = [TestOutcome(**_known(t)) for t in answer["tests"]]
-        return SandboxResult(outcomes, None, wall, nonce)
+        return SandboxResult(outcomes, None, wall, tokens, answer.get("memory_peak_mb", 0.0))
 
     async def arun(self, code: str, tests: Sequence[TestCase], *, limits: SandboxLimits | None = None,
                    fail_fast: bool = False) -> SandboxResult:
-        """``run`` without blocking the event loop."""
+        """``run`` without blocking the event loop. Cancelling the awaiting task kills the job
+        (an abandoned request must not keep a server busy)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run, code, tests, limits=limits,
-                                                                  fail_fast=fail_fast))
+        cancel_r, cancel_w = os.pipe()
+        future = loop.run_in_executor(self._executor, partial(self.run, code, tests, limits=limits,
+                                                              fail_fast=fail_fast, cancel=cancel_r))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            os.write(cancel_w, b"x")
+            raise
+        finally:
+            future.add_done_callback(_closer(cancel_r, cancel_w))
 
     def close(self) -> None:
         """Stop every server (their running programs are killed)."""
@@ -413,6 +475,45 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def remove_tree(path: str) -> None:
+    """Remove a dead server's control groups (``_cgroup.py``): kill what is left in them,
+    remove them bottom-up. Here, not there: this package must load without its siblings."""
+    if not os.path.isdir(path):
+        return
+    for root, dirs, _ in os.walk(path, topdown=False):
+        for d in dirs:
+            _kill_and_rmdir(os.path.join(root, d))
+    _kill_and_rmdir(path)
+
+
+def _kill_and_rmdir(path: str) -> None:
+    for _ in range(500):
+        try:
+            with open(path + "/cgroup.procs") as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.002)
+
+
+def _closer(*fds: int) -> Callable[[Any], None]:
+    def close(_: Any) -> None:
+        for fd in fds:
+            os.close(fd)
+    return close
 
 
 def _known(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -9,18 +9,30 @@ is a job (one program and its test cases) and each answer the job's per-test out
 Process layout in ``strict`` mode (every box is a process, the arrows are forks)::
 
     server  (new mount + network namespace; root filesystem = a read-only tmpfs holding only
-     │       the Python installation, /usr and a few /etc files; no network interfaces up)
+     │       the Python installation, /usr and a few /etc files; no network interfaces up;
+     │       the base control groups, opened before the root changed)
      └─ launcher  (per job: new mount, PID and IPC namespaces)
-         └─ init  (PID 1 of the job: mounts a private size-limited /tmp and a fresh /proc)
-             └─ test process  (per test case: rlimits, unprivileged uid, its own user
-                               namespace, no capabilities; runs the program in a forked
-                               interpreter -- no interpreter start-up per program)
+         └─ init  (PID 1 of the job: mounts a private size-limited /tmp and a fresh /proc,
+             │     creates the program's control group, waits for every test process and
+             │     decides each verdict from the kernel's accounting)
+             ├─ runner  (per program, in its control group: unprivileged uid, its own user
+             │           namespace, rlimits, then exec of a fresh interpreter -- _runner.py)
+             └─ test process  (per test case: forked by the runner with CLONE_PARENT, so it
+                               is init's child; runs the program, reports its outputs)
+
+The server's heap (and so the init's, a fork of it) may still hold earlier jobs' messages, but
+a program can reach neither (another uid, not dumpable), and the processes it runs in descend
+from the runner's exec, a fresh address space: a program never finds an earlier job's code,
+tests or outputs in its memory. The expected values never reach the server (the caller compares).
 
 The kernel kills every process of a PID namespace when its init exits, so a timeout, a crash
 or a dead server takes the whole tree with it; the private /tmp and IPC objects disappear with
-their namespaces. ``weak`` mode (opt-in, for machines without namespaces) keeps the rlimits,
-the scrubbed environment, a temporary working directory and process-tree cleanup through a
-child subreaper, and nothing else: the program can reach the network and the caller's files.
+their namespaces, the control group is emptied and removed by the server. The server exits
+when its input pipe closes, even in the middle of a job (the host died: ``kill -9`` included),
+and a message during a job cancels it. ``weak`` mode (opt-in, for machines without namespaces)
+keeps the rlimits, the control groups where available, the scrubbed environment, a temporary
+working directory and process-tree cleanup through a child subreaper, and nothing else: the
+program can reach the network and the caller's files.
 
 Keep this file importable by a bare interpreter: the standard library only, no rlxf imports.
 """
@@ -29,12 +41,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import marshal
 import math
 import os
 import platform
 import resource
 import select
 import signal
+import socket
 import struct
 import sys
 import tempfile
@@ -57,7 +71,11 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 217, "arm64": 217, "ppc64le": 203, "
 ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
             2048: MS_NODIRATIME, 4096: MS_RELATIME}
 
-SETUP_FAILED = 125  # exit code of a test process that could not be set up (not the program's fault)
+SETUP_FAILED = 125  # exit code of a runner that could not be set up (not the program's fault)
+RUNNER_START_S = 10.0  # longest a fresh runner interpreter may take to start (a loaded machine)
+# The CPU verdict is "timeout" past cpu_s * (1 + cpu_margin), from the kernel's count. The kill
+# comes a little later (+50 ms): a backstop, so a program is never stopped short of that line.
+CPU_SLACK_S = 0.05
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -197,12 +215,27 @@ def _bind_into(new_root: str, path: str) -> None:
 
 # --- one job ---------------------------------------------------------------------------------
 
-def run_job(job: dict, init: dict) -> dict:
-    """Fork a launcher for ``job`` and wait for its answer, at most the job's deadline."""
+class Context:
+    """What every job of this server needs: its configuration and its control groups."""
+
+    def __init__(self, init: dict, cgroups, runner: str, paths: list[str]):
+        self.init = init
+        self.cgroups = cgroups        # _cgroup.Cgroups, or None: rlimits and rusage only
+        self.runner = runner          # source of _runner.py (not visible after pivot_root)
+        self.paths = paths            # site-packages directories for the runner's sys.path
+        self.jobs = 0
+
+
+def run_job(job: dict, ctx: Context) -> dict:
+    """Fork a launcher for ``job`` and wait for its answer, at most the job's deadline; a
+    message from the host meanwhile cancels the job, and the host's end of input (it died)
+    ends this server too."""
     limits = job["limits"]
-    deadline = time.monotonic() + len(job["tests"]) * limits["wall_s"] + 2.0
+    ctx.jobs += 1
+    group = f"job{ctx.jobs}"
+    deadline = time.monotonic() + len(job["tests"]) * limits["wall_s"] + RUNNER_START_S
     r, w = os.pipe()
-    log_fd = _memfd("launcher-stderr")  # the launcher's and init's own errors, for the answer
+    log_fd = _memfd("launcher-stderr")  # the launcher's, init's and runner's own errors
     server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:  # launcher
@@ -210,18 +243,26 @@ def run_job(job: dict, init: dict) -> dict:
         try:
             os.close(r)
             os.dup2(log_fd, 2)
-            code = _launcher(job, init, w, server_pid)
+            code = _launcher(job, ctx, group, w, server_pid)
         except BaseException:  # noqa: BLE001 - report, never return into the server loop
             traceback.print_exc()
         os._exit(code)
     os.close(w)
-    data, err = _read_until(r, pid, deadline)
-    os.close(r)
+    try:
+        data, err = _read_until(r, deadline)
+    finally:
+        os.close(r)
+        if ctx.cgroups is not None:
+            ctx.cgroups.kill(group)  # weak mode has no PID namespace to take the tree down
     if err:
         _kill_and_reap(pid)
         os.close(log_fd)
+        _remove_group(ctx, group)
+        if err == "host gone":
+            sys.exit(0)
         return {"error": err}
     _, status = os.waitpid(pid, 0)
+    _remove_group(ctx, group)
     size = os.fstat(log_fd).st_size
     log = os.pread(log_fd, 2000, max(0, size - 2000)).decode("utf-8", "replace").strip()
     os.close(log_fd)
@@ -231,13 +272,23 @@ def run_job(job: dict, init: dict) -> dict:
     return json.loads(data)
 
 
-def _read_until(fd: int, pid: int, deadline: float) -> tuple[bytes, str | None]:
+def _remove_group(ctx: Context, group: str) -> None:
+    if ctx.cgroups is not None:
+        ctx.cgroups.remove(group)
+
+
+def _read_until(fd: int, deadline: float) -> tuple[bytes, str | None]:
     chunks = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return b"", "job wall-time budget exceeded; the whole process tree was killed"
-        ready, _, _ = select.select([fd], [], [], left)
+        ready, _, _ = select.select([fd, 0], [], [], left)
+        if 0 in ready:  # the host never writes during a job unless it cancels it (or died)
+            msg = recv(0)
+            if msg is None:
+                return b"", "host gone"
+            return b"", "cancelled by the caller; the whole process tree was killed"
         if ready:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -256,7 +307,7 @@ def _kill_and_reap(pid: int) -> None:
         pass
 
 
-def _launcher(job: dict, init: dict, result_fd: int, server_pid: int) -> int:
+def _launcher(job: dict, ctx: Context, group: str, result_fd: int, server_pid: int) -> int:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != server_pid:  # the server died before we set the death signal
         return 1
@@ -264,8 +315,8 @@ def _launcher(job: dict, init: dict, result_fd: int, server_pid: int) -> int:
     os.dup2(devnull, 0)  # the protocol pipes are the server's, not ours
     os.dup2(devnull, 1)
     os.close(devnull)
-    if init["mode"] == "weak":
-        return _init_process(job, init, result_fd)
+    if ctx.init["mode"] == "weak":
+        return _init_process(job, ctx, group, result_fd)
     unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC, "mount+pid+ipc")
     pid = os.fork()
     if pid == 0:
@@ -275,7 +326,7 @@ def _launcher(job: dict, init: dict, result_fd: int, server_pid: int) -> int:
             # we cannot check for a parent that died before this line; its jobs are bounded
             # by their own limits anyway
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            code = _init_process(job, init, result_fd)
+            code = _init_process(job, ctx, group, result_fd)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
         os._exit(code)
@@ -284,11 +335,152 @@ def _launcher(job: dict, init: dict, result_fd: int, server_pid: int) -> int:
     return os.waitstatus_to_exitcode(status) & 0xFF
 
 
-def _init_process(job: dict, init: dict, result_fd: int) -> int:
-    """PID 1 of the job (strict) or the job's subreaper (weak): run each test, report."""
+class _Job:
+    """The init's view of one program: its runner, its control group, its accounting."""
+
+    def __init__(self, job: dict, ctx: Context, group: str, workdir: str):
+        self.limits = job["limits"]
+        self.ctx = ctx
+        self.group = group if ctx.cgroups is not None else None
+        self.workdir = workdir
+        self.runner_pid = 0
+        self.sock: socket.socket | None = None
+
+    # -- accounting: the kernel's, never the program's word ------------------------------------
+
+    def cpu(self) -> float:
+        if self.group is not None:
+            return self.ctx.cgroups.cpu_s(self.group)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every reaped descendant
+        return usage.ru_utime + usage.ru_stime
+
+    def oom_kills(self) -> int:
+        return self.ctx.cgroups.oom_kills(self.group) if self.group is not None else 0
+
+    # -- the runner ------------------------------------------------------------------------------
+
+    def start_runner(self, job: dict) -> None:
+        ctx, limits = self.ctx, self.limits
+        if self.group is not None:
+            mb = 1 << 20
+            ctx.cgroups.create(self.group, limits["memory_mb"] * mb, limits["max_processes"] + 1)
+        spec = {"code": job["code"], "tests": job["tests"], "paths": ctx.paths, "preload": ctx.init["preload"]}
+        spec_fd = os.memfd_create("spec", 0)  # inherited by the runner, which reads and closes it
+        os.write(spec_fd, marshal.dumps(spec))  # the runner has no json (its import is slow)
+        os.lseek(spec_fd, 0, os.SEEK_SET)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                mine.close()
+                if self.group is not None:
+                    ctx.cgroups.attach_self(self.group)
+                    ctx.cgroups.close()
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                _enter_sandbox(limits, ctx.init, self.workdir)
+                os.set_inheritable(theirs.fileno(), True)
+                os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", ctx.runner, str(spec_fd),
+                                           str(theirs.fileno())], os.environ)
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+            os._exit(SETUP_FAILED)
+        os.close(spec_fd)
+        theirs.close()
+        self.runner_pid, self.sock = pid, mine
+        # its start-up (imports) is not the program's CPU: the tests' counts begin after it
+        if not select.select([mine], [], [], RUNNER_START_S)[0] or mine.recv(64) != b"ready":
+            raise OSError("the test runner did not start (see its error above)")
+
+    def stop_runner(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        if self.runner_pid:
+            _kill_and_reap(self.runner_pid)
+        _kill_strays(set())
+
+    # -- one test --------------------------------------------------------------------------------
+
+    def run_test(self, index: int) -> dict:
+        limits = self.limits
+        cpu0, oom0 = self.cpu(), self.oom_kills()
+        start = time.monotonic()
+        started = self._start_test(index)
+        if started is None:  # it started (start_runner checked), so a test of this program killed it
+            return {"status": "error", "stderr": "the program's test runner is gone: an earlier test killed it"}
+        pid, fds = started
+        exited, cpu_killed = self._wait(pid, cpu0, start + limits["wall_s"])
+        if not exited:
+            _kill_group(pid)
+        _, status = os.waitpid(pid, 0)
+        _kill_group(pid)  # whatever it started and left in its process group, all at once
+        wall = time.monotonic() - start
+        strays = _kill_strays({self.runner_pid})
+        cpu, oom = self.cpu() - cpu0, self.oom_kills() - oom0
+        cap = limits["max_output_bytes"]
+        stdout = os.pread(fds[0], cap + 1, 0)
+        stderr_size = os.fstat(fds[1]).st_size
+        stderr = os.pread(fds[1], 4096, max(0, stderr_size - 4096))
+        result = os.pread(fds[2], cap + 1, 0)
+        for fd in fds:
+            os.close(fd)
+        return {
+            "status": _classify(exited, status, cpu, _cpu_line(limits), cpu_killed, oom, stderr, strays),
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
+            "stdout": stdout[:cap].decode("utf-8", "replace"), "stdout_truncated": len(stdout) > cap,
+            "stderr": stderr.decode("utf-8", "replace"), "result": result[:cap].decode("utf-8", "replace"),
+            "strays": strays,
+        }
+
+    def _start_test(self, index: int) -> tuple[int, list[int]] | None:
+        """Ask the runner for test ``index``'s process: its pid and output memfds, or None if
+        the runner is gone (it failed to start, or an earlier test killed it)."""
+        try:
+            self.sock.send(str(index).encode())
+            if not select.select([self.sock], [], [], RUNNER_START_S)[0]:
+                return None
+            msg, fds, _, _ = socket.recv_fds(self.sock, 64, 3)
+        except OSError:
+            return None
+        if not msg or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            return None
+        return int(msg), fds
+
+    def _wait(self, pid: int, cpu0: float, wall_deadline: float) -> tuple[bool, bool]:
+        """Wait for ``pid`` to exit (unreaped): (exited, killed for CPU). With a control group,
+        poll the program's total CPU and kill the tree once it is past its budget plus margin;
+        without one, each process's RLIMIT_CPU is the only CPU stop."""
+        limit = _cpu_line(self.limits) + CPU_SLACK_S
+        pidfd = os.pidfd_open(pid)
+        try:
+            while True:
+                left = wall_deadline - time.monotonic()
+                if left <= 0:
+                    return False, False
+                wait = left
+                if self.group is not None:
+                    spent = self.cpu() - cpu0
+                    if spent > limit:
+                        _kill_group(pid)
+                        select.select([pidfd], [], [])
+                        return True, True
+                    wait = min(left, max(0.005, min(0.1, (limit - spent) / (os.cpu_count() or 1))))
+                if select.select([pidfd], [], [], wait)[0]:
+                    return True, False
+        finally:
+            os.close(pidfd)
+
+
+def _init_process(job: dict, ctx: Context, group: str, result_fd: int) -> int:
+    """PID 1 of the job (strict) or the job's subreaper (weak): start the runner, run each
+    test through it, account and classify each from the kernel's figures, report."""
     limits = job["limits"]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)  # init ignores signals it has no handler for
+    init = ctx.init
     strict = init["mode"] == "strict"
     if strict:
         ident = init["sandbox_uid"] if os.geteuid() == 0 else os.getuid()
@@ -296,25 +488,41 @@ def _init_process(job: dict, init: dict, result_fd: int) -> int:
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
               f"mode=0700,uid={ident},gid={init['sandbox_gid'] if os.geteuid() == 0 else os.getgid()},{size}")
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _limit_sysv_shm(limits["memory_mb"] << 20)
         workdir = "/tmp"
     else:
         prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the program come back to us
         workdir = tempfile.mkdtemp(prefix="rlxf-sandbox-")
+    runner = _Job(job, ctx, group, workdir)
     outcomes = []
     try:
-        for i, test in enumerate(job["tests"]):
+        runner.start_runner(job)
+        for i, _ in enumerate(job["tests"]):
             if job.get("fail_fast") and outcomes and outcomes[-1]["status"] != "ok":
                 outcomes.extend({"status": "skipped"} for _ in job["tests"][i:])
                 break
-            outcomes.append(_run_test(job, test, init, workdir))
+            outcomes.append(runner.run_test(i))
+        peak = ctx.cgroups.peak_bytes(group) if runner.group is not None else 0
     finally:
+        runner.stop_runner()
         if not strict:
             _rmtree(workdir)
-    payload = json.dumps({"tests": outcomes}).encode()
+    payload = json.dumps({"tests": outcomes, "memory_peak_mb": round(peak / (1 << 20), 2)}).encode()
     while payload:
         payload = payload[os.write(result_fd, payload):]
     os.close(result_fd)
     return 0
+
+
+def _limit_sysv_shm(limit: int) -> None:
+    """System V shared memory of this job's IPC namespace: at most ``limit`` bytes in all."""
+    pages = max(1, limit // os.sysconf("SC_PAGE_SIZE"))
+    for name, value in (("shmmax", limit), ("shmall", pages), ("shmmni", 64)):
+        try:
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        except OSError:  # the memory cgroup (where there is one) still charges the segments
+            pass
 
 
 def _rmtree(path: str) -> None:
@@ -331,91 +539,38 @@ def _memfd(name: str, data: bytes = b"") -> int:
     return fd
 
 
-def _run_test(job: dict, test: dict, init: dict, workdir: str) -> dict:
-    limits = job["limits"]
-    fds = [_memfd("stdin", test.get("stdin", "").encode()), _memfd("stdout"), _memfd("stderr"),
-           _memfd("result")]
-    start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        _test_process(job, test, init, workdir, fds)  # never returns
-    exited = _wait_exit(pid, limits["wall_s"])
-    if not exited:
+def _kill_group(pid: int) -> None:
+    """SIGKILL the test's process group (it made itself a session leader): one signal the kernel
+    delivers to every member at once, so a fork bomb cannot refill what one-by-one kills free.
+    Members that left the group are ``_kill_strays``' to find."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.monotonic() - start
-    strays = _kill_strays(init["mode"] == "strict", pid)
-    cpu = usage.ru_utime + usage.ru_stime
-    cap = limits["max_output_bytes"]
-    stdout = os.pread(fds[1], cap + 1, 0)
-    stderr_size = os.fstat(fds[2]).st_size
-    stderr = os.pread(fds[2], 4096, max(0, stderr_size - 4096))
-    result = os.pread(fds[3], cap + 1, 0)
-    for fd in fds:
-        os.close(fd)
-    out = {
-        "status": _classify(exited, status, cpu, limits["cpu_s"], stderr, strays),
-        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-        "cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
-        "stdout": stdout[:cap].decode("utf-8", "replace"), "stdout_truncated": len(stdout) > cap,
-        "stderr": stderr.decode("utf-8", "replace"), "result": result[:cap].decode("utf-8", "replace"),
-        "strays": strays,
-    }
-    return out
 
 
-def _wait_exit(pid: int, timeout: float) -> bool:
-    """True if ``pid`` exited within ``timeout`` seconds (it stays unreaped)."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # Linux < 5.3: poll
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-            time.sleep(0.002)
-        return False
-    try:
-        ready, _, _ = select.select([pidfd], [], [], timeout)
-        return bool(ready)
-    finally:
-        os.close(pidfd)
-
-
-def _kill_strays(strict: bool, pid: int) -> bool:
-    """Kill whatever the program left running; True if there was anything."""
+def _kill_strays(keep: set[int]) -> bool:
+    """Kill every child of ours but ``keep``, and the orphans that come back to us as they
+    die, until none is left; True if any was still running (exited zombies are no strays)."""
     found = False
-    _reap_zombies()  # exited orphans are not strays
-    if strict:  # we are PID 1: kill(-1) reaches every other process of the namespace
-        while True:
+    while True:
+        kids = [k for k in _children() if k not in keep]
+        if not kids:
+            return found
+        for kid in kids:
+            found = found or not _is_zombie(kid)
             try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-            found = True
-            _reap_all()
-        return found
-    while True:  # weak: the program's process group, then any orphan reparented to us
-        killed = False
-        try:
-            os.killpg(pid, signal.SIGKILL)
-            killed = True
-        except (ProcessLookupError, PermissionError):
-            pass
-        for child in _children():
-            try:
-                os.kill(child, signal.SIGKILL)
-                killed = True
+                os.kill(kid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if not killed:
-            return found
-        found = True
-        _reap_all()
+        for kid in kids:
+            try:
+                os.waitpid(kid, 0)
+            except ChildProcessError:
+                pass
 
 
 def _children() -> list[int]:
@@ -429,45 +584,37 @@ def _children() -> list[int]:
     return kids
 
 
-def _reap_zombies() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
-def _reap_all() -> None:
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            if not _children():
-                return
-            time.sleep(0.001)
+def _cpu_line(limits: dict) -> float:
+    """CPU seconds past which a test is a timeout: the budget plus its margin for load."""
+    return limits["cpu_s"] * (1 + limits.get("cpu_margin", 0.0))
 
 
-def _classify(exited: bool, status: int, cpu: float, cpu_limit: float, stderr: bytes, strays: bool) -> str:
+def _classify(exited: bool, status: int, cpu: float, cpu_limit: float, cpu_killed: bool, oom: int,
+              stderr: bytes, strays: bool) -> str:
+    """The verdict, from what the kernel accounted: CPU over budget is a timeout whatever the
+    program printed or how it exited (a SIGXCPU handler that prints an answer included)."""
+    if cpu > cpu_limit or cpu_killed:
+        return "timeout"
     if not exited:
         return "wall_timeout"
+    if oom:
+        return "memory"
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= math.floor(cpu_limit)):
+        if sig == signal.SIGXCPU:
             return "timeout"
         if sig == signal.SIGXFSZ:
             return "output_limit"
         return "killed"
-    code = os.WEXITSTATUS(status)
-    if code == SETUP_FAILED:
-        return "setup_error"
-    if cpu > cpu_limit:
-        return "timeout"
-    if code != 0:
+    if os.WEXITSTATUS(status) != 0:
         tail = stderr[-400:]
         if b"MemoryError" in tail:
             return "memory"
@@ -476,27 +623,11 @@ def _classify(exited: bool, status: int, cpu: float, cpu_limit: float, stderr: b
     return "stray_processes" if strays else "ok"
 
 
-# --- the test process ------------------------------------------------------------------------
-
-def _test_process(job: dict, test: dict, init: dict, workdir: str, fds: list[int]) -> None:
-    try:
-        _enter_sandbox(job["limits"], init, workdir, fds)
-    except BaseException:  # noqa: BLE001
-        try:
-            os.write(2, traceback.format_exc().encode())
-        finally:
-            os._exit(SETUP_FAILED)
-    _execute(job["code"], test, job.get("nonce", ""))
-
-
-def _enter_sandbox(limits: dict, init: dict, workdir: str, fds: list[int]) -> None:
-    os.setsid()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target, inheritable=True)
-    os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
+    """Drop into the program's limits and identity (the runner, before it execs Python)."""
     strict = init["mode"] == "strict"
     mb = 1 << 20
-    cpu = max(1, math.ceil(limits["cpu_s"]))
+    cpu = max(1, math.ceil(_cpu_line(limits) + CPU_SLACK_S))
     for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
                        (resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2),
                        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] * mb,) * 2),
@@ -513,13 +644,13 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str, fds: list[int]) -> No
             os.setresuid(uid, uid, uid)
         prctl(PR_SET_DUMPABLE, 1)  # inherited off (or cleared by setresuid); needed for our id maps
         # A user namespace of our own: the process-count limit below is then counted for this
-        # test alone (per-namespace ucounts, Linux >= 5.14), not across concurrent sandboxes
+        # program alone (per-namespace ucounts, Linux >= 5.14), not across concurrent sandboxes
         # sharing the uid; and its capabilities there own nothing (mounts, network, PIDs
         # belong to the parent namespace).
         uid, gid = os.getuid(), os.getgid()
         unshare(CLONE_NEWUSER, "user")
         _write_id_maps(uid, gid)
-    nproc = limits["max_processes"]
+    nproc = limits["max_processes"] + 1  # + the runner
     if not strict and os.geteuid() != 0:  # counted across all of this user's processes
         nproc += _processes_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -528,7 +659,6 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str, fds: list[int]) -> No
     os.environ.clear()
     os.environ.update(init["env"])
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _processes_of(uid: int) -> int:
@@ -542,103 +672,61 @@ def _processes_of(uid: int) -> int:
     return count
 
 
-def _execute(code: str, test: dict, nonce: str) -> None:
-    """Run the program (and the test's own code) in a fresh ``__main__``; exit with its status."""
-    import builtins  # noqa: PLC0415
-    import io  # noqa: PLC0415
-    import types  # noqa: PLC0415
-
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
-                                                 encoding="utf-8", errors="replace")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16), encoding="utf-8", errors="replace")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                                   errors="replace", write_through=True)
-    sys.argv = ["solution.py"]
-    main = types.ModuleType("__main__")
-    main.__dict__["__builtins__"] = builtins
-    main.__dict__["__file__"] = "solution.py"
-    sys.modules["__main__"] = main
-    status = 0
-    try:
-        exec(compile(code, "solution.py", "exec"), main.__dict__)  # noqa: S102 - the sandbox's job
-        kind = test["kind"]
-        if kind == "assert":
-            exec(compile(test["source"], "test.py", "exec"), main.__dict__)  # noqa: S102
-            _emit(nonce)
-        elif kind == "call":
-            _emit(json.dumps(_call(main.__dict__, test["fn_name"], test["args"])))
-    except SystemExit as e:
-        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - the program's failure is its verdict
-        status = 1
-        try:  # the program's frames only, not this harness's
-            kind, value, tb = sys.exc_info()
-            traceback.print_exception(kind, value, tb.tb_next if tb is not None else None)
-        except BaseException:  # noqa: BLE001
-            pass
-    try:
-        sys.stdout.flush()
-    except BaseException:  # noqa: BLE001
-        status = status or 1
-    os._exit(status & 0xFF)
-
-
-def _call(namespace: dict, fn_name: str, args: list):
-    fn = namespace.get(fn_name)
-    if fn is None and isinstance(namespace.get("Solution"), type):  # LeetCode style
-        fn = getattr(namespace["Solution"](), fn_name, None)
-    if fn is None:
-        raise NameError(f"the program defines no function {fn_name!r}")
-    return _plain(fn(*args))
-
-
-def _plain(value):
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _emit(text: str) -> None:
-    data = text.encode()
-    while data:
-        data = data[os.write(3, data):]
-
-
 # --- main loop -------------------------------------------------------------------------------
 
 def main() -> int:
     init = recv(0)
     if init is None:
         return 0
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "_runner.py")) as f:
+        runner = f.read()
+    sys.path.insert(0, here)
+    from _cgroup import Cgroups, CgroupUnavailable  # noqa: PLC0415 - our sibling, found via `here`
+
     for name in init.get("preload", []):
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module is the program's problem
             pass
+    paths = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    cgroups = None
+    try:  # before pivot_root: /sys is not in the minimal root
+        cgroups = Cgroups(f"rlxf-sandbox-{os.getpid()}")
+        limits = [cgroups.description]
+    except CgroupUnavailable as e:
+        limits = [f"NO control groups ({e}): rlimits per process; CPU counted over every exited process; "
+                  "memory bounded per process (address space) times the process limit, SysV shared "
+                  "memory by the IPC namespace, memfds only by the file-size and open-file limits"]
+    except OSError as e:
+        limits = [f"NO control groups ({e}): rlimits per process only"]
     try:
         mechanisms = setup_strict(init) if init["mode"] == "strict" else [
             "rlimits: cpu, address space, open files, file size",
-            "process-count limit" if os.geteuid() != 0 else
+            "process-count limit" if os.geteuid() != 0 or cgroups is not None else
             "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
             "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
     except Exception as e:  # noqa: BLE001 - the host decides: refuse, or fall back if allowed
         send(1, {"ok": False, "error": f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e)})
         return 0
-    send(1, {"ok": True, "mechanisms": mechanisms, "pid": os.getpid()})
-    while True:
-        job = recv(0)
-        if job is None:
-            return 0
-        try:
-            answer = run_job(job, init)
-        except Exception as e:  # noqa: BLE001 - one bad job must not take the server down
-            answer = {"error": f"sandbox server error: {type(e).__name__}: {e}"}
-        send(1, answer)
+    ctx = Context(init, cgroups, runner, paths)
+    send(1, {"ok": True, "mechanisms": mechanisms + limits, "pid": os.getpid(),
+             "cgroup": cgroups.kind if cgroups else None, "cgroup_paths": cgroups.paths if cgroups else []})
+    try:
+        while True:
+            job = recv(0)
+            if job is None:
+                return 0
+            if job.get("cancel"):  # arrived after its job had finished: nothing to cancel
+                continue
+            try:
+                answer = run_job(job, ctx)
+            except Exception as e:  # noqa: BLE001 - one bad job must not take the server down
+                answer = {"error": f"sandbox server error: {type(e).__name__}: {e}"}
+            send(1, answer)
+    finally:  # the host closed our input or died (run_job exits then)
+        if cgroups is not None:
+            cgroups.remove_base()
 
 
 if __name__ == "__main__":

@@ -114,10 +114,11 @@ class NativeEngine:
         self.cos, self.sin = rope_tables(base, spec, window, device)
         self.eos_ids = model_eos_ids(base, tokenizer)
         self.caches = [KVCache(spec, device, dtype)]  # one per decode worker
-        # packed oneDNN weights cost a second copy: by default only for small models
+        # packed oneDNN weights cost a second copy: by default only for small models, and only
+        # where packing measured faster (None: select_kernels asks the machine's calibration)
         weight_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
         pack = options.pack_weights if options.pack_weights is not None \
-            else weight_bytes <= options.PACK_WEIGHTS_AUTO_MAX_BYTES
+            else (None if weight_bytes <= options.PACK_WEIGHTS_AUTO_MAX_BYTES else False)
         # torch.compile cannot trace oneDNN's linear op: a compiled decode step uses plain torch
         self.kernels = select_kernels(device, dtype, prefer="torch" if options.compile else "auto", pack=pack)
         self.policy_version = 0

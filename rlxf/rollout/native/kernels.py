@@ -1,19 +1,22 @@
 """The matmuls of the native engine's linear layers, picked once per engine.
 
-On x86 CPUs torch's ``F.linear`` / ``addmm`` call MKL's sgemm, which on some CPUs (AMD, seen
-here) runs its AVX2 code path; oneDNN, which torch also ships, dispatches on the instruction
-set and runs AVX-512 there, about 2x the fp32 throughput on this machine's decode shapes. Its
-linear op also fuses what follows the matmul: the residual add, and the SiLU gate times the up
-projection of the MLP. Both compute in IEEE fp32 (no reduced-precision modes are enabled).
+On x86 CPUs torch's ``F.linear`` / ``addmm`` call MKL's sgemm; oneDNN, which torch also ships,
+has its own kernels: about 2x the fp32 throughput on the AMD EPYC rlxf is developed on at decode
+shapes, slower than MKL on an Intel Xeon. Its linear op also fuses what follows the matmul: the
+residual add, and the SiLU gate times the up projection of the MLP. Both compute in IEEE fp32
+(no reduced-precision modes are enabled).
 
-``select_kernels`` uses oneDNN on CPU when the op exists and agrees with ``F.linear`` on a probe,
-and plain torch otherwise (CUDA, other builds).
+``select_kernels("auto")`` uses oneDNN on CPU when the op exists, agrees with ``F.linear`` on a
+probe and, for fp32, measured faster on this machine (``rlxf.models.kernel_choice``, measured
+once and cached; it also decides weight packing); plain torch otherwise (CUDA, other builds).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from rlxf.models.kernel_choice import PACK_ROWS, machine_kernel_choice
 
 
 class TorchKernels:
@@ -45,7 +48,7 @@ class OneDNNKernels(TorchKernels):
     """
 
     name = "onednn"
-    PACK_ROWS = 64   # the batch-size hint oneDNN picks its blocked weight layout for
+    PACK_ROWS = PACK_ROWS   # the batch-size hint oneDNN picks its blocked weight layout for
 
     def __init__(self, pack: bool = True):
         self._op = torch.ops.mkldnn._linear_pointwise
@@ -108,11 +111,19 @@ def _probe(k: TorchKernels, dtype: torch.dtype) -> bool:
     return all(a.shape == r.shape and torch.allclose(a.float(), r.float(), atol=tol, rtol=tol) for a, r in pairs)
 
 
-def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto", *, pack: bool = True) -> TorchKernels:
-    """oneDNN on CPU when it works (``prefer="auto"`` or ``"onednn"``), plain torch otherwise;
-    ``pack``: oneDNN keeps its weights reordered (faster, one more copy of them in memory)."""
+def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto", *,
+                   pack: bool | None = True) -> TorchKernels:
+    """oneDNN on CPU when it works (``"onednn"``; ``"auto"``: and, in fp32, when it measured
+    faster on this machine), plain torch otherwise. ``pack``: oneDNN keeps its weights
+    reordered (one more copy of them in memory); None: when that measured faster here."""
     if prefer not in ("auto", "onednn", "torch"):
         raise ValueError(f"unknown kernels {prefer!r}; valid: auto, onednn, torch")
+    measured = machine_kernel_choice() if device.type == "cpu" and dtype == torch.float32 \
+        and (prefer == "auto" or pack is None) else None
+    if prefer == "auto" and measured is not None and measured.engine_for(pack) == "torch":
+        return TorchKernels()
+    if pack is None:
+        pack = measured.pack if measured is not None else True
     if prefer != "torch" and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
             and torch.backends.mkldnn.is_available():
         try:

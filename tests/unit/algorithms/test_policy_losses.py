@@ -116,6 +116,40 @@ def test_gspo_gradient_is_the_sequence_objective_gradient():
     torch.testing.assert_close(logp.grad, ref.grad * mask)
 
 
+def test_gspo_averages_raw_log_ratios_and_clamps_only_the_sequence():
+    # Issue 17.13. 10-token responses, Â = 1, ε = 0.2, max_log_ratio = 20.
+    # row 0: one token at log r = -30, nine at 0 -> mean -3, s = e^-3 = 0.049787 (clamping the
+    #        token to -20 first would give e^-2). s < 0.8 with Â > 0: the unclipped branch
+    #        -Â s wins, loss -e^-3 on each token, gradient -s on each token.
+    # row 1: log r = -30 and +25, eight at 0 -> mean -0.5, s = e^-0.5 = 0.60653 (per-token
+    #        clamping gives (-20 + 20)/10 = 0, s = 1). Loss and gradient -e^-0.5.
+    # row 2: all ten at -30 -> mean -30, clamped at the sequence level to -20: s = e^-20,
+    #        and the clamp makes it flat (no gradient).
+    old = torch.full((3, 10), -1.0, dtype=D)
+    log_r = torch.zeros(3, 10, dtype=D)
+    log_r[0, 4] = -30.0
+    log_r[1, 2], log_r[1, 7] = -30.0, 25.0
+    log_r[2] = -30.0
+    mask = torch.ones(3, 10, dtype=D)
+    adv = torch.ones(3, 10, dtype=D)
+    logp = (old + log_r).requires_grad_(True)
+    loss, m = gspo(logp, old, adv, mask, PolicyLossParams(clip_eps_low=0.2, clip_eps_high=0.2))
+    loss.sum().backward()
+    s0, s1, s2 = math.exp(-3.0), math.exp(-0.5), math.exp(-20.0)
+    torch.testing.assert_close(loss.detach(), torch.tensor([[-s0] * 10, [-s1] * 10, [-s2] * 10], dtype=D))
+    torch.testing.assert_close(logp.grad, torch.tensor([[-s0] * 10, [-s1] * 10, [0.0] * 10], dtype=D))
+    assert m["ratio_min"].item() == pytest.approx(s2)
+
+
+def test_gspo_infinite_log_prob_reaches_the_sequence_clamp_without_nan():
+    # A -inf log-prob (truncated sampler) in a valid slot: the mean log-ratio is -inf, so
+    # s_i sits at the clamp e^-20 instead of becoming nan.
+    old = torch.tensor([[-1.0, -1.0, -1.0]], dtype=D)
+    logp = torch.tensor([[-1.0, -math.inf, -1.0]], dtype=D)
+    loss, _ = gspo(logp, old, torch.ones(1, 3, dtype=D), torch.ones(1, 3, dtype=D), PolicyLossParams())
+    torch.testing.assert_close(loss, torch.full((1, 3), -math.exp(-20.0), dtype=D))
+
+
 def test_cispo_by_hand():
     # cap = 1 + 0.5 = 1.5: w = sg(min(r, 1.5)) = 1.5, 0.5, 1.2
     # loss = -Â w = -1.5, 0.5, -2.4; the gradient is -Â w ∇logπ on every token (none is dropped)

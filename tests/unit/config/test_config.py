@@ -171,3 +171,27 @@ def test_every_field_is_documented():
 
     undocumented = [path for path, _, _, desc in field_docs(Config) if not desc.strip()]
     assert undocumented == []
+
+
+def test_micro_batch_larger_than_the_mini_batch_is_capped(cfg_file):
+    # 2 prompts x 2 samples = 4 samples per step, one mini-batch of 4; micro-batch 4 (YAML)
+    # would divide it, so shrink further: 1 prompt x 2 samples, micro 4 -> capped at 2
+    cfg = load_config(cfg_file(), ["train.prompts_per_step=1", "rollout.n=2"])
+    d = cfg.derived
+    assert (d.samples_per_step, d.mini_batch_size, d.micro_batch_size) == (2, 2, 2)
+    assert d.grad_accum_steps == 1 and d.micro_batches_per_step == 1
+    assert cfg.train.micro_batch_size == 4  # what the user wrote is kept; the cap is derived
+
+
+def test_batch_error_caused_by_an_override_blames_the_override(cfg_file):
+    path = cfg_file()
+    with pytest.raises(ConfigError) as e:
+        load_config(path, ["train.mini_batch_size=12"])
+    problem = str(e.value).splitlines()[1]
+    assert "override 'train.mini_batch_size=12'" in problem
+    assert problem.index("override") < problem.index(path)  # the override comes first
+    # the same mistake written in the file points at its line (train.mini_batch_size: line 13)
+    path = cfg_file(BASE + "  mini_batch_size: 12\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "override" not in str(e.value) and f"{path}:13" in str(e.value)

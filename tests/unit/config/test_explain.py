@@ -48,3 +48,14 @@ def test_memory_per_role_by_hand():
     assert roles["engine"].kv_cache == 4_194_304
     ppo = {r.role for r in memory_estimate(_cfg("algorithm.name=ppo"), DIMS)}
     assert ppo == {"actor", "critic", "engine"}                # kl_coef 0: no reference
+
+
+def test_batch_table_says_when_the_micro_batch_is_capped():
+    cfg = _cfg("train.prompts_per_step=4", "rollout.n=4", "train.mini_batch_size=null",
+               "train.micro_batch_size=64")
+    rows = {q: (v, how) for q, v, how in batch_table(cfg)}
+    value, how = rows["micro-batch (samples per forward/backward)"]
+    assert value == "16" and "train.micro_batch_size=64, capped at the mini-batch" in how
+    assert rows["gradient-accumulation steps"][0] == "1"
+    plain = {q: how for q, _, how in batch_table(_cfg())}
+    assert plain["micro-batch (samples per forward/backward)"] == "train.micro_batch_size"

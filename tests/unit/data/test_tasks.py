@@ -100,7 +100,7 @@ def test_bad_arithmetic_options(options, match):
 
 
 def test_unknown_task_lists_valid_ones():
-    with pytest.raises(DataError, match="valid tasks: arithmetic, reasoning_gym:<dataset>"):
+    with pytest.raises(DataError, match="valid tasks: arithmetic, guess_number, reasoning_gym:<dataset>"):
         get_task("arithmetics")
     assert "arithmetic" in task_names()
 

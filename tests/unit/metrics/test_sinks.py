@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -158,12 +157,23 @@ def test_wandb_sink_through_a_fake_package(tmp_path, monkeypatch):
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 3, "kl": 0.1}]
 
 
-def test_missing_sink_package_becomes_null_sink_with_warning(tmp_path, monkeypatch, caplog):
+def test_missing_sink_package_is_an_error_naming_the_extra(tmp_path, monkeypatch):
+    # issue 17.17: it was a warning, and the run went on without its dashboard
+    from rlxf.errors import UserInputError
+
     monkeypatch.setitem(sys.modules, "mlflow", None)   # import mlflow -> ImportError
-    monkeypatch.setattr(logging.getLogger("rlxf"), "propagate", True)  # a CLI test may have turned it off
-    sink = build_sinks(["mlflow"], tmp_path, project="p", run_name="r", config={})
-    assert isinstance(sink.sinks[1], NullSink)
-    assert "pip install 'rlxf[mlflow]'" in caplog.text
-    sink.log(1, {"x": 1.0})
-    sink.close()
-    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "x": 1.0}]
+    with pytest.raises(UserInputError, match=r"pip install 'rlxf\[mlflow\]'.*remove 'mlflow' from logging.sinks"):
+        build_sinks(["mlflow"], tmp_path, project="p", run_name="r", config={})
+
+
+def test_config_rejects_a_sink_that_is_not_installed(monkeypatch):
+    import importlib.util
+
+    from rlxf.config import ConfigError, load_config
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    base = {"model": {"path": "m"}, "data": {"task": "arithmetic"}}
+    with pytest.raises(ConfigError, match=r"logging.sinks.*'wandb' is not installed: pip install 'rlxf\[wandb\]'"):
+        load_config(None, ["logging.sinks=[wandb]"], base=base)
+    assert load_config(None, [], base=base).logging.sinks == []

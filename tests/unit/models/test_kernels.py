@@ -28,7 +28,7 @@ def test_values_and_every_gradient_match_f_linear(bias, shape, out_features):
     torch.manual_seed(0)
     ref = nn.Linear(16, out_features, bias=bias)
     fast = copy.deepcopy(ref)
-    assert use_fast_linears(fast) == 1 and type(fast) is OneDNNLinear
+    assert use_fast_linears(fast, "onednn") == 1 and type(fast) is OneDNNLinear
     x = torch.randn(*shape)
     dy = torch.randn(*shape[:-1], out_features)
     for a, b in zip(_grads(ref, x, dy), _grads(fast, x, dy), strict=True):
@@ -51,7 +51,7 @@ def test_gradcheck_of_the_autograd_function_at_float32_tolerances():
 def test_a_frozen_weight_gets_no_gradient_and_the_input_still_does():
     torch.manual_seed(0)
     layer = nn.Linear(8, 4)
-    use_fast_linears(layer)
+    use_fast_linears(layer, "onednn")
     layer.weight.requires_grad_(False)
     x = torch.randn(5, 8, requires_grad=True)
     layer(x).sum().backward()
@@ -64,7 +64,7 @@ def test_only_cpu_float32_linears_are_swapped_and_state_dicts_do_not_change():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2), nn.Embedding(4, 8))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     assert use_fast_linears(model, "torch") == 0 and type(model[0]) is nn.Linear
-    assert use_fast_linears(model) == 2
+    assert use_fast_linears(model, "onednn") == 2
     assert [type(m) for m in model] == [OneDNNLinear, nn.ReLU, OneDNNLinear, nn.Embedding]
     assert isinstance(model[0], nn.Linear)                       # PEFT and friends still see a Linear
     assert model.state_dict().keys() == before.keys()
@@ -81,7 +81,7 @@ def test_only_cpu_float32_linears_are_swapped_and_state_dicts_do_not_change():
 
 def test_a_swapped_layer_falls_back_to_f_linear_for_other_dtypes():
     layer = nn.Linear(8, 4)
-    use_fast_linears(layer)
+    use_fast_linears(layer, "onednn")
     x = torch.randn(3, 8, dtype=torch.float64)
     layer.double()
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))

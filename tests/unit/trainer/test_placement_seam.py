@@ -205,3 +205,15 @@ def test_a_lost_learner_ends_the_run_naming_the_last_checkpoint(tmp_path, tokeni
     run = RunDir.open(cfg.run.output_dir, cfg.run.name)
     with pytest.raises(LearnerLost, match=r"last checkpoint is .*step_2"):
         run_training(cfg, run)
+
+
+def test_the_loop_warns_when_no_group_carries_signal(tmp_path, tokenizer_for_tests, caplog):
+    class NoSignal(RecordingPlacement):
+        def update(self, exp, step):
+            return {**super().update(exp, step), "groups/zero_variance_frac": 1.0}
+
+    cfg = _config(tmp_path, "train.steps=12", "eval.every=0")
+    with caplog.at_level("WARNING", logger="rlxf"):
+        train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), NoSignal(tokenizer_for_tests))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("no signal" in w or "equal rewards" in w for w in warnings) == 1, warnings

@@ -1,0 +1,254 @@
+"""The agent loop: episodes of engine turns and environment steps, one token trajectory each.
+
+    trajs = run_episodes(engine, tokenizer, make_env, prompts, seeds, sampling, limits)
+
+Every prompt gets ``sampling.n`` episodes (a GRPO group), each with its own environment. All
+live episodes advance together: one engine call samples the next model turn of every episode
+(batched, each request with its own seed), then the environments step concurrently, each in its
+own thread under ``limits.step_timeout_s``. The token sequence of an episode is built by
+appending (``rlxf.envs.tokens``): the engine's ids with loss_mask 1, log-probs and policy
+version; the template's and the environment's ids with loss_mask 0.
+
+Failures stay inside their episode: an environment that raises, hangs past the timeout, or
+returns something that is not a ``StepResult`` ends that episode with ``episode["error"]`` set
+(counted in the step's metrics, written to samples.jsonl) and its loss mask zeroed, since an
+episode the environment broke carries no signal about the policy. A chat template that cannot be
+appended to is a configuration problem and stops the run (``TemplateAppendError``).
+
+A thread stuck in a hung ``step`` cannot be killed; it is a daemon thread, abandoned, so it does
+not keep the process alive. Environments that may hang for good should run their work in a
+subprocess they can kill.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from rlxf.envs.base import Env, EnvTask, StepResult
+from rlxf.envs.tokens import Conversation, TokenBoundaryError
+from rlxf.rollout import GenerationRequest, SamplingParams
+from rlxf.trainer.seeds import derive_seed
+from rlxf.types import Prompt, Trajectory
+
+log = logging.getLogger("rlxf")
+
+Credit = Literal["episode", "per_turn"]
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """When an episode stops, and where its rewards go (``env:`` config section)."""
+
+    max_turns: int = 8                 # model turns per episode
+    max_total_tokens: int = 1024       # prompt + every turn, in tokens
+    step_timeout_s: float = 30.0       # longest an environment's reset / step may take
+    credit: Credit = "episode"         # episode return on the last model token, or each turn's reward on its own
+
+
+@dataclass
+class _Episode:
+    prompt: Prompt
+    group: int
+    task: EnvTask
+    env: Env | None = None
+    conv: Conversation | None = None
+    rewards: list[float] = field(default_factory=list)
+    reward_at: list[int | None] = field(default_factory=list)  # response index of the model token each reward lands on
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    end: str | None = None             # terminated | truncated | max_turns | max_total_tokens | error
+    error: str | None = None
+    final_observation: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+
+    def fail(self, reason: str) -> None:
+        self.end, self.error = "error", reason
+        log.warning("episode %s (group %d) failed: %s", self.task.uid, self.group, reason)
+
+
+def _call_all(calls: list[Callable[[], Any]], timeout: float) -> list[tuple[bool, Any]]:
+    """Run the calls concurrently, each in a daemon thread; (True, value) or (False, why) each.
+
+    All share one deadline: a step never takes longer than ``timeout`` however many episodes run.
+    """
+    results: list[tuple[bool, Any]] = [(False, f"did not return within {timeout:g} s (env.step_timeout_s)")] * len(calls)
+
+    def run(i: int, fn: Callable[[], Any]) -> None:
+        try:
+            results[i] = (True, fn())
+        except Exception as e:  # noqa: BLE001 - any failure of user code ends only its episode
+            results[i] = (False, f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=run, args=(i, fn), daemon=True, name=f"rlxf-env-{i}")
+               for i, fn in enumerate(calls)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [r if not t.is_alive() else (False, f"did not return within {timeout:g} s (env.step_timeout_s)")
+            for r, t in zip(results, threads)]
+
+
+def _check_messages(obs: Any, what: str) -> str | None:
+    if not isinstance(obs, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in obs):
+        return f"{what} must be a list of {{'role': str, 'content': str}} messages, got {obs!r:.120}"
+    if any(m["role"] == "assistant" for m in obs):
+        return f"{what} holds an assistant message; only the model writes those"
+    return None
+
+
+def _check_step(result: Any) -> str | None:
+    if not isinstance(result, StepResult):
+        return f"step() must return rlxf.envs.StepResult, got {type(result).__name__}: {result!r:.120}"
+    if not isinstance(result.reward, (int, float)) or isinstance(result.reward, bool) or not math.isfinite(result.reward):
+        return f"step() returned reward {result.reward!r}; it must be a finite number"
+    return _check_messages(result.observation, "step() observation")
+
+
+def _reset(make_env: Callable[[], Env], task: EnvTask) -> tuple[Env, list]:
+    env = make_env()
+    return env, env.reset(task)
+
+
+def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[Prompt], seeds: list[int],
+                 sampling: SamplingParams, limits: EpisodeLimits, *, first_group: int = 0) -> list[Trajectory]:
+    """``sampling.n`` episodes per prompt, as unscored trajectories (``group = first_group + i``).
+
+    Each trajectory's ``reward`` is the episode return Σ_k r_k; ``episode`` holds the per-turn
+    rewards, the end, the error if any, the environment's infos and the whole conversation.
+    """
+    episodes = [
+        _Episode(prompt=p, group=first_group + i, task=EnvTask(
+            uid=p.uid, prompt=p.prompt_text, ground_truth=p.ground_truth, metadata=dict(p.metadata),
+            seed=derive_seed(seed, j)))
+        for i, (p, seed) in enumerate(zip(prompts, seeds, strict=True)) for j in range(sampling.n)
+    ]
+    for e, (ok, value) in zip(episodes, _call_all([lambda e=e: _reset(make_env, e.task) for e in episodes],
+                                                  limits.step_timeout_s)):
+        if not ok:
+            e.fail(f"reset: {value}")
+            continue
+        e.env, first = value
+        problem = _check_messages(first, "reset() observation")
+        if problem is None and first and first[-1]["role"] not in ("user", "tool", "system"):
+            problem = "reset() observation must end with a user / tool / system turn"
+        if problem is not None:
+            e.fail(problem)
+            continue
+        # an empty first observation: the data prompt as it is (single-turn tasks through this path)
+        e.conv = (Conversation.start(tokenizer, first) if first
+                  else Conversation.from_prompt(tokenizer, e.prompt.prompt_ids, e.prompt.prompt_text))
+        if len(e.conv.ids) >= limits.max_total_tokens:
+            e.fail(f"the first observation has {len(e.conv.ids)} tokens, env.max_total_tokens is "
+                   f"{limits.max_total_tokens}")
+
+    for turn in range(limits.max_turns):
+        live = [e for e in episodes if e.end is None]
+        if not live:
+            break
+        _model_turns(engine, live, sampling, limits, turn)
+        stepping = [e for e in live if e.end is None]
+        outcomes = _call_all([lambda e=e: e.env.step(e.conv.messages[-1]["content"]) for e in stepping],
+                             limits.step_timeout_s)
+        for e, (ok, result) in zip(stepping, outcomes):
+            _apply_step(e, ok, result, turn, limits)
+    return [_trajectory(e, tokenizer, limits.credit) for e in episodes]
+
+
+def _model_turns(engine, live: list[_Episode], sampling: SamplingParams, limits: EpisodeLimits, turn: int) -> None:
+    """Sample every live episode's next turn; episodes with the same token budget share a call."""
+    by_budget: dict[int, list[_Episode]] = {}
+    for e in live:
+        budget = min(sampling.max_new_tokens, limits.max_total_tokens - len(e.conv.ids))
+        by_budget.setdefault(budget, []).append(e)
+    for budget, batch in by_budget.items():
+        requests = [GenerationRequest(e.conv.ids, seed=derive_seed(e.task.seed, turn)) for e in batch]
+        results = engine.generate(requests, replace(sampling, n=1, max_new_tokens=budget))
+        for e, (c,) in zip(batch, results, strict=True):
+            if c.finish_reason == "error":
+                e.fail(f"engine: {c.error}")
+                continue
+            e.conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
+                                  stopped=c.finish_reason == "stop")
+            e.turns += 1
+
+
+def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLimits) -> None:
+    if not ok:
+        e.fail(f"step {turn}: {result}")
+        return
+    problem = _check_step(result)
+    if problem is not None:
+        e.fail(f"step {turn}: {problem}")
+        return
+    last_model = max((i for i, m in enumerate(e.conv.loss_mask) if m), default=None)
+    e.rewards.append(float(result.reward))
+    e.reward_at.append(last_model)
+    e.infos.append(dict(result.info))
+    if result.terminated or result.truncated:
+        e.end = "terminated" if result.terminated else "truncated"
+        e.final_observation = list(result.observation)
+        return
+    if turn == limits.max_turns - 1:
+        e.end, e.final_observation = "max_turns", list(result.observation)
+        return
+    try:
+        e.conv.add_messages(result.observation)
+    except TokenBoundaryError as err:
+        e.fail(f"step {turn}: {err}")
+        return
+    if len(e.conv.ids) >= limits.max_total_tokens:
+        e.end = "max_total_tokens"
+
+
+def _trajectory(e: _Episode, tokenizer, credit: Credit) -> Trajectory:
+    info = {"turns": e.turns, "turn_rewards": list(e.rewards), "end": e.end, "error": e.error, "infos": e.infos,
+            "final_observation": e.final_observation}
+    return conversation_trajectory(e.conv, e.prompt, e.group, tokenizer, rewards=e.rewards, reward_at=e.reward_at,
+                                   credit=credit, failed=e.end == "error", episode=info)
+
+
+def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: int, tokenizer, *,
+                            rewards: list[float], reward_at: list[int | None], credit: Credit, failed: bool,
+                            episode: dict[str, Any]) -> Trajectory:
+    """The trajectory of one recorded conversation (the agent loop's, or the chat endpoint's).
+
+    ``prompt`` becomes the first observation's ids; ``rewards[k]`` lands on response index
+    ``reward_at[k]`` under per-turn credit. A failed episode keeps its tokens with loss_mask 0.
+    """
+    ids = conv.response_ids if conv is not None else []
+    mask = [0] * len(ids) if failed or conv is None else list(conv.loss_mask)
+    token_rewards = None
+    if credit == "per_turn" and conv is not None:
+        token_rewards = [0.0] * len(ids)
+        for r, at in zip(rewards, reward_at):
+            if at is not None:
+                token_rewards[at] += r
+    last = conv.messages[-1] if conv is not None and conv.messages else {}
+    final_text = last.get("content", "") if last.get("role") == "assistant" else ""
+    end = episode.get("end")
+    finish = "error" if failed else "stop" if end == "terminated" else "length"
+    if conv is not None:
+        prompt = Prompt(uid=prompt.uid, prompt_ids=conv.ids[:conv.prompt_len],
+                        prompt_text=tokenizer.decode(conv.ids[:conv.prompt_len]), ground_truth=prompt.ground_truth,
+                        metadata=prompt.metadata)
+    return Trajectory(
+        prompt=prompt, group=group, response_ids=list(ids), response_text=final_text,
+        rollout_logprobs=list(conv.logprobs) if conv is not None else [], loss_mask=mask,
+        policy_versions=list(conv.versions) if conv is not None else [], finish_reason=finish,
+        reward=sum(rewards), token_rewards=token_rewards,
+        episode=_json_safe({**episode, "messages": conv.messages if conv is not None else []}),
+    )
+
+
+def _json_safe(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as JSON values (an environment's info may hold anything; samples.jsonl must not break)."""
+    return json.loads(json.dumps(record, default=repr))

@@ -1,0 +1,152 @@
+"""Token-in, token-out conversations: one token sequence per episode, built by appending.
+
+    conv = Conversation.start(tokenizer, [{"role": "user", "content": "Guess a number"}])
+    conv.ids                                   # the prompt ids (chat template, generation prompt)
+    conv.add_model_turn(completion_ids, logprobs, version)   # the engine's ids, never re-tokenized
+    conv.add_messages([{"role": "user", "content": "higher"}])  # template text between the turns
+
+The model's ids are kept as sampled. What the environment says is appended as the *difference*
+between two renderings of the chat template: the conversation so far and the conversation with
+the new messages (plus the next generation prompt). That is only sound when the template is
+append-only: rendering more messages must leave the earlier text unchanged. Each append checks
+this on the text (a template that rewrites earlier turns, e.g. one that drops reasoning from past
+assistant turns, raises ``TemplateAppendError``: a configuration problem) and checks that the
+appended text starts at a token boundary (``TokenBoundaryError``, ending only that episode), so
+the ids equal a fresh templating of the whole conversation whenever the model's own ids are the
+tokenizer's canonical ids of its text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlxf.envs.base import Message
+
+
+class TemplateAppendError(ValueError):
+    """The chat template re-renders earlier turns, so a conversation cannot be extended by appending."""
+
+
+class TokenBoundaryError(ValueError):
+    """The text appended after a model turn merges with the model's last tokens."""
+
+
+def render(tokenizer, messages: list[Message], *, generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    # the chat template writes its own special tokens: the tokenizer must add none
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+@dataclass
+class Conversation:
+    """The messages of one episode and its token sequence, with per-token provenance.
+
+    ``ids[:prompt_len]`` are the first observation's prompt; after it every token is either the
+    model's (``loss_mask`` 1, its engine log-prob and policy version) or the template's / the
+    environment's (``loss_mask`` 0, log-prob 0, version -1).
+    """
+
+    tokenizer: Any
+    messages: list[Message]
+    ids: list[int]
+    prompt_len: int
+    loss_mask: list[int] = field(default_factory=list)      # (R,) over ids[prompt_len:]
+    logprobs: list[float] = field(default_factory=list)     # (R,)
+    versions: list[int] = field(default_factory=list)       # (R,)
+    turn_ends: list[int] = field(default_factory=list)      # response index of each model turn's last token
+    _rendered: str = ""                                     # the template text ``ids`` stand for (canonically)
+    _stop_texts: tuple[str, ...] = ()                        # text of tokens that may end a model turn
+
+    @classmethod
+    def start(cls, tokenizer, messages: list[Message]) -> Conversation:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise TemplateAppendError("multi-turn episodes need a chat template; the tokenizer has none "
+                                      "(set model.chat_template)")
+        text = render(tokenizer, messages, generation_prompt=True)
+        ids = encode_text(tokenizer, text)
+        return cls(tokenizer=tokenizer, messages=[dict(m) for m in messages], ids=ids, prompt_len=len(ids),
+                   _rendered=text)
+
+    @classmethod
+    def from_prompt(cls, tokenizer, prompt_ids: list[int], prompt_text: str) -> Conversation:
+        """Start from a data prompt's own ids (an environment whose first observation is empty):
+        the model's turns append as usual, but environment messages cannot (their messages are unknown)."""
+        return cls(tokenizer=tokenizer, messages=[], ids=list(prompt_ids), prompt_len=len(prompt_ids),
+                   _rendered=prompt_text)
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.ids[self.prompt_len:]
+
+    def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int, *, stopped: bool = True) -> str:
+        """Append the engine's ids as they are; returns the turn's text (special tokens removed).
+
+        ``stopped``: the turn ended on a stop token (the engine's ``finish_reason == "stop"``); its
+        last token then stands for the template's end-of-turn text where the two agree."""
+        if len(token_ids) != len(logprobs):
+            raise ValueError(f"model turn: {len(token_ids)} ids but {len(logprobs)} log-probs")
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        self.ids += list(token_ids)
+        self.loss_mask += [1] * len(token_ids)
+        self.logprobs += [float(x) for x in logprobs]
+        self.versions += [int(version)] * len(token_ids)
+        if token_ids:
+            self.turn_ends.append(len(self.loss_mask) - 1)
+        self.messages.append({"role": "assistant", "content": text})
+        last = self.tokenizer.decode(token_ids[-1:], skip_special_tokens=False) if token_ids else ""
+        special = self.tokenizer.decode(token_ids[-1:], skip_special_tokens=True) == "" and last
+        self._stop_texts = (last,) if special and stopped else ()
+        return text
+
+    def add_messages(self, new: list[Message], *, generation_prompt: bool = True) -> list[int]:
+        """Append the environment's messages after the last model turn (and the generation prompt
+        of the next one); returns the appended ids (loss_mask 0)."""
+        assert self.messages and self.messages[-1]["role"] == "assistant", "add_messages follows a model turn"
+        if len(self.messages) == 1:
+            raise TokenBoundaryError("this episode started from the data prompt's own ids (the environment's "
+                                     "first observation was empty), so messages cannot be appended to it; "
+                                     "return the first observation as chat messages from reset()")
+        reply = self.messages[-1]["content"]
+        closed = render(self.tokenizer, self.messages, generation_prompt=False)
+        full = render(self.tokenizer, self.messages + [dict(m) for m in new], generation_prompt=generation_prompt)
+        name = getattr(self.tokenizer, "name_or_path", "") or "the tokenizer's"
+        if not closed.startswith(self._rendered) or not full.startswith(closed):
+            raise TemplateAppendError(
+                f"chat template of {name!r} is not append-only: rendering the conversation with one more "
+                f"message changes the text of earlier turns (e.g. it drops past reasoning, or moves the system "
+                f"prompt), so multi-turn token ids cannot be built by appending; set model.chat_template to a "
+                f"template whose rendering of a longer conversation starts with that of a shorter one")
+        turn = closed[len(self._rendered):]
+        if not turn.startswith(reply):
+            raise TemplateAppendError(
+                f"chat template of {name!r} changes the assistant's text when rendering it (expected the turn "
+                f"to start with the model's reply {reply[:40]!r}, got {turn[:40]!r}); token-in/token-out needs "
+                f"templates that write assistant content verbatim")
+        closing = turn[len(reply):]
+        # The model ended its turn with the template's own end token: it stands for that text. Any
+        # other stop token (another eos id) stays as sampled, and the template's closing follows it
+        # (mask 0): the ids then hold one token a fresh templating would not, never a re-tokenization.
+        for stop in self._stop_texts:
+            if closing.startswith(stop):
+                closing = closing[len(stop):]
+                break
+        appended = closing + full[len(closed):]
+        new_ids = encode_text(self.tokenizer, appended)
+        # the appended text must start at a token boundary of the whole conversation
+        whole = encode_text(self.tokenizer, full)
+        if new_ids and whole[len(whole) - len(new_ids):] != new_ids:
+            raise TokenBoundaryError(
+                f"the text the template appends after the model's turn ({appended[:30]!r}) merges with the "
+                f"model's last tokens when the conversation is tokenized whole; the episode's ids would "
+                f"differ from a fresh templating")
+        self.messages += [dict(m) for m in new]
+        self.ids += new_ids
+        self.loss_mask += [0] * len(new_ids)
+        self.logprobs += [0.0] * len(new_ids)
+        self.versions += [-1] * len(new_ids)
+        self._rendered = full
+        return new_ids

@@ -1,0 +1,185 @@
+"""Tools the model can call, in the JSON function-call format of tool-using chat templates.
+
+**The call format** (Hermes / Qwen2.5 style, which their chat templates render): anywhere in its
+turn the model writes
+
+    <tool_call>{"name": "calculator", "arguments": {"expression": "123*456"}}</tool_call>
+
+one block per call, each a JSON object with ``name`` (a string) and ``arguments`` (an object).
+Every call is run and answered, in order, by one message ``{"role": "tool", "content": RESULT}``
+where RESULT is the tool's return value as text (JSON for anything but a string), or
+``error: WHY`` for a malformed block, an unknown tool, bad arguments or a tool that raised. The
+model sees its mistakes and can learn from them; every failure is counted
+(``ToolResult.errors``).
+
+Built-in tools: ``calculator`` (exact arithmetic on integers and fractions: + - * / // % **
+and parentheses) and ``python`` (a program run in rlxf's code sandbox, ``rlxf.rewards.sandbox``;
+its stdout is the result). Your own: a function given as ``package.module:function``; its JSON
+schema (shown to the model) is taken from its signature and Google-style docstring by
+``transformers.utils.get_json_schema``, so every argument needs a type hint and a description.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from rlxf.envs.base import EnvError, Message, import_object
+
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@dataclass
+class ToolResult:
+    """The tool messages answering one model turn, and how many calls failed."""
+
+    messages: list[Message]
+    calls: int = 0
+    errors: int = 0
+    trace: list[dict[str, Any]] = field(default_factory=list)   # [{name, arguments, result, error}]
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+
+
+def _exact(node: ast.AST) -> Fraction:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_exact(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _exact(node.left), _exact(node.right)
+        if isinstance(node.op, ast.Pow) and (right.denominator != 1 or abs(right) > 64 or abs(left) > 10**12):
+            raise ValueError("exponents must be integers of at most 64 on bases of at most 10**12")
+        return _BINARY[type(node.op)](left, right)
+    raise ValueError(f"unsupported expression element {ast.dump(node)[:40]}; use numbers, + - * / // % ** and ()")
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression exactly.
+
+    Args:
+        expression: Numbers with + - * / // % ** and parentheses, e.g. "(12+34)*56".
+    """
+    if len(expression) > 500:
+        raise ValueError("expression longer than 500 characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"not an arithmetic expression: {e.msg}") from None
+    value = _exact(tree.body)
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+class PythonTool:
+    """Runs a program in the code sandbox; the result is its stdout (or its error)."""
+
+    def __init__(self, isolation: str = "auto", cpu_s: float = 2.0):
+        self.isolation, self.cpu_s = isolation, cpu_s
+        self._box = None
+        self._lock = threading.Lock()
+
+    def __call__(self, code: str) -> str:
+        """Run a Python program and return what it prints.
+
+        Args:
+            code: The program; print the values you want to see.
+        """
+        from rlxf.rewards.sandbox import Sandbox, SandboxLimits, TestCase
+
+        with self._lock:  # one sandbox for every episode, started on the first call
+            if self._box is None:
+                self._box = Sandbox(SandboxLimits(cpu_s=self.cpu_s), isolation=self.isolation)
+        out = self._box.run(code, [TestCase.stdio("")]).tests[0]
+        if out.status != "ok":
+            raise RuntimeError(f"program {out.status}: {out.stderr[-400:] or out.stdout[-400:]}")
+        return out.stdout
+
+    def close(self) -> None:
+        if self._box is not None:
+            self._box.close()
+
+
+def tool_schema(fn: Callable, name: str) -> dict[str, Any]:
+    """The JSON schema of ``fn`` from its signature and docstring, or an error saying what is missing."""
+    from transformers.utils import get_json_schema
+
+    try:
+        schema = get_json_schema(fn)
+    except Exception as e:  # noqa: BLE001 - transformers raises several types for bad docstrings/hints
+        raise EnvError(f"tool {name!r}: cannot build its JSON schema from the signature and docstring ({e}); "
+                       f"give every argument a type hint and an `Args:` line in a Google-style docstring") from e
+    schema["function"]["name"] = name
+    return schema
+
+
+class ToolSet:
+    """The tools of a run by name; parses a model turn's calls and runs them."""
+
+    def __init__(self, specs: list[str]):
+        self.functions: dict[str, Callable[..., Any]] = {}
+        self.schemas: list[dict[str, Any]] = []
+        for spec in specs:
+            if spec == "calculator":
+                name, fn = "calculator", calculator
+            elif spec == "python":
+                name, fn = "python", PythonTool()
+            elif ":" in spec:
+                fn = import_object(spec, "tool", "env.tools")
+                if not callable(fn):
+                    raise EnvError(f"env.tools: {spec!r} is not callable")
+                name = spec.partition(":")[2]
+            else:
+                raise EnvError(f"env.tools: unknown tool {spec!r}; built-in: calculator, python, or "
+                               f"`package.module:function` for your own")
+            if name in self.functions:
+                raise EnvError(f"env.tools: two tools are called {name!r}")
+            self.functions[name] = fn
+            self.schemas.append(tool_schema(fn.__call__ if isinstance(fn, PythonTool) else fn, name))
+
+    def describe(self) -> str:
+        """A system-prompt paragraph listing the tools and the call format."""
+        lines = ["You can call tools. To call one, write",
+                 '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>',
+                 "and its result comes back in a tool message. Tools:"]
+        lines += [json.dumps(s["function"], sort_keys=True) for s in self.schemas]
+        return "\n".join(lines)
+
+    def run(self, text: str) -> ToolResult:
+        """Run every call in ``text``; one tool message per call (none when the turn has no call)."""
+        out = ToolResult(messages=[])
+        for block in TOOL_CALL.findall(text):
+            out.calls += 1
+            name, args, error, result = None, None, None, None
+            try:
+                call = json.loads(block)
+                if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
+                        or not isinstance(call.get("arguments", {}), dict):
+                    raise ValueError('a call is {"name": string, "arguments": object}')
+                name, args = call["name"], call.get("arguments", {})
+                if name not in self.functions:
+                    raise ValueError(f"unknown tool {name!r}; tools: {', '.join(self.functions)}")
+                value = self.functions[name](**args)
+                result = value if isinstance(value, str) else json.dumps(value)
+            except Exception as e:  # noqa: BLE001 - a bad call is the model's to learn from
+                error = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
+            if error is not None:
+                out.errors += 1
+            out.messages.append({"role": "tool", "content": result if error is None else f"error: {error}"})
+            out.trace.append({"name": name, "arguments": args, "result": result, "error": error})
+        return out
+
+    def close(self) -> None:
+        for fn in self.functions.values():
+            close = getattr(fn, "close", None)
+            if isinstance(fn, PythonTool) and close is not None:
+                close()

@@ -1,0 +1,133 @@
+"""The figures of ``rlxf report``: smoothed curves over the raw ones, eval points, phase times.
+
+Plotting only: what to plot and the page around it live in ``rlxf.metrics.report``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+PHASES = ("rollout", "reward", "experience", "train", "sync", "eval", "checkpoint")
+STYLES = ("-", "--", ":", "-.")
+
+
+class Series(Protocol):
+    name: str
+
+    def series(self, key: str) -> tuple[list[int], list[float]]: ...
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    keys: tuple[str, ...]   # metric names drawn on this plot (solid, dashed, dotted, ...)
+    ylabel: str
+
+
+def smoothing_weight(n: int) -> float:
+    """EMA weight for a curve of ``n`` points: a span of about n/20 points (none under 20)."""
+    span = max(1, n // 20)
+    return 1.0 - 2.0 / (span + 1)
+
+
+def ema(ys: Sequence[float], weight: float) -> list[float]:
+    """Debiased exponential moving average (TensorBoard's smoothing).
+
+        m_i = w m_{i-1} + (1 - w) y_i,  m_0 = 0;   s_i = m_i / (1 - w^i)
+
+    The division removes the pull towards 0 of the first points; ``weight`` 0 returns ``ys``.
+    """
+    out, m = [], 0.0
+    for i, y in enumerate(ys, start=1):
+        m = weight * m + (1.0 - weight) * y
+        out.append(m / (1.0 - weight**i) if weight > 0 else y)
+    return out
+
+
+def png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _integer_axes(ax, ys_all: list[float]) -> None:
+    """Steps are whole numbers, and so are some metrics (token counts): no 2.5 ticks on them."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ys_all and all(float(y).is_integer() for y in ys_all):
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def line_plot(plot: Plot, runs: Sequence[Series]):
+    """One axes: each run a colour, each key a line style. Training curves are drawn raw (faint)
+    with their smoothed curve on top; eval keys (measured every few steps) as points."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ys_all: list[float] = []
+    for ci, run in enumerate(runs):
+        color = f"C{ci % 10}"
+        for si, key in enumerate(plot.keys):
+            xs, ys = run.series(key)
+            if not xs:
+                continue
+            ys_all += ys
+            label = key if len(runs) == 1 else f"{run.name}: {key}"
+            style = STYLES[si % len(STYLES)]
+            if key.startswith("eval/"):
+                ax.plot(xs, ys, style, color=color, label=label, marker="o", markersize=4, linewidth=1)
+                continue
+            weight = smoothing_weight(len(ys))
+            if weight > 0:
+                ax.plot(xs, ys, style, color=color, alpha=0.25, linewidth=1)
+                label += " (smoothed)"
+            ax.plot(xs, ema(ys, weight), style, color=color, label=label, linewidth=1.6)
+    ax.set_title(plot.title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(plot.ylabel)
+    ax.grid(alpha=0.3)
+    _integer_axes(ax, ys_all)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def phase_means(run: Series) -> dict[str, float]:
+    """Mean seconds per step of each phase. Phases that run only on some steps (eval,
+    checkpoint) are averaged over every step too, so each is its share of a step's time."""
+    steps = len(run.series("time/step")[1])
+    means = {}
+    for phase in PHASES:
+        _, ys = run.series(f"time/{phase}")
+        if ys:
+            means[phase] = sum(ys) / max(steps, len(ys))
+    return means
+
+
+def time_plot(runs: Sequence[Series]):
+    """Mean seconds per step in each phase, one stacked bar per run."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * max(2, len(runs))))
+    drawn = False
+    for ri, run in enumerate(runs):
+        left = 0.0
+        for phase, mean in phase_means(run).items():
+            ax.barh(ri, mean, left=left, color=f"C{PHASES.index(phase)}", label=phase)
+            left += mean
+            drawn = True
+    ax.set_yticks(range(len(runs)), [r.name for r in runs])
+    ax.set_xlabel("seconds per step (mean)")
+    ax.set_title("Time per phase")
+    if drawn:
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7, ncol=len(uniq), loc="upper center",
+                  bbox_to_anchor=(0.5, -0.35), frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
+    return fig

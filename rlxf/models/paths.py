@@ -1,0 +1,94 @@
+"""Where a model lives: one rule for every command (issue 17.9).
+
+Every run writes its models the same way, SFT and RL alike::
+
+    runs/<name>/checkpoints/step_N/model/     config.json + weights + tokenizer (HF format)
+
+and every command that takes a model (``model.path``, ``rlxf generate``, ``rlxf eval
+--checkpoint``, the Python API) accepts any of the three directories on that path:
+
+- a **model directory** (holds ``config.json``): used as it is;
+- a **checkpoint directory** (holds ``model/config.json``): its ``model/``;
+- a **run directory** (holds ``checkpoints/step_N/model/``): the newest checkpoint's model.
+
+Anything else that exists locally is an error that names the three forms; a name that does not
+exist locally is left alone (a Hugging Face hub id).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_SUBDIR = "model"
+CHECKPOINTS_SUBDIR = "checkpoints"
+_STEP = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """A resolved model directory and, when it belongs to one, its run and checkpoint step."""
+
+    model: Path          # the directory holding config.json
+    run: Path | None     # runs/<name>/ it was saved by, if any
+    step: int | None     # the checkpoint's step, if it is a checkpoint's model
+
+
+class ModelPathError(ValueError):
+    """A local directory that holds no model in any of the accepted layouts."""
+
+
+def _is_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def _step(path: Path) -> int | None:
+    m = _STEP.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _owner(checkpoint: Path) -> tuple[Path | None, int | None]:
+    """(run dir, step) of ``.../checkpoints/step_N``; (None, None) for a loose directory."""
+    step = _step(checkpoint)
+    if step is None or checkpoint.parent.name != CHECKPOINTS_SUBDIR:
+        return None, None
+    return checkpoint.parent.parent, step
+
+
+def newest_checkpoint_model(run: Path) -> tuple[int, Path] | None:
+    """(step, model dir) of the newest checkpoint under ``run/checkpoints`` that holds a model."""
+    root = run / CHECKPOINTS_SUBDIR
+    if not root.is_dir():
+        return None
+    found = [(s, p / MODEL_SUBDIR) for p in root.iterdir()
+             if (s := _step(p)) is not None and _is_model_dir(p / MODEL_SUBDIR)]
+    return max(found) if found else None
+
+
+def resolve_model_dir(path: str | Path) -> ModelLocation:
+    """The model directory that ``path`` (a model, checkpoint or run directory) stands for.
+
+    Raises :class:`ModelPathError` when ``path`` is a directory in none of those layouts.
+    """
+    path = Path(path).expanduser()
+    if _is_model_dir(path):
+        if path.name == MODEL_SUBDIR:
+            run, step = _owner(path.parent)
+            return ModelLocation(path, run, step)
+        return ModelLocation(path, None, None)
+    if _is_model_dir(path / MODEL_SUBDIR):
+        run, step = _owner(path)
+        return ModelLocation(path / MODEL_SUBDIR, run, step)
+    newest = newest_checkpoint_model(path)
+    if newest is not None:
+        return ModelLocation(newest[1], path, newest[0])
+    if (path / CHECKPOINTS_SUBDIR).is_dir():
+        raise ModelPathError(
+            f"{path} is a run directory without any saved model yet (nothing in "
+            f"{path / CHECKPOINTS_SUBDIR}/step_N/model). Wait for its first checkpoint "
+            "(checkpoint.every) or give a model directory.")
+    raise ModelPathError(
+        f"{path} holds no model. Give a model directory (with config.json), a checkpoint "
+        f"directory (with model/config.json, e.g. runs/NAME/checkpoints/step_200) or a run "
+        f"directory (with checkpoints/step_N/model, e.g. runs/NAME).")

@@ -1,0 +1,141 @@
+"""Warnings a user needs when RL does not learn, read from each step's metrics.
+
+    diagnostics = Diagnostics()
+    for step ...:
+        diagnostics.observe(step, metrics)     # logs on the "rlxf" logger, each warning once
+
+Each check looks at a few steps, not one (a single bad batch is noise), and fires at most
+once per run (per eval source for the accuracy check), so a long run does not drown its log:
+
+- **no signal**: most groups had equal rewards (every advantage 0) over the last steps;
+- **engine/trainer gap**: the engine's sampling log-probs and the trainer's log π_old of the
+  same tokens disagree (bf16 vs fp32, a temperature mismatch, a missed weight sync);
+- **clipping**: a large fraction of tokens hit the PPO clip (steps too large for the trust region);
+- **forgetting / not learning**: held-out accuracy stayed below its first value for several evals.
+
+The metric names are the loop's (``rlxf.trainer``): ``groups/zero_variance_frac`` (the
+actor), ``sampling/kept_frac`` (dynamic sampling), ``rollout/logprob_gap_mean``,
+``policy/clipfrac_*`` and ``eval/accuracy`` or ``eval/<source>/accuracy``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DiagnosticThresholds:
+    """When each warning fires. The defaults are loose: they flag runs that are clearly off."""
+
+    zero_variance_frac: float = 0.8   # mean fraction of signal-less groups over `window` steps
+    window: int = 10                  # steps averaged for the zero-variance check
+    logprob_gap: float = 0.05         # mean |log π_rollout - log π_old| per token; ~1e-6 on CPU fp32
+    clip_frac: float = 0.2            # fraction of tokens clipped (low + high + dual)
+    patience: int = 3                 # consecutive steps over the gap / clip thresholds
+    eval_patience: int = 3            # consecutive evals below the first one
+
+    def __post_init__(self) -> None:
+        for name in ("window", "patience", "eval_patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DiagnosticThresholds.{name} must be >= 1, got {getattr(self, name)!r}")
+        if not 0 < self.zero_variance_frac <= 1:
+            raise ValueError(f"DiagnosticThresholds.zero_variance_frac must be in (0, 1], "
+                             f"got {self.zero_variance_frac!r}")
+
+
+@dataclass
+class Diagnostics:
+    """Watches one run's step metrics and warns (once per kind) when RL is unlikely to learn."""
+
+    thresholds: DiagnosticThresholds = field(default_factory=DiagnosticThresholds)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("rlxf"))
+    _zero_var: deque = field(init=False, repr=False)
+    _streaks: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    _eval_start: dict[str, float] = field(init=False, repr=False, default_factory=dict)
+    _warned: set[str] = field(init=False, repr=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._zero_var = deque(maxlen=self.thresholds.window)
+
+    def observe(self, step: int, metrics: Mapping[str, float]) -> list[str]:
+        """Read one step's metrics; log and return the warnings issued now (usually none)."""
+        issued = [msg for msg in (self._no_signal(step, metrics), self._gap(step, metrics),
+                                  self._clipping(step, metrics), *self._evals(step, metrics)) if msg]
+        for msg in issued:
+            self.logger.warning(msg)
+        return issued
+
+    def _once(self, key: str, message: str) -> str | None:
+        if key in self._warned:
+            return None
+        self._warned.add(key)
+        return message
+
+    def _streak(self, key: str, over: bool) -> int:
+        self._streaks[key] = self._streaks.get(key, 0) + 1 if over else 0
+        return self._streaks[key]
+
+    def _no_signal(self, step: int, m: Mapping[str, float]) -> str | None:
+        # dynamic sampling drops zero-variance groups before the actor sees them: count those too
+        fracs = [m["groups/zero_variance_frac"]] if "groups/zero_variance_frac" in m else []
+        if "sampling/kept_frac" in m:
+            fracs.append(1.0 - m["sampling/kept_frac"])
+        if not fracs:
+            return None
+        self._zero_var.append(max(fracs))
+        t = self.thresholds
+        mean = sum(self._zero_var) / len(self._zero_var)
+        if len(self._zero_var) < t.window or mean < t.zero_variance_frac:
+            return None
+        return self._once("no_signal", (
+            f"step {step}: over the last {t.window} steps {mean:.0%} of groups had equal rewards for "
+            f"every sample (zero advantage, nothing to learn from). The task is too hard (or too easy) "
+            f"for the policy: start from a model that is sometimes right (SFT first), make the task "
+            f"easier, raise rollout.n, or set algorithm.dynamic_sampling: true with more "
+            f"algorithm.max_sampling_rounds to refill batches with informative groups."))
+
+    def _gap(self, step: int, m: Mapping[str, float]) -> str | None:
+        if "rollout/logprob_gap_mean" not in m:
+            return None
+        gap = m["rollout/logprob_gap_mean"]
+        t = self.thresholds
+        if self._streak("gap", gap > t.logprob_gap) < t.patience:
+            return None
+        return self._once("gap", (
+            f"step {step}: the engine's sampling log-probs and the trainer's differ by {gap:.3g} per "
+            f"token on average (rollout/logprob_gap_mean) for {t.patience} steps; the same weights "
+            f"should agree to ~1e-3 or better. Check that rollout and trainer use the same dtype and "
+            f"rollout.temperature, and that weights reach the engine every step; "
+            f"algorithm.tis_cap corrects a small, known mismatch."))
+
+    def _clipping(self, step: int, m: Mapping[str, float]) -> str | None:
+        keys = [k for k in m if k.startswith("policy/clipfrac")]
+        if not keys:
+            return None
+        frac = sum(m[k] for k in keys)
+        t = self.thresholds
+        if self._streak("clip", frac > t.clip_frac) < t.patience:
+            return None
+        return self._once("clip", (
+            f"step {step}: {frac:.0%} of tokens hit the PPO clip ({' + '.join(sorted(keys))}) for "
+            f"{t.patience} steps: each update moves the policy further than the trust region allows. "
+            f"Lower train.optim.lr, use fewer train.ppo_epochs or a larger train.mini_batch_size."))
+
+    def _evals(self, step: int, m: Mapping[str, float]) -> list[str | None]:
+        out = []
+        t = self.thresholds
+        for key in sorted(k for k in m if k.startswith("eval/") and k.endswith("accuracy")):
+            acc = m[key]
+            start = self._eval_start.setdefault(key, acc)
+            if self._streak(key, acc < start) < t.eval_patience:
+                continue
+            out.append(self._once(key, (
+                f"step {step}: held-out {key} has been below its first value ({start:.1%}) for "
+                f"{t.eval_patience} evaluations (now {acc:.1%}): RL is not improving this skill, or is "
+                f"erasing it. Lower train.optim.lr or add warm-up, add algorithm.kl_coef to stay near "
+                f"the start, and mix prompts of the skills to keep into the data; check samples.jsonl "
+                f"for what the reward actually pays for.")))
+        return out

@@ -1,0 +1,145 @@
+"""Tools: the calculator's exact values, the JSON call format and its failures, schemas of custom
+tools, the Python tool through the sandbox, and tool-use arithmetic episodes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlxf.config.env import EnvConfig
+from rlxf.envs.base import EnvError
+from rlxf.envs.rollout import EnvRollout
+from rlxf.envs.tools import ToolSet, calculator
+from rlxf.rollout import SamplingParams
+from rlxf.types import Prompt
+
+
+def call(name, **arguments):
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+@pytest.mark.parametrize("expr, value", [("123*456", "56088"), ("(12+34)*56", "2576"), ("7/2", "7/2"),
+                                         ("-3**2", "-9"), ("17//5 + 17%5", "5"), ("0.5*4", "2")])
+def test_calculator_is_exact(expr, value):
+    assert calculator(expr) == value
+
+
+@pytest.mark.parametrize("expr", ["__import__('os').system('x')", "2**1000", "x+1", "1/0", "(1"])
+def test_calculator_rejects(expr):
+    with pytest.raises((ValueError, ZeroDivisionError)):
+        calculator(expr)
+
+
+def test_calls_run_in_order_and_failures_are_error_observations():
+    tools = ToolSet(["calculator", "env_plugins:word_count", "env_plugins:explode", "env_plugins:garbage"])
+    text = ("first " + call("calculator", expression="6*7") + call("word_count", text="a bb ccc", minimum=2)
+            + "<tool_call>{not json</tool_call>" + call("nope") + call("calculator", expr="1")
+            + call("explode", x=1) + call("garbage", x=1) + '<tool_call>["calculator"]</tool_call>')
+    out = ToolSet.run(tools, text)
+    contents = [m["content"] for m in out.messages]
+    assert all(m["role"] == "tool" for m in out.messages)
+    assert contents[:2] == ["42", "2"]
+    assert contents[2].startswith("error: Expecting property name")
+    assert contents[3] == "error: unknown tool 'nope'; tools: calculator, word_count, explode, garbage"
+    assert contents[4].startswith("error: TypeError") and "expr" in contents[4]
+    assert contents[5] == "error: RuntimeError: tool crashed"
+    assert contents[6].startswith("error: TypeError") and "JSON serializable" in contents[6]
+    assert contents[7].startswith('error: a call is {"name"')
+    assert (out.calls, out.errors) == (8, 6)
+    assert tools.run("no call here").messages == []
+
+
+def test_custom_tool_schema_from_signature_and_docstring():
+    [schema] = ToolSet(["env_plugins:word_count"]).schemas
+    fn = schema["function"]
+    assert fn["name"] == "word_count" and fn["description"] == "Count the words of a text."
+    assert fn["parameters"]["properties"] == {
+        "text": {"type": "string", "description": "The text to count."},
+        "minimum": {"type": "integer", "description": "Only count words at least this long."}}
+    assert fn["parameters"]["required"] == ["text"]
+
+
+def test_tool_errors_name_the_tool():
+    with pytest.raises(EnvError, match="tool 'undocumented': cannot build its JSON schema"):
+        ToolSet(["env_plugins:undocumented"])
+    with pytest.raises(EnvError, match="unknown tool 'abacus'"):
+        ToolSet(["abacus"])
+    with pytest.raises(EnvError, match="two tools are called 'calculator'"):
+        ToolSet(["calculator", "calculator"])
+
+
+def test_python_tool_runs_in_the_sandbox():
+    from rlxf.rewards.sandbox import SandboxUnavailable
+
+    try:
+        tools = ToolSet(["python"])
+        out = tools.run(call("python", code="print(sum(range(10)))") + call("python", code="raise SystemExit(3)"))
+    except SandboxUnavailable as e:   # pragma: no cover - a kernel without any isolation at all
+        pytest.skip(f"sandbox unavailable: {e}")
+    finally:
+        tools.close()
+    assert out.messages[0]["content"] == "45\n"
+    assert out.messages[1]["content"].startswith("error: RuntimeError: program error") and out.errors == 1
+
+
+class ToolPolicyEngine:
+    """Calls the calculator on the expression, then answers with the tool's result (or garbage first)."""
+
+    def __init__(self, tokenizer, bad_first=False):
+        self.tokenizer, self.bad_first, self.policy_version = tokenizer, bad_first, 0
+
+    def generate(self, requests, sampling):
+        from rlxf.envs.tokens import encode_text
+        from rlxf.types import Completion
+
+        out = []
+        for r in requests:
+            text = self.tokenizer.decode(list(r.prompt_ids))
+            if "<|im_start|>tool" not in text:
+                expr = text.split("<|im_start|>user\n")[1].split("=")[0]
+                reply = "<tool_call>{oops</tool_call>" if self.bad_first else call("calculator", expression=expr)
+            else:
+                result = text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0]
+                expr = text.split("<|im_start|>user\n")[1].split("=")[0]
+                reply = call("calculator", expression=expr) if result.startswith("error:") else f"The answer is {result}"
+            ids = encode_text(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
+            out.append([Completion(ids, [-0.1] * len(ids), "stop", 0)])
+        return out
+
+
+@pytest.mark.parametrize("bad_first", [False, True])
+def test_tool_arithmetic_episodes(tokenizer_for_tests, bad_first):
+    rollout = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["calculator"], max_total_tokens=2048),
+                         ToolPolicyEngine(tokenizer_for_tests, bad_first), tokenizer_for_tests)
+    ps = [Prompt(uid="a:0", prompt_ids=[1], prompt_text="", ground_truth="56088",
+                 metadata={"expression": "123*456"})]
+    [t] = rollout.generate(ps, [0], SamplingParams(n=1, max_new_tokens=64))
+    metrics = rollout.score([t], 64)
+    roles = [m["role"] for m in t.episode["messages"]]
+    assert t.correct and t.reward == 1.0 and t.episode["end"] == "terminated"
+    assert roles == ["system", "user"] + ["assistant", "tool"] * (1 + bad_first) + ["assistant"]
+    assert "calculator" in t.episode["messages"][0]["content"]
+    assert metrics["env/tool_call_errors"] == float(bad_first)
+
+
+def test_hanging_tool_ends_its_episode(tokenizer_for_tests):
+    import env_plugins
+
+    class Hanger(ToolPolicyEngine):
+        def generate(self, requests, sampling):
+            from rlxf.envs.tokens import encode_text
+            from rlxf.types import Completion
+
+            ids = encode_text(self.tokenizer, call("hang", x=1)) + [self.tokenizer.eos_token_id]
+            return [[Completion(ids, [0.0] * len(ids), "stop", 0)] for _ in requests]
+
+    rollout = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["env_plugins:hang"], step_timeout_s=0.3,
+                                   max_total_tokens=2048), Hanger(tokenizer_for_tests), tokenizer_for_tests)
+    ps = [Prompt(uid="a:0", prompt_ids=[1], prompt_text="", ground_truth="2", metadata={"expression": "1+1"})]
+    try:
+        [t] = rollout.generate(ps, [0], SamplingParams(n=1, max_new_tokens=64))
+    finally:
+        env_plugins.HANG.set()
+    assert t.episode["end"] == "error" and "did not return within 0.3 s" in t.episode["error"]
+    assert rollout.score([t], 64)["env/step_timeouts"] == 1

@@ -1,0 +1,101 @@
+"""The warnings a user needs when RL does not learn: each fires after its patience, once, on
+the "rlxf" logger, and never on a healthy run."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rlxf.trainer.diagnostics import Diagnostics, DiagnosticThresholds
+
+HEALTHY = {"groups/zero_variance_frac": 0.3, "rollout/logprob_gap_mean": 1e-6,
+           "policy/clipfrac_low": 0.01, "policy/clipfrac_high": 0.02}
+
+
+def _feed(d: Diagnostics, rows: list[dict]) -> list[tuple[int, str]]:
+    return [(step, msg) for step, m in enumerate(rows, start=1) for msg in d.observe(step, m)]
+
+
+def test_a_healthy_run_raises_nothing(caplog):
+    d = Diagnostics()
+    rows = [HEALTHY | ({"eval/accuracy": 0.2 + 0.01 * i} if i % 5 == 0 else {}) for i in range(100)]
+    with caplog.at_level(logging.WARNING, logger="rlxf"):
+        assert _feed(d, rows) == []
+    assert not caplog.records
+
+
+def test_no_signal_warns_once_after_a_full_window_of_mostly_equal_groups(caplog):
+    d = Diagnostics(DiagnosticThresholds(window=4, zero_variance_frac=0.8))
+    rows = [HEALTHY | {"groups/zero_variance_frac": 0.9}] * 20
+    with caplog.at_level(logging.WARNING, logger="rlxf"):
+        issued = _feed(d, rows)
+    assert [step for step, _ in issued] == [4]                       # the first full window, then never again
+    assert "90% of groups had equal rewards" in issued[0][1]
+    assert [r.name for r in caplog.records] == ["rlxf"] and caplog.records[0].levelno == logging.WARNING
+
+
+def test_no_signal_counts_the_groups_dynamic_sampling_dropped():
+    """Dynamic sampling hands the actor only groups that disagree (zero_variance_frac 0), but it
+    kept 5% of what it sampled: 95% had no signal."""
+    d = Diagnostics(DiagnosticThresholds(window=3))
+    issued = _feed(d, [HEALTHY | {"groups/zero_variance_frac": 0.0, "sampling/kept_frac": 0.05}] * 3)
+    assert [step for step, _ in issued] == [3] and "95%" in issued[0][1]
+
+
+def test_no_signal_needs_most_groups_on_average():
+    d = Diagnostics(DiagnosticThresholds(window=4, zero_variance_frac=0.8))
+    # mean 0.775 over every window of 4: below the threshold though half the steps are at 1.0
+    rows = [HEALTHY | {"groups/zero_variance_frac": v} for v in [1.0, 0.55] * 10]
+    assert _feed(d, rows) == []
+
+
+@pytest.mark.parametrize(("key", "bad", "needle"), [
+    ("rollout/logprob_gap_mean", 0.2, "rollout/logprob_gap_mean"),
+    ("policy/clipfrac_high", 0.5, "PPO clip"),
+])
+def test_gap_and_clipping_warn_after_patience_consecutive_steps(key, bad, needle):
+    d = Diagnostics(DiagnosticThresholds(patience=3))
+    # two bad steps, a good one (the streak restarts), then bad for good
+    values = [bad, bad, 0.0, bad, bad, bad, bad, bad]
+    issued = _feed(d, [HEALTHY | {key: v} for v in values])
+    assert [step for step, _ in issued] == [6]
+    assert needle in issued[0][1]
+
+
+def test_clip_fraction_adds_low_high_and_dual():
+    d = Diagnostics(DiagnosticThresholds(patience=1, clip_frac=0.2))
+    m = HEALTHY | {"policy/clipfrac_low": 0.08, "policy/clipfrac_high": 0.08, "policy/clipfrac_dual": 0.08}
+    (msg,) = d.observe(1, m)
+    assert "24% of tokens" in msg
+
+
+def test_eval_below_its_start_for_several_evals_warns_once_per_source():
+    d = Diagnostics(DiagnosticThresholds(eval_patience=3))
+    evals = [  # start 0.5; easy: below at 2 and 3, recovers at 4, then below at 5, 6, 7 -> warns at 7
+        {"eval/accuracy": 0.5, "eval/easy/accuracy": 0.9},
+        {"eval/accuracy": 0.6, "eval/easy/accuracy": 0.8},
+        {"eval/accuracy": 0.7, "eval/easy/accuracy": 0.7},
+        {"eval/accuracy": 0.7, "eval/easy/accuracy": 0.9},
+        {"eval/accuracy": 0.7, "eval/easy/accuracy": 0.5},
+        {"eval/accuracy": 0.7, "eval/easy/accuracy": 0.4},
+        {"eval/accuracy": 0.7, "eval/easy/accuracy": 0.3},
+        {"eval/accuracy": 0.7, "eval/easy/accuracy": 0.2},
+    ]
+    steps_without_eval = [HEALTHY] * 4   # steps with no eval neither count nor reset
+    rows = [row for e in evals for row in (HEALTHY | e, *steps_without_eval)]
+    issued = _feed(d, rows)
+    assert len(issued) == 1
+    step, msg = issued[0]
+    assert step == 6 * 5 + 1 and "eval/easy/accuracy" in msg and "90.0%" in msg and "30.0%" in msg
+
+
+def test_steps_without_the_metrics_are_ignored():
+    assert Diagnostics().observe(1, {"reward/mean": 0.0}) == []
+
+
+@pytest.mark.parametrize(("field", "value"), [("window", 0), ("patience", 0), ("eval_patience", 0),
+                                              ("zero_variance_frac", 0.0), ("zero_variance_frac", 1.5)])
+def test_thresholds_reject_impossible_values(field, value):
+    with pytest.raises(ValueError, match=f"DiagnosticThresholds.{field}"):
+        DiagnosticThresholds(**{field: value})

@@ -1,0 +1,47 @@
+"""The reward error budget (issue 17 item 2): a step with too many failed rewards stops the run."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlxf.config.reward import RewardConfig
+from rlxf.trainer.collect import RewardFailures, check_reward_failures
+from rlxf.types import Prompt, Trajectory
+
+
+def _trajs(n: int, failed: int) -> list[Trajectory]:
+    prompt = Prompt(uid="task:train:7", prompt_ids=[1], prompt_text="1+1=")
+    return [Trajectory(prompt=prompt, group=0, response_ids=[2], response_text="2", rollout_logprobs=[-0.1],
+                       loss_mask=[1], policy_versions=[0], finish_reason="stop",
+                       reward_error=f"correct: error: ZeroDivisionError #{i}" if i < failed else None)
+            for i in range(n)]
+
+
+def test_first_step_is_strict_by_default():
+    with pytest.raises(RewardFailures) as e:
+        check_reward_failures(_trajs(8, 1), step=1, reward=RewardConfig())
+    msg = str(e.value)
+    assert "1 of 8 samples" in msg and "reward.max_error_frac_first_step=0" in msg
+    assert "prompt task:train:7" in msg and "ZeroDivisionError #0" in msg  # the first failure, shown
+    check_reward_failures(_trajs(8, 0), step=1, reward=RewardConfig())     # no failure: no stop
+
+
+def test_later_steps_allow_up_to_max_error_frac():
+    cfg = RewardConfig(max_error_frac=0.5)
+    check_reward_failures(_trajs(8, 4), step=2, reward=cfg)                # 4/8 = 0.5: allowed
+    with pytest.raises(RewardFailures, match=r"5 of 8 samples, more than reward.max_error_frac=0.5"):
+        check_reward_failures(_trajs(8, 5), step=2, reward=cfg)
+
+
+@given(n=st.integers(1, 40), data=st.data(), step=st.integers(1, 5),
+       limit=st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0]))
+def test_stops_exactly_when_the_failed_fraction_exceeds_the_limit(n, data, step, limit):
+    failed = data.draw(st.integers(0, n))
+    cfg = RewardConfig(max_error_frac=limit, max_error_frac_first_step=limit)
+    if failed / n > limit:
+        with pytest.raises(RewardFailures):
+            check_reward_failures(_trajs(n, failed), step=step, reward=cfg)
+    else:
+        check_reward_failures(_trajs(n, failed), step=step, reward=cfg)

@@ -1,0 +1,148 @@
+"""Steps without learning signal change nothing; a few informative samples weigh as few.
+
+The actor on the nano model, fed hand-built experience: the invariants of DESIGN.md's
+"Steps without signal change nothing", and the evidence that the old behaviour broke them.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.config.train import OptimConfig
+from rlxf.models import load_model
+from rlxf.trainer.objective import PolicyObjective
+from rlxf.trainer.optim import any_nonzero_grad
+from rlxf.trainer.roles import Actor, ForwardSpec
+from rlxf.types import Experience
+
+SPEC = ForwardSpec(micro_batch_size=4)
+
+
+def _experience(rows: int, advantage: float | None, seed: int = 0) -> Experience:
+    """``rows`` random prompt/response pairs (2 per group); advantages all ``advantage``, or random."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(10, 200, (5,), generator=gen).tolist() for _ in range(rows)]
+    responses = [torch.randint(10, 200, (3 + i % 3,), generator=gen).tolist() for i in range(rows)]
+    width = max(len(r) for r in responses)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
+    adv = torch.randn(rows, 1, generator=gen) if advantage is None else torch.full((rows, 1), advantage)
+    return Experience(prompt_ids=prompts, response_ids=responses, mask=mask,
+                      rollout_logprobs=torch.zeros(rows, width), old_logprobs=None,
+                      advantages=adv * mask, group_ids=torch.arange(rows) // 2,
+                      rewards=adv.squeeze(1))
+
+
+def _actor(model_dir, *, skip: bool = True, entropy_coef: float = 0.0, mini_batch_size: int | None = None,
+           max_grad_norm: float | None = 1.0) -> Actor:
+    optim = OptimConfig(lr=1e-2, weight_decay=0.1, skip_zero_grad_steps=skip, max_grad_norm=max_grad_norm,
+                        warmup_steps=3)
+    objective = PolicyObjective.from_config(AlgorithmConfig(entropy_coef=entropy_coef), max_new_tokens=8)
+    return Actor(load_model(model_dir), objective, optim, total_steps=200, spec=SPEC,
+                 mini_batch_size=mini_batch_size)
+
+
+def _snapshot(actor: Actor) -> tuple[dict, dict, dict]:
+    weights = {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
+    return weights, copy.deepcopy(actor.optimizer.state_dict()), copy.deepcopy(actor.scheduler.state_dict())
+
+
+def _assert_same(a, b) -> None:
+    """Bit-identical nested structures of tensors and plain values."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    else:
+        assert a == b
+
+
+def test_hundred_steps_of_zero_advantages_leave_weights_and_optimizer_state_bit_identical(nano_model_dir):
+    actor = _actor(nano_model_dir)
+    # one informative step first: AdamW's moments are non-zero, the case where stepping on zero
+    # gradients would keep moving the weights
+    metrics, _ = actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
+    assert metrics["no_signal"] == 0.0
+    before = _snapshot(actor)
+    zeros = _experience(4, 0.0, seed=1)
+    for _ in range(100):
+        metrics, _ = actor.update(zeros, [[0, 1], [2, 3]], kl_coef=0.0)
+        assert metrics["no_signal"] == 1.0 and metrics["skipped"] == 0.0
+        assert metrics["groups/zero_variance_frac"] == 1.0
+    after = _snapshot(actor)
+    _assert_same(before, after)
+
+
+def test_without_the_skip_adamw_momentum_moves_the_weights_on_zero_gradients(nano_model_dir):
+    """The old behaviour (and the reason for the skip): zero gradients, yet every weight moves."""
+    actor = _actor(nano_model_dir, skip=False)
+    actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
+    weights, opt_state, _ = _snapshot(actor)
+    metrics, _ = actor.update(_experience(4, 0.0, seed=1), [[0, 1, 2, 3]], kl_coef=0.0)
+    assert metrics["no_signal"] == 0.0 and metrics["grad_norm"] == 0.0
+    moved = [k for k, v in actor.model.state_dict().items() if not torch.equal(v, weights[k])]
+    assert len(moved) == len(weights)
+    state = actor.optimizer.state_dict()["state"]
+    assert any(not torch.equal(state[i]["exp_avg_sq"], opt_state["state"][i]["exp_avg_sq"]) for i in state)
+
+
+def test_an_entropy_bonus_is_signal_even_with_zero_advantages(nano_model_dir):
+    actor = _actor(nano_model_dir, entropy_coef=0.01)
+    weights, _, _ = _snapshot(actor)
+    metrics, _ = actor.update(_experience(4, 0.0), [[0, 1, 2, 3]], kl_coef=0.0)
+    assert metrics["no_signal"] == 0.0
+    assert any(not torch.equal(v, weights[k]) for k, v in actor.model.state_dict().items())
+
+
+def test_a_few_kept_samples_weigh_as_a_fraction_of_the_configured_batch(nano_model_dir):
+    """2 informative samples of a configured mini-batch of 8: the gradient is 2/8 of the one
+    that divides by the samples present (the same samples, the same weights)."""
+    exp = _experience(2, None, seed=3)
+    kept = _actor(nano_model_dir, mini_batch_size=None, max_grad_norm=None)
+    configured = _actor(nano_model_dir, mini_batch_size=8, max_grad_norm=None)
+    m_kept, _ = kept.update(exp, [[0, 1]], kl_coef=0.0)
+    m_conf, _ = configured.update(exp, [[0, 1]], kl_coef=0.0)
+    assert m_kept["batch_fraction"] == 1.0 and m_conf["batch_fraction"] == 0.25
+    assert m_conf["grad_norm"] == pytest.approx(0.25 * m_kept["grad_norm"], rel=1e-5)
+    assert m_conf["policy/loss"] == pytest.approx(m_kept["policy/loss"], rel=1e-6)  # metrics: unscaled
+
+
+def test_a_full_mini_batch_is_not_scaled(nano_model_dir):
+    exp = _experience(4, None, seed=4)
+    plain = _actor(nano_model_dir, mini_batch_size=None)
+    configured = _actor(nano_model_dir, mini_batch_size=4)
+    plain.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
+    configured.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
+    _assert_same(plain.model.state_dict(), configured.model.state_dict())
+
+
+def test_actor_rejects_a_mini_batch_size_below_one(nano_model_dir):
+    with pytest.raises(ValueError, match="mini_batch_size must be >= 1"):
+        _actor(nano_model_dir, mini_batch_size=0)
+
+
+def _param(*values: float, grad: list[float] | None) -> torch.nn.Parameter:
+    p = torch.nn.Parameter(torch.tensor(values))
+    p.grad = None if grad is None else torch.tensor(grad)
+    return p
+
+
+@pytest.mark.parametrize(("grads", "expected"), [
+    ([[0.0, 0.0], [0.0]], False),
+    ([[0.0, -0.0], None], False),            # -0.0 is zero; a parameter without a gradient is none
+    ([None, None], False),
+    ([[0.0, 1e-30], [0.0]], True),           # a norm would underflow to 0 here; the test must not
+    ([[0.0, float("nan")], [0.0]], True),    # non-finite is not "no signal": the step is skipped as non-finite
+])
+def test_any_nonzero_grad(grads, expected):
+    params = [_param(*([1.0] * (len(g) if g is not None else 1)), grad=g) for g in grads]
+    assert any_nonzero_grad(params) is expected
