@@ -43,8 +43,9 @@ class TrainableModel(_Trainable):
             finite = finite and bool(torch.isfinite(loss))
             if finite:
                 loss.backward()
-        grad_norm, skipped = self._optimizer_step(finite)
-        return {"grad_norm": grad_norm, "skipped": float(skipped), "lr": self.scheduler.get_last_lr()[0]}
+        grad_norm, skipped, no_signal = self._optimizer_step(finite)
+        return {"grad_norm": grad_norm, "skipped": float(skipped), "no_signal": float(no_signal),
+                "lr": self.scheduler.get_last_lr()[0]}
 
     def save_weights(self, out_dir: Path, tokenizer=None) -> None:
         """The model in HF format: a ValueModel with its head, a LoRA model merged."""

@@ -82,11 +82,11 @@ def test_sft_resume_is_bit_exact(tmp_path, nano_model_dir):
     path.write_text(yaml.safe_dump(cfg))
     assert main(["sft", str(path)]) == 0
     run = tmp_path / "sft"
-    straight = load_file(str(run / "model" / "model.safetensors"))
+    final = run / "checkpoints" / "step_4" / "model" / "model.safetensors"
+    straight = load_file(str(final))
     shutil.rmtree(run / "checkpoints" / "step_4")   # as if killed after step 2's checkpoint
-    shutil.rmtree(run / "model")
     assert main(["sft", str(path), "--resume"]) == 0
-    resumed = load_file(str(run / "model" / "model.safetensors"))
+    resumed = load_file(str(final))
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 4]   # replayed steps are not logged twice (the last line is the final eval)
