@@ -21,11 +21,11 @@ from rlxf.config.preference import PairTrainConfig
 from rlxf.data import PromptSampler
 from rlxf.data.preference import PreferenceData, PreferenceExample
 from rlxf.metrics.progress import ProgressDisplay
-from rlxf.metrics.sinks import build_sinks, truncate_after_step
+from rlxf.metrics.sinks import build_sinks
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
+from rlxf.trainer.checkpoint import save_checkpoint
 from rlxf.trainer.roles import micro_batches
-from rlxf.trainer.trainable import TrainableModel
+from rlxf.trainer.trainable import TrainableModel, resume_trainable
 
 log = logging.getLogger("rlxf")
 
@@ -71,16 +71,7 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
     ``resume``); writes metrics, checkpoints and ``<run>/model``. Returns the last metrics."""
     core, objective, prefix = job.core, job.objective, job.objective.prefix
     sampler = PromptSampler(job.data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
-    start = 0
-    ckpt = latest_checkpoint(run.checkpoints) if resume else None
-    if ckpt is not None:
-        state = load_trainer_state(ckpt)
-        core.load(ckpt)
-        sampler.load_state_dict(state["sampler"])
-        set_rng_state(state["rng"])
-        start = int(state["step"])
-        truncate_after_step(run.metrics, start)
-        log.info("resumed from %s (step %d)", ckpt, start)
+    start = resume_trainable(run, core, sampler) if resume else 0
 
     def checkpoint(step: int) -> None:
         save_checkpoint(run.checkpoints, step, write=lambda d: core.save(d, job.tokenizer),

@@ -19,13 +19,13 @@ from rlxf.config import Config
 from rlxf.config.train import SFTConfig
 from rlxf.data import PromptSampler, SFTExample, build_prompt_data, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
-from rlxf.metrics.sinks import build_sinks, truncate_after_step
+from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
+from rlxf.trainer.checkpoint import latest_checkpoint, save_checkpoint
 from rlxf.trainer.roles import micro_batches
-from rlxf.trainer.trainable import TrainableModel
+from rlxf.trainer.trainable import TrainableModel, resume_trainable
 
 log = logging.getLogger("rlxf")
 
@@ -89,16 +89,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     data = build_sft_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     sampler = PromptSampler(data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
-    start = 0
-    ckpt = latest_checkpoint(run.checkpoints) if resume else None
-    if ckpt is not None:
-        state = load_trainer_state(ckpt)
-        core.load(ckpt)
-        sampler.load_state_dict(state["sampler"])
-        set_rng_state(state["rng"])
-        start = int(state["step"])
-        truncate_after_step(run.metrics, start)
-        log.info("resumed from %s (step %d)", ckpt, start)
+    start = resume_trainable(run, core, sampler) if resume else 0
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                        config=cfg.model_dump(mode="json"))
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers

@@ -14,6 +14,7 @@ micro-batch losses, and a checkpoint of the model and its optimizer that resumes
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,8 +22,13 @@ import torch
 from torch import Tensor
 
 from rlxf.config.train import OptimConfig
+from rlxf.metrics.sinks import truncate_after_step
 from rlxf.models import ValueModel, load_model, save_model
+from rlxf.run_dir import RunDir
+from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
 from rlxf.trainer.roles import ForwardSpec, _Trainable
+
+log = logging.getLogger("rlxf")
 
 STATE_FILE = "learner_state.pt"
 
@@ -73,3 +79,19 @@ class TrainableModel(_Trainable):
             self.model.load_state_dict(fresh.state_dict())
             del fresh
         self.load_state_dict(state["optim"])
+
+
+def resume_trainable(run: RunDir, core: TrainableModel, sampler) -> int:
+    """Load the run's newest checkpoint into ``core``, the data ``sampler`` and the RNGs, and cut
+    metrics.jsonl back to its step; returns that step (0 when there is no checkpoint yet)."""
+    ckpt = latest_checkpoint(run.checkpoints)
+    if ckpt is None:
+        return 0
+    state = load_trainer_state(ckpt)
+    core.load(ckpt)
+    sampler.load_state_dict(state["sampler"])
+    set_rng_state(state["rng"])
+    step = int(state["step"])
+    truncate_after_step(run.metrics, step)
+    log.info("resumed from %s (step %d)", ckpt, step)
+    return step
