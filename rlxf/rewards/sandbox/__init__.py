@@ -334,7 +334,10 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.concurrency = concurrency or os.cpu_count() or 1
         self.isolation = isolation
-        self.python = python
+        # the interpreter itself, not a venv's link to it: programs see a private /tmp, so a venv
+        # under /tmp (a clone in a temporary directory) would vanish inside; the real one lives
+        # in the installation the sandbox binds (sys.base_prefix). The runner needs only stdlib.
+        self.python = os.path.realpath(python)
         self._init = {"sandbox_uid": sandbox_uid, "sandbox_gid": sandbox_uid,
                       "preload": list(preload), "env": dict(SANDBOX_ENV)}
         self._mode: str | None = None if isolation != "weak" else "weak"
