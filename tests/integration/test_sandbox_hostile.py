@@ -216,6 +216,21 @@ def test_a_child_that_outlives_its_parent(box, verifier):
     assert outcome.stdout == "3\n" and outcome.strays and elapsed < 5  # killed at once, not at the backstop
 
 
+def test_a_child_left_running_in_its_own_group(box, verifier):
+    # the same, without leaving the group: it is killed with the group, but was still running
+    # when the program exited (this is what the setsid variant looks like if it is slow to leave)
+    code = textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        a, b = map(int, input().split())
+        print(a + b)
+    """)
+    outcome, elapsed = run_hostile(box, verifier, code, {"stray_processes"})
+    assert outcome.stdout == "3\n" and outcome.strays and elapsed < 5
+
+
 def test_deleting_files_it_does_not_own(box, verifier, tmp_path):
     victim = Path("/tmp") / f"rlxf-victim-{uuid.uuid4().hex}"
     victim.write_text("keep me")

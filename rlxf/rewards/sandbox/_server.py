@@ -412,9 +412,12 @@ class _Job:
         if not exited:
             _kill_group(pid)
         _, status = os.waitpid(pid, 0)
+        # what it left running, looked at before anything is killed: a child still in its group
+        # (forked, not yet setsid) is as much a stray as one that left, whatever the timing
+        left_running = exited and any(not _is_zombie(kid) for kid in _children() if kid != self.runner_pid)
         _kill_group(pid)  # whatever it started and left in its process group, all at once
         wall = time.monotonic() - start
-        strays = _kill_strays({self.runner_pid})
+        strays = _kill_strays({self.runner_pid}) or left_running
         cpu, oom = self.cpu() - cpu0, self.oom_kills() - oom0
         cap = limits["max_output_bytes"]
         stdout = os.pread(fds[0], cap + 1, 0)
