@@ -206,3 +206,20 @@ def test_mis_at_sequence_level_keeps_or_drops_whole_sequences(data, b, t, level)
     for row in range(b):
         kept = w[row][mask[row]] > 0
         assert kept.all() or not kept.any()
+
+
+def test_the_docs_example_correction_registers_and_weighs_by_hand():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "algorithms.md").read_text()
+    code = re.search(r"```python\n(from rlxf.algorithms import importance_ratio.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 12  # "a correction in ten lines"
+    exec(compile(code, "algorithms.md", "exec"), {})
+    fn = registry.get("off_policy", "drop_overconfident")
+    # ρ = 3, 0.6, 1, 0.4 (and a masked token): the floor 0.5 drops only ρ = 0.4
+    w, m = fn(OLD, ROLLOUT, MASK, OffPolicyParams(floor=0.5))
+    _close(w, [[1.0, 1.0, 1.0, 0.0, 0.0]])
+    assert m["masked_frac"].item() == pytest.approx(1 / 4)
+    cfg = AlgorithmConfig(off_policy="drop_overconfident", is_floor=0.5)
+    assert PolicyObjective.from_config(cfg, max_new_tokens=4).correction is fn
