@@ -223,3 +223,17 @@ def test_the_docs_example_correction_registers_and_weighs_by_hand():
     assert m["masked_frac"].item() == pytest.approx(1 / 4)
     cfg = AlgorithmConfig(off_policy="drop_overconfident", is_floor=0.5)
     assert PolicyObjective.from_config(cfg, max_new_tokens=4).correction is fn
+
+
+def test_config_fills_each_correction_default_and_refuses_contradictions():
+    assert AlgorithmConfig(off_policy="tis").is_cap == 2.0       # verl's rollout_is_threshold
+    assert AlgorithmConfig(off_policy="mis").is_cap == 2.0
+    assert AlgorithmConfig(off_policy="decoupled").is_cap is None  # AReaL: uncapped
+    assert AlgorithmConfig(off_policy="tis", is_cap=5.0).is_cap == 5.0
+    assert AlgorithmConfig(tis_cap=None).off_policy == "none"      # an earlier run's config.yaml still loads
+    with pytest.raises(ValueError, match="algorithm.tis_cap is now algorithm.off_policy: tis"):
+        AlgorithmConfig(tis_cap=2.0)
+    with pytest.raises(ValueError, match="algorithm.off_policy is none"):
+        AlgorithmConfig(is_cap=2.0)
+    with pytest.raises(ValueError, match="must not exceed"):
+        AlgorithmConfig(off_policy="mis", is_floor=3.0)
