@@ -2,16 +2,18 @@
 
 No config objects, no ``.item()``, no I/O: tensors and plain numbers in, tensors out, shapes
 in every docstring. Importing this package imports torch and nothing else outside the
-standard library. The trainer picks functions by name from three registries (``registry``):
+standard library. The trainer picks functions by name from four registries (``registry``):
 
 - ``advantage``: gae, grpo, rloo, reinforce_pp, reinforce_pp_baseline, reinforce
 - ``policy_loss``: ppo_clip, dual_clip, gspo, cispo, vanilla
 - ``loss_agg``: token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm
+- ``off_policy``: none, tis, mis, decoupled (a weight per token, for samples π_old did not draw)
 
-Where things are: advantages.py, policy_losses.py, aggregation.py, kl.py (estimators and
-controllers), entropy.py, value.py, preference.py (DPO family, SimPO, Bradley–Terry),
-shaping.py (outcome rewards on tokens, DAPO overlong penalty), groups.py (group statistics,
-DAPO dynamic sampling), masked.py (masked reductions). See docs/algorithms.md.
+Where things are: advantages.py, policy_losses.py, aggregation.py, off_policy.py (TIS, MIS,
+decoupled PPO), kl.py (estimators and controllers), entropy.py, value.py, preference.py (DPO
+family, SimPO, Bradley–Terry), shaping.py (outcome rewards on tokens, DAPO overlong penalty),
+groups.py (group statistics, DAPO dynamic sampling), masked.py (masked reductions). See
+docs/algorithms.md.
 """
 
 from rlxf.algorithms import registry
@@ -53,13 +55,13 @@ from rlxf.algorithms.masked import (
     safe_divide,
     zero_masked,
 )
+from rlxf.algorithms.off_policy import OffPolicyParams, decoupled, importance_ratio, mis, tis
 from rlxf.algorithms.policy_losses import (
     PolicyLossParams,
     cispo,
     dual_clip,
     gspo,
     ppo_clip,
-    tis_weights,
     vanilla,
 )
 from rlxf.algorithms.preference import bradley_terry_loss, dpo_loss, simpo_loss
@@ -74,10 +76,12 @@ __all__ = [
     "AdvantageParams",
     "FixedKLController",
     "MovingBaseline",
+    "OffPolicyParams",
     "PolicyLossParams",
     "UnknownNameError",
     "bradley_terry_loss",
     "cispo",
+    "decoupled",
     "discounted_returns",
     "dpo_loss",
     "dual_clip",
@@ -86,6 +90,7 @@ __all__ = [
     "gae",
     "get",
     "group_mean_std",
+    "importance_ratio",
     "grpo",
     "gspo",
     "kl_penalty",
@@ -97,6 +102,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "mis",
     "names",
     "needs",
     "outcome_token_rewards",
@@ -114,7 +120,7 @@ __all__ = [
     "sequence_scores",
     "simpo_loss",
     "soft_overlong_penalty",
-    "tis_weights",
+    "tis",
     "token_mean",
     "value_loss",
     "vanilla",

@@ -13,8 +13,10 @@ Inputs, all ``(B, T)`` over response tokens:
 - ``mask``: 1 on trained tokens. Masked tokens contribute nothing: their loss is 0, their
   gradient is 0 (even if they hold inf or nan), and they are left out of every metric;
 - ``params``: a ``PolicyLossParams``;
-- ``rollout_logprobs``: log π_rollout(a_t|s_t) from the inference engine, for truncated
-  importance sampling (TIS) when ``params.tis_cap`` is set.
+- ``rollout_logprobs``: log π_rollout(a_t|s_t) from the inference engine (or None), for a loss
+  that needs the behaviour policy itself. The built-in losses do not read it: off-policy
+  corrections (TIS, MIS, decoupled PPO) weight any loss's tokens, applied by the trainer's
+  objective (see ``rlxf.algorithms.off_policy``).
 
 Returns ``token_loss (B, T)`` (to be aggregated; 0 on masked tokens) and ``metrics``, a dict
 of 0-dim detached tensors:
@@ -24,7 +26,7 @@ of 0-dim detached tensors:
 - ``approx_kl``: KL(π_old ‖ π_θ) by Schulman's k3, (r - 1) - log r with r = π_θ/π_old;
 - ``ratio_mean`` / ``ratio_max`` / ``ratio_min``: the ratio the loss uses (sequence-level for
   GSPO) over valid tokens; max and min are 1 when no token is valid;
-- dual_clip adds ``clipfrac_dual``; TIS adds ``tis_weight_mean`` and ``tis_clipfrac``.
+- dual_clip adds ``clipfrac_dual``.
 
 Ratios are exp(log π_θ - log π_old) with the log-ratio clamped to ±``max_log_ratio`` before
 ``exp``: a token whose probability collapsed (or a -inf log-prob from a truncated sampler)
@@ -57,7 +59,6 @@ class PolicyLossParams:
     clip_eps_high: float = 0.2     # ratio clipped above at 1 + clip_eps_high (DAPO clip-higher: 0.28)
     dual_clip_c: float = 3.0       # dual_clip: loss of a negative-advantage token capped at c·|Â|
     cispo_eps_high: float = 5.0    # cispo: IS weight capped at 1 + cispo_eps_high
-    tis_cap: float | None = None   # TIS: weight each token by min(π_old/π_rollout, tis_cap); None = off
     max_log_ratio: float = 20.0    # |log ratio| clamp before exp (see module doc)
 
 
@@ -111,38 +112,9 @@ def _clipped_surrogate(ratio: Tensor, adv: Tensor, valid: Tensor,
     return loss, metrics
 
 
-def _finish(name: str, loss: Tensor, metrics: dict[str, Tensor], old_logprobs: Tensor, valid: Tensor,
-            params: PolicyLossParams, rollout_logprobs: Tensor | None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Apply TIS when on, zero masked tokens."""
-    if params.tis_cap is not None:
-        if rollout_logprobs is None:
-            raise ValueError(
-                f"{name}: params.tis_cap={params.tis_cap} asks for truncated importance sampling "
-                "but rollout_logprobs is None; pass the engine's log-probs or set tis_cap=None"
-            )
-        weight, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, valid, params.tis_cap,
-                                          params.max_log_ratio)
-        loss = loss * weight
-        metrics.update(tis_metrics)
+def _finish(loss: Tensor, metrics: dict[str, Tensor], valid: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """Zero the masked tokens' loss (and gradient)."""
     return zero_masked(loss, valid), metrics
-
-
-def tis_weights(old_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor, cap: float,
-                max_log_ratio: float = 20.0) -> tuple[Tensor, dict[str, Tensor]]:
-    """Truncated importance sampling weights (Yao et al. 2025, "Your Efficient RL Framework
-    Secretly Brings You Off-Policy RL Training"). (B, T) -> (B, T), detached.
-
-        w_t = min(π_old(a_t|s_t) / π_rollout(a_t|s_t), cap)
-
-    The engine samples from π_rollout, which differs from the trainer's π_old (kernels,
-    precision, quantisation); w corrects the mismatch, truncated at ``cap`` to bound the
-    variance. Metrics: ``tis_weight_mean`` and ``tis_clipfrac`` (fraction capped).
-    """
-    valid = mask.bool()
-    log_w = (zero_masked(old_logprobs.detach(), valid) - zero_masked(rollout_logprobs.detach(), valid))
-    raw = log_w.clamp(-max_log_ratio, max_log_ratio).exp()
-    weight = zero_masked(raw.clamp(max=cap), valid)
-    return weight, {"tis_weight_mean": masked_mean(weight, valid), "tis_clipfrac": _fraction(raw > cap, valid)}
 
 
 @register("policy_loss", "ppo_clip")
@@ -163,7 +135,7 @@ def ppo_clip(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: T
     ratio = log_ratio.exp()
     loss, metrics = _clipped_surrogate(ratio, adv, valid, params)
     metrics.update(_ratio_metrics(ratio, log_ratio, valid))
-    return _finish("ppo_clip", loss, metrics, old_logprobs, valid, params, rollout_logprobs)
+    return _finish(loss, metrics, valid)
 
 
 @register("policy_loss", "dual_clip")
@@ -188,7 +160,7 @@ def dual_clip(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
     loss = torch.where(adv < 0, torch.minimum(clipped, cap), clipped)
     metrics["clipfrac_dual"] = _fraction((adv < 0) & (clipped > cap), valid)
     metrics.update(_ratio_metrics(ratio, log_ratio, valid))
-    return _finish("dual_clip", loss, metrics, old_logprobs, valid, params, rollout_logprobs)
+    return _finish(loss, metrics, valid)
 
 
 @register("policy_loss", "gspo")
@@ -223,7 +195,7 @@ def gspo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tenso
     ratio = log_ratio.exp()
     loss, metrics = _clipped_surrogate(ratio, adv, valid, params)
     metrics.update(_ratio_metrics(ratio, token_log_ratio, valid))
-    return _finish("gspo", loss, metrics, old_logprobs, valid, params, rollout_logprobs)
+    return _finish(loss, metrics, valid)
 
 
 @register("policy_loss", "cispo")
@@ -252,7 +224,7 @@ def cispo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tens
         "clipfrac_high": _fraction(ratio > cap, valid),
     }
     metrics.update(_ratio_metrics(ratio, log_ratio, valid))
-    return _finish("cispo", loss, metrics, old_logprobs, valid, params, rollout_logprobs)
+    return _finish(loss, metrics, valid)
 
 
 @register("policy_loss", "vanilla")
@@ -273,4 +245,4 @@ def vanilla(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Te
     zero = _fraction(torch.zeros_like(valid), valid)
     metrics = {"clipfrac_low": zero, "clipfrac_high": zero.clone()}
     metrics.update(_ratio_metrics(ratio, log_ratio, valid))
-    return _finish("vanilla", -adv * ratio, metrics, old_logprobs, valid, params, rollout_logprobs)
+    return _finish(-adv * ratio, metrics, valid)

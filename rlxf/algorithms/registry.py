@@ -20,7 +20,9 @@ The kinds and the signature every function of a kind must accept:
 - ``policy_loss``: ``fn(logprobs, old_logprobs, advantages, mask, params, rollout_logprobs=None)
   -> (token_loss, metrics)`` (see ``rlxf.algorithms.policy_losses``);
 - ``loss_agg``: ``fn(token_loss, mask, *, num_tokens=None, num_seqs=None, norm=None) -> loss``
-  (see ``rlxf.algorithms.aggregation``).
+  (see ``rlxf.algorithms.aggregation``);
+- ``off_policy``: ``fn(old_logprobs, rollout_logprobs, mask, params) -> (weight, metrics)``, a
+  detached per-token weight that multiplies any policy loss (see ``rlxf.algorithms.off_policy``).
 
 ``register`` checks the signature when a function is registered, so a plugin with the wrong
 arguments fails at import with a message saying what is expected, not mid-run. Registration
@@ -49,6 +51,7 @@ _CALLS: dict[str, tuple[int, tuple[str, ...], str]] = {
         2, ("num_tokens", "num_seqs", "norm"),
         "(token_loss, mask, *, num_tokens=None, num_seqs=None, norm=None) -> loss",
     ),
+    "off_policy": (4, (), "(old_logprobs, rollout_logprobs, mask, params) -> (weight, metrics)"),
 }
 
 KINDS: tuple[str, ...] = tuple(_CALLS)

@@ -1,5 +1,6 @@
-"""`rlxf explain CONFIG [OVERRIDES]`: batch arithmetic, memory per role, the matmul kernels picked
-here and why, then the config (what differs from the defaults; ``--full-config`` for all)."""
+"""`rlxf explain CONFIG [OVERRIDES]`: the algorithm, batch arithmetic, memory per role, the matmul
+kernels picked here and why, then the config (what differs from the defaults; ``--full-config``
+for all)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,15 @@ def run(config: Path, overrides: list[str], *, full_config: bool = False) -> Non
 
 
 def _print_tables(console: Console, cfg) -> None:
-    from rlxf.config.explain import batch_table, memory_estimate, resolved_dtype
+    from rlxf.config.explain import algorithm_table, batch_table, memory_estimate, resolved_dtype
+
+    console.rule(f"algorithm: the {cfg.algorithm.name} preset and the fields set over it")
+    table = Table(show_header=True, header_style="bold")
+    for col in ("part", "choice", "what it is"):
+        table.add_column(col)
+    for row in algorithm_table(cfg):
+        table.add_row(*row)
+    console.print(table)
 
     console.rule("batch arithmetic")
     table = Table(show_header=True, header_style="bold")

@@ -25,6 +25,10 @@ from rlxf.config.base import Section
 
 AlgorithmName = Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo"]
 
+# An off-policy correction's bound when the config sets none: verl's rollout_is_threshold
+# default (its RolloutCorrectionConfig). decoupled has no entry: uncapped, as AReaL's default.
+OFF_POLICY_DEFAULTS: dict[str, dict[str, Any]] = {"tis": {"is_cap": 2.0}, "mis": {"is_cap": 2.0}}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {"advantage": "grpo", "norm_adv_by_std": True, "policy_loss": "ppo_clip",
              "loss_agg": "seq_mean_token_mean"},
@@ -68,10 +72,27 @@ class AlgorithmConfig(Section):
     clip_eps_high: float = Field(0.2, ge=0, description="PPO ratio clip above: 1 + eps_high (DAPO: 0.28).")
     dual_clip_c: float = Field(3.0, gt=1, description="Dual-clip bound c for negative advantages (Ye et al. 2020).")
     cispo_eps_high: float = Field(5.0, ge=0, description="CISPO: IS weight clipped at 1 + eps_high.")
-    tis_cap: float | None = Field(
+    off_policy: str = Field(
+        "none",
+        description="Off-policy correction (registry name): none, tis, mis, decoupled, or one you "
+        "registered. Weights each token's policy loss by a function of ρ = π_old/π_rollout, the "
+        "trainer's over the engine's probability of the sampled token: `tis` min(ρ, is_cap) for an "
+        "engine/trainer kernel mismatch, `mis` ρ or 0 outside [is_floor, is_cap], `decoupled` "
+        "ρ (0 above is_cap, when set) for samples from older weights (async). docs/algorithms.md.",
+    )
+    is_cap: float | None = Field(
         None, gt=0,
-        description="Truncated importance sampling against rollout log-probs: weight tokens by "
-        "min(π_old/π_rollout, cap). None = off.",
+        description="Upper bound C on ρ: tis truncates at it, mis and decoupled zero the tokens above "
+        "it. Unset: 2.0 for tis and mis (verl's rollout_is_threshold), no cap for decoupled (AReaL's "
+        "behav_imp_weight_cap default).",
+    )
+    is_floor: float | None = Field(
+        None, gt=0, description="mis: lower bound on ρ, tokens below it are zeroed. Unset: 1 / is_cap (verl).",
+    )
+    is_level: Literal["token", "sequence", "geometric"] = Field(
+        "token",
+        description="ρ per token; per sequence (the product over its tokens); or the sequence's "
+        "geometric mean. The last two weigh (and mis keeps or drops) whole sequences.",
     )
     kl_coef: float = Field(
         0.0, ge=0, description="KL penalty coefficient β toward the reference model; 0 loads no reference."
@@ -109,13 +130,27 @@ class AlgorithmConfig(Section):
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            # the field before off_policy: its default (None, off) is in every earlier run's config.yaml
+            if data.get("tis_cap", None) is not None:
+                raise ValueError("algorithm.tis_cap is now algorithm.off_policy: tis with "
+                                 f"algorithm.is_cap: {data['tis_cap']} (see docs/algorithms.md)")
+            data = {k: v for k, v in data.items() if k != "tis_cap"}
             name = data.get("name", "grpo")
             if name in PRESETS:
-                return {**PRESETS[name], **data}
+                data = {**PRESETS[name], **data}
+            data = {**OFF_POLICY_DEFAULTS.get(data.get("off_policy", "none"), {}), **data}
         return data
 
     @model_validator(mode="after")
     def _consistent(self) -> AlgorithmConfig:
         if self.kl_target is not None and self.kl_coef == 0:
             raise ValueError("algorithm.kl_target needs algorithm.kl_coef > 0 (the controller's starting β)")
+        if self.off_policy == "none" and (self.is_cap is not None or self.is_floor is not None):
+            raise ValueError("algorithm.is_cap / is_floor bound an off-policy correction, but "
+                             "algorithm.off_policy is none: choose tis, mis or decoupled, or drop them")
+        if self.off_policy in ("tis", "mis") and self.is_cap is None:
+            raise ValueError(f"algorithm.off_policy={self.off_policy} needs algorithm.is_cap (2.0 when left "
+                             f"unset); for the uncapped weight use off_policy: decoupled")
+        if self.is_floor is not None and self.is_cap is not None and self.is_floor > self.is_cap:
+            raise ValueError(f"algorithm.is_floor ({self.is_floor}) must not exceed algorithm.is_cap ({self.is_cap})")
         return self

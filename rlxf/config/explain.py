@@ -1,4 +1,4 @@
-"""The batch arithmetic and memory estimate behind ``rlxf explain``.
+"""The algorithm summary, batch arithmetic and memory estimate behind ``rlxf explain``.
 
 Memory figures are rough upper bounds (no allocator overhead, no fragmentation), meant to
 tell a user which knob to turn before a run goes out of memory, not to be exact.
@@ -6,8 +6,10 @@ tell a user which knob to turn before a run goes out of memory, not to be exact.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.schema import Config
 
 GiB = 1024**3
@@ -121,6 +123,49 @@ def batch_table(cfg: Config) -> list[tuple[str, str, str]]:
          f"data.max_prompt_len + rollout.max_new_tokens = {cfg.data.max_prompt_len} + {cfg.rollout.max_new_tokens}"),
         ("tokens per step (upper bound)", f"{d.max_tokens_per_step:,}", "samples x tokens per sample"),
         ("prompts in the run", f"{t.prompts_per_step * t.steps:,}", "prompts per step x train.steps"),
+    ]
+
+
+def _summary(kind: str, name: str) -> str:
+    """The first paragraph of a registered function's docstring, without its shapes."""
+    from rlxf.algorithms import registry  # noqa: PLC0415 - the registries sit below config (they import torch)
+
+    doc = (registry.get(kind, name).__doc__ or "").strip().split("\n\n")[0]
+    return re.sub(r"\s*\(B, T\) -> \([^)]*\)\.?$", "", " ".join(doc.split()))
+
+
+LEVELS = {"token": "per token", "sequence": "per sequence (product over its tokens)",
+          "geometric": "per sequence (geometric mean over its tokens)"}
+
+
+def off_policy_summary(algo: AlgorithmConfig) -> str:
+    """The weight the off-policy correction puts on each token's loss, with the config's bounds."""
+    cap, name = algo.is_cap, algo.off_policy
+    if name == "none":
+        return "none: w = 1 (the engine is taken to sample from π_old)"
+    weight = {
+        "tis": f"w = min(ρ, {cap:g})" if cap is not None else "",
+        "mis": (f"w = ρ if {algo.is_floor if algo.is_floor is not None else 1 / cap:g} <= ρ <= {cap:g}, else 0"
+                if cap is not None else ""),
+        "decoupled": f"w = ρ, 0 where ρ > {cap:g}" if cap is not None else "w = ρ (no cap)",
+    }.get(name, f"is_cap {cap}, is_floor {algo.is_floor}")
+    return f"{name}: {weight}; ρ = π_old / π_rollout {LEVELS[algo.is_level]}"
+
+
+def algorithm_table(cfg: Config) -> list[tuple[str, str, str]]:
+    """(part, choice, what it is) rows of the algorithm the config trains with."""
+    a = cfg.algorithm
+    if a.kl_coef == 0:
+        kl = ("off", "no reference model is loaded")
+    else:
+        where = "added to the loss" if a.kl_mode == "loss" else "subtracted from each token's reward"
+        kl = (f"{a.kl_estimator}, β = {a.kl_coef:g}", f"β · KL(π_θ ‖ π_ref), {where}")
+    return [
+        ("advantage", a.advantage, _summary("advantage", a.advantage)),
+        ("policy loss", a.policy_loss, _summary("policy_loss", a.policy_loss)),
+        ("loss aggregation", a.loss_agg, _summary("loss_agg", a.loss_agg)),
+        ("KL to the reference", *kl),
+        ("off-policy correction", off_policy_summary(a), _summary("off_policy", a.off_policy)),
     ]
 
 

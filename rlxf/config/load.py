@@ -289,7 +289,7 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
 
     problems = []
     for field, kind in (("advantage", "advantage"), ("policy_loss", "policy_loss"),
-                        ("loss_agg", "loss_agg")):
+                        ("loss_agg", "loss_agg"), ("off_policy", "off_policy")):
         name = getattr(cfg.algorithm, field)
         valid = registry.names(kind)
         if name not in valid:

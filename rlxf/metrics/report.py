@@ -4,8 +4,9 @@ What it shows, from ``metrics.jsonl`` and ``samples.jsonl``: a headline table (l
 and the *mean* step time and throughput); every logged curve (reward, SFT or policy loss,
 accuracy with each eval source as points, KL to the reference, the policy's change per step,
 entropy, lengths, clipping, grad norm, learning rate, advantages, the kept fraction of dynamic
-sampling, the critic), smoothed with the raw curve behind; the time per phase; and a samples
-table: the best, the worst and a random response of a few steps, with their rewards. Plots
+sampling, the critic, the off-policy weights), smoothed with the raw curve behind; the time per
+phase; and a samples table: the best, the worst and a random response of a few steps, with their
+rewards. Plots
 whose metrics no run logged are left out (an SFT run has no clip fraction). The page is one
 self-contained file (images inlined), so it can be mailed or attached to an issue as is.
 """
@@ -40,6 +41,10 @@ PLOTS = (
     Plot("Kept fraction (dynamic sampling)", ("sampling/kept_frac",), "fraction of samples"),
     Plot("Critic", ("critic/loss", "critic/value_mean", "critic/clipfrac"), "value"),
     Plot("Engine vs trainer log-prob gap", ("rollout/logprob_gap_mean", "rollout/logprob_gap_max"), "nats"),
+    Plot("Off-policy weights (ρ = π_old / π_rollout)",
+         ("off_policy/weight_mean", "off_policy/weight_max", "off_policy/ratio_max", "off_policy/ratio_min"), "weight"),
+    Plot("Off-policy tokens truncated / masked", ("off_policy/truncated_frac", "off_policy/masked_frac"),
+         "fraction of tokens"),
 )
 EVAL_SOURCE = re.compile(r"^eval/(.+)/accuracy$")
 HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "kl", "entropy", "response/length_mean")

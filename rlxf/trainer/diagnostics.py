@@ -109,7 +109,7 @@ class Diagnostics:
             f"token on average (rollout/logprob_gap_mean) for {t.patience} steps; the same weights "
             f"should agree to ~1e-3 or better. Check that rollout and trainer use the same dtype and "
             f"rollout.temperature, and that weights reach the engine every step; "
-            f"algorithm.tis_cap corrects a small, known mismatch."))
+            f"algorithm.off_policy: tis (or mis) corrects a small, known mismatch."))
 
     def _clipping(self, step: int, m: Mapping[str, float]) -> str | None:
         keys = [k for k in m if k.startswith("policy/clipfrac")]

@@ -61,7 +61,10 @@ class ExperienceMaker:
             overlong_penalty=algo.overlong_penalty,
             max_new_tokens=max_new_tokens,
             # the old policy needs its own forward only when the batch sees several optimizer
-            # steps (PPO epochs / mini-batches) or when KL-in-reward needs π_old before the update
+            # steps (PPO epochs / mini-batches) or when KL-in-reward needs π_old before the update.
+            # Off-policy corrections read π_old too (π_prox, over the engine's π_rollout), but with
+            # one optimizer step the update's first forward is π_old exactly (no weight has moved
+            # yet), so they need no forward of their own: staleness lives in rollout_logprobs.
             recompute_old=optimizer_steps_per_step > 1 or kl_in_reward,
             baseline=MovingBaseline(),
         )

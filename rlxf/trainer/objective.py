@@ -1,4 +1,5 @@
-"""The actor's objective: policy loss + KL term + entropy bonus, picked by name from config.
+"""The actor's objective: policy loss (weighted by the off-policy correction) + KL term +
+entropy bonus, picked by name from config.
 
 The loop never asks which algorithm runs: the config's names become functions here, once.
 """
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from rlxf.algorithms import PolicyLossParams, kl_penalty, registry
+from rlxf.algorithms import OffPolicyParams, PolicyLossParams, kl_penalty, registry
 from rlxf.config.algorithm import AlgorithmConfig
 
 
@@ -36,6 +37,8 @@ class PolicyObjective:
     policy_loss: Callable
     aggregate: Callable
     params: PolicyLossParams
+    correction: Callable      # off-policy correction: a detached weight per token (registry ``off_policy``)
+    off_policy: OffPolicyParams
     agg_norm: float | None
     kl_in_loss: bool          # kl_mode == "loss" and kl_coef > 0
     kl_estimator: str
@@ -47,8 +50,9 @@ class PolicyObjective:
             policy_loss=registry.get("policy_loss", algo.policy_loss),
             aggregate=registry.get("loss_agg", algo.loss_agg),
             params=PolicyLossParams(clip_eps_low=algo.clip_eps_low, clip_eps_high=algo.clip_eps_high,
-                                    dual_clip_c=algo.dual_clip_c, cispo_eps_high=algo.cispo_eps_high,
-                                    tis_cap=algo.tis_cap),
+                                    dual_clip_c=algo.dual_clip_c, cispo_eps_high=algo.cispo_eps_high),
+            correction=registry.get("off_policy", algo.off_policy),
+            off_policy=OffPolicyParams(cap=algo.is_cap, floor=algo.is_floor, level=algo.is_level),
             agg_norm=float(algo.loss_agg_norm or max_new_tokens),
             kl_in_loss=algo.kl_coef > 0 and algo.kl_mode == "loss",
             kl_estimator=algo.kl_estimator,
@@ -60,7 +64,9 @@ class PolicyObjective:
                  ref_logprobs: Tensor | None = None, kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss (sum the shares over micro-batches).
 
-        All tensors (b, T). The loss is scaled by ``totals.batch_fraction``; the metrics describe
+        All tensors (b, T). ``old_logprobs`` is π_old, the clip's anchor and the numerator of the
+        off-policy weight π_old/π_rollout (``rollout_logprobs``, the engine's) that multiplies each
+        token's policy loss. The loss is scaled by ``totals.batch_fraction``; the metrics describe
         the samples present and are not. Returns the scalar loss and detached 0-dim metrics, each also a
         share: summed over the micro-batches of a mini-batch it gives the mini-batch value
         (token-weighted for means), except ``*_max`` / ``*_min``, which combine by max / min.
@@ -68,10 +74,12 @@ class PolicyObjective:
         agg = dict(num_tokens=totals.num_tokens, num_seqs=totals.num_seqs, norm=self.agg_norm)
         token_loss, loss_metrics = self.policy_loss(logprobs, old_logprobs, advantages, mask, self.params,
                                                     rollout_logprobs)
-        loss = self.aggregate(token_loss, mask, **agg)
+        weight, weight_metrics = self.correction(old_logprobs, rollout_logprobs, mask, self.off_policy)
+        loss = self.aggregate(token_loss * weight, mask, **agg)
         share = mask.sum() / totals.num_tokens.clamp(min=1)
-        metrics = {f"policy/{k}": v if k.endswith(("_max", "_min")) else v * share
-                   for k, v in loss_metrics.items()}
+        metrics = {f"{prefix}/{k}": v if k.endswith(("_max", "_min")) else v * share
+                   for prefix, group in (("policy", loss_metrics), ("off_policy", weight_metrics))
+                   for k, v in group.items()}
         metrics["policy/loss"] = loss.detach()
         if self.kl_in_loss and ref_logprobs is not None:
             kl = self.aggregate(kl_penalty(logprobs, ref_logprobs, self.kl_estimator, mask=mask), mask, **agg)

@@ -12,6 +12,7 @@ import torch
 from torch.autograd import gradcheck
 
 from rlxf.algorithms import (
+    OffPolicyParams,
     PolicyLossParams,
     bradley_terry_loss,
     dpo_loss,
@@ -46,19 +47,20 @@ def _far_from_kinks(ratio: torch.Tensor) -> None:
                                       "seq_mean_token_sum_norm"])
 def test_clipped_losses(name, agg_name):
     fn, agg = registry.get("policy_loss", name), registry.get("loss_agg", agg_name)
-    params = PolicyLossParams(clip_eps_low=0.2, clip_eps_high=0.2, dual_clip_c=1.3, tis_cap=1.1)
+    params = PolicyLossParams(clip_eps_low=0.2, clip_eps_high=0.2, dual_clip_c=1.3)
+    weight, tis_m = registry.get("off_policy", "tis")(OLD, ROLLOUT, MASK, OffPolicyParams(cap=1.1))
     _far_from_kinks(LOG_R.exp())
     # dual clip (c = 1.3) is active where Â < 0 and r > 1.3; keep away from that kink as well
     assert ((LOG_R.exp() - 1.3).abs() > 1e-3).all()
 
     def f(logp):
         token_loss, _ = fn(logp, OLD, ADV, MASK, params, rollout_logprobs=ROLLOUT)
-        return agg(token_loss, MASK, norm=5)
+        return agg(token_loss * weight, MASK, norm=5)
 
     assert gradcheck(f, (OLD + LOG_R).requires_grad_(True))
     _, m = fn(OLD + LOG_R, OLD, ADV, MASK, params, rollout_logprobs=ROLLOUT)
     if name != "vanilla":  # the flat (clipped) regions are part of what was checked
-        assert m["clipfrac_low"] > 0 and m["clipfrac_high"] > 0 and m["tis_clipfrac"] > 0
+        assert m["clipfrac_low"] > 0 and m["clipfrac_high"] > 0 and tis_m["truncated_frac"] > 0
     if name == "dual_clip":
         assert m["clipfrac_dual"] > 0
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rlxf.algorithms import (
     AdvantageParams,
+    OffPolicyParams,
     PolicyLossParams,
     dpo_loss,
     dynamic_sampling_keep,
@@ -183,7 +184,13 @@ def test_masked_tokens_never_change_outputs_or_gradients(b, seed):
         _assert_mask_invariant(
             lambda rewards, values, mask, fn=fn: fn(rewards, mask, b.group_ids, values, AdvantageParams()),
             {**base, "rewards": b.rewards, "values": b.values}, b.mask, (), {"rewards", "values"}, seed)
-    params = PolicyLossParams(clip_eps_low=0.2, clip_eps_high=0.28, tis_cap=2.0)
+    params = PolicyLossParams(clip_eps_low=0.2, clip_eps_high=0.28)
+    for name in names("off_policy"):
+        fn = registry.get("off_policy", name)
+        for level in ("token", "sequence", "geometric"):
+            ip = OffPolicyParams(cap=2.0, level=level)
+            _assert_mask_invariant(lambda old, rollout, mask, fn=fn, ip=ip: fn(old, rollout, mask, ip),
+                                   {**base, "old": b.old, "rollout": b.rollout}, b.mask, (), {"old", "rollout"}, seed)
     for name in names("policy_loss"):
         fn = registry.get("policy_loss", name)
         _assert_mask_invariant(

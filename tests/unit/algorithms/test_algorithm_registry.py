@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlxf.algorithms import AdvantageParams, PolicyLossParams, registry
+from rlxf.algorithms import AdvantageParams, OffPolicyParams, PolicyLossParams, registry
 from rlxf.algorithms.registry import UnknownNameError
 
 
@@ -15,6 +15,7 @@ def test_builtin_names_match_the_config():
     assert registry.names("policy_loss") == ["cispo", "dual_clip", "gspo", "ppo_clip", "vanilla"]
     assert registry.names("loss_agg") == [
         "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_mean"]
+    assert registry.names("off_policy") == ["decoupled", "mis", "none", "tis"]
 
 
 def test_unknown_name_lists_valid_ones():
@@ -80,9 +81,13 @@ def test_every_registered_function_takes_bool_or_float_masks_in_either_precision
                 adv, ret = registry.get("advantage", name)(x, mask, torch.tensor([0, 0, 1]), x, AdvantageParams())
                 assert adv.dtype == dtype and ret.dtype == dtype and torch.isfinite(adv).all(), name
             for name in registry.names("policy_loss"):
-                loss, m = registry.get("policy_loss", name)(x, old, x, mask, PolicyLossParams(tis_cap=1.5),
+                loss, m = registry.get("policy_loss", name)(x, old, x, mask, PolicyLossParams(),
                                                             rollout_logprobs=old)
                 assert loss.dtype == dtype and torch.isfinite(loss).all(), name
+            for name in registry.names("off_policy"):
+                w, m = registry.get("off_policy", name)(old, x, mask, OffPolicyParams(cap=1.5))
+                assert w.dtype == dtype and torch.isfinite(w).all(), name
+                assert all(torch.isfinite(v) for v in m.values()), name
             for name in registry.names("loss_agg"):
                 out = registry.get("loss_agg", name)(x, mask, norm=3)
                 assert out.dtype == dtype and out.dim() == 0, name

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlxf.algorithms import (
+    OffPolicyParams,
     PolicyLossParams,
     dynamic_sampling_keep,
     loss_totals,
@@ -23,17 +24,20 @@ FAST = settings(max_examples=40, deadline=None)
 
 @FAST
 @given(st.integers(1, 5), st.integers(1, 6), st.integers(0, 2**31 - 1), st.floats(0.0, 3.0),
-       st.sampled_from([None, 2.0]))
-def test_zero_advantages_give_exactly_zero_gradient_in_every_policy_loss(b, t, seed, spread, tis_cap):
+       st.sampled_from(names("off_policy")))
+def test_zero_advantages_give_exactly_zero_gradient_in_every_policy_loss(b, t, seed, spread, correction):
     g = torch.Generator().manual_seed(seed)
     mask = (torch.rand(b, t, generator=g) < 0.7).float()
     old = -3 * torch.rand(b, t, generator=g)
     rollout = old + 0.3 * torch.randn(b, t, generator=g)
-    params = PolicyLossParams(tis_cap=tis_cap)
+    params = PolicyLossParams()
+    # every off-policy correction's weight multiplies the token loss, as the objective does
+    weight, _ = registry.get("off_policy", correction)(old, rollout, mask, OffPolicyParams(cap=2.0))
     num_tokens, num_seqs = loss_totals(mask)
     for name in names("policy_loss"):
         logp = (old + spread * torch.randn(b, t, generator=g)).requires_grad_(True)  # ratios far from 1 too
         token_loss, _ = registry.get("policy_loss", name)(logp, old, torch.zeros(b, t), mask, params, rollout)
+        token_loss = token_loss * weight
         for agg_name in names("loss_agg"):
             agg = registry.get("loss_agg", agg_name)
             loss = agg(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs, norm=5)

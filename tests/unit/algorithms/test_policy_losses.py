@@ -169,33 +169,6 @@ def test_vanilla_by_hand():
     assert m["clipfrac_low"].item() == 0.0 and m["clipfrac_high"].item() == 0.0
 
 
-def test_truncated_importance_sampling():
-    # π_old/π_rollout = 3, 0.5, 1 -> w = min(·, 2) = 2, 0.5, 1; ratio π/π_old = 1 so ppo = -Â
-    # loss = -Â w = -2, -0.5, 1;  grad = -Â r w = -2, -0.5, 1
-    old = torch.tensor([[-1.0, -2.0, -0.5, 0.0]], dtype=D)
-    rollout = old - torch.tensor([[ln(3), ln(0.5), 0.0, math.nan]], dtype=D)
-    mask = torch.tensor([[1, 1, 1, 0]], dtype=D)
-    adv = torch.tensor([[1.0, 1.0, -1.0, 5.0]], dtype=D)
-    for fn in (ppo_clip, dual_clip, vanilla, cispo):
-        logp = old.clone().requires_grad_(True)
-        loss, m = fn(logp, old, adv, mask, PolicyLossParams(tis_cap=2.0), rollout_logprobs=rollout)
-        loss.sum().backward()
-        torch.testing.assert_close(loss.detach(), torch.tensor([[-2.0, -0.5, 1.0, 0.0]], dtype=D), msg=fn.__name__)
-        torch.testing.assert_close(logp.grad, torch.tensor([[-2.0, -0.5, 1.0, 0.0]], dtype=D), msg=fn.__name__)
-        assert m["tis_clipfrac"].item() == pytest.approx(1 / 3)
-        assert m["tis_weight_mean"].item() == pytest.approx((2 + 0.5 + 1) / 3)
-    # TIS off: the rollout log-probs are ignored and no TIS metrics appear
-    loss, m = ppo_clip(old, old, adv, mask, PolicyLossParams(), rollout_logprobs=rollout)
-    torch.testing.assert_close(loss, torch.tensor([[-1.0, -1.0, 1.0, 0.0]], dtype=D))
-    assert "tis_weight_mean" not in m
-
-
-def test_tis_without_rollout_logprobs_is_an_error():
-    x = torch.zeros(1, 2)
-    with pytest.raises(ValueError, match="rollout_logprobs is None"):
-        ppo_clip(x, x, x, torch.ones(1, 2), PolicyLossParams(tis_cap=2.0))
-
-
 def test_huge_log_ratio_is_clamped_not_inf():
     # log r = 1000 would overflow exp; clamped to 20 the loss is finite, and so is the gradient
     for name in names("policy_loss"):
@@ -213,8 +186,7 @@ def test_all_masked_batch_gives_zeros_and_finite_metrics():
     mask = torch.zeros(2, 3, dtype=D)
     for name in names("policy_loss"):
         logp = x.clone().requires_grad_(True)
-        loss, m = registry.get("policy_loss", name)(logp, x, x, mask, PolicyLossParams(tis_cap=2.0),
-                                                    rollout_logprobs=x)
+        loss, m = registry.get("policy_loss", name)(logp, x, x, mask, PolicyLossParams(), rollout_logprobs=x)
         loss.sum().backward()
         assert torch.equal(loss.detach(), torch.zeros(2, 3, dtype=D)), name
         assert torch.equal(logp.grad, torch.zeros(2, 3, dtype=D)), name

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlxf.config import load_config
-from rlxf.config.explain import ModelDims, activation_bytes, batch_table, memory_estimate
+from rlxf.config.explain import ModelDims, activation_bytes, algorithm_table, batch_table, memory_estimate
 
 
 def _cfg(*overrides):
@@ -59,3 +59,21 @@ def test_batch_table_says_when_the_micro_batch_is_capped():
     assert rows["gradient-accumulation steps"][0] == "1"
     plain = {q: how for q, _, how in batch_table(_cfg())}
     assert plain["micro-batch (samples per forward/backward)"] == "train.micro_batch_size"
+
+
+def test_algorithm_table_names_the_off_policy_correction_and_its_bounds():
+    rows = {part: (choice, what) for part, choice, what in algorithm_table(_cfg())}
+    assert rows["off-policy correction"][0] == "none: w = 1 (the engine is taken to sample from π_old)"
+    assert rows["policy loss"] == ("ppo_clip", "PPO clipped surrogate (Schulman et al. 2017) with decoupled "
+                                               "bounds (DAPO, Yu et al. 2025).")
+
+    def correction(*overrides):
+        return {p: c for p, c, _ in algorithm_table(_cfg(*overrides))}["off-policy correction"]
+
+    assert correction("algorithm.off_policy=tis") == "tis: w = min(ρ, 2); ρ = π_old / π_rollout per token"
+    # mis: the floor defaults to 1 / cap = 1 / 4
+    assert correction("algorithm.off_policy=mis", "algorithm.is_cap=4", "algorithm.is_level=sequence") == (
+        "mis: w = ρ if 0.25 <= ρ <= 4, else 0; ρ = π_old / π_rollout per sequence (product over its tokens)")
+    assert correction("algorithm.off_policy=decoupled").startswith("decoupled: w = ρ (no cap)")
+    assert correction("algorithm.off_policy=decoupled", "algorithm.is_cap=5").startswith(
+        "decoupled: w = ρ, 0 where ρ > 5;")
