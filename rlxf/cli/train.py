@@ -35,6 +35,10 @@ def check_resume_compatible(saved_yaml: Path, cfg, resumable: tuple[str, ...] = 
     if not saved_yaml.exists():
         return
     saved = yaml.safe_load(saved_yaml.read_text()) or {}
+    try:  # through the model: a field added since that run compares as its default, not as "changed"
+        saved = type(cfg).model_validate(saved).model_dump(mode="json")
+    except ValueError:
+        pass  # written by an older rlxf whose fields no longer validate: compare the raw YAML
     changed = [k for k in _diff(saved, cfg.model_dump(mode="json")) if not k.startswith(resumable)]
     if changed:
         raise UsageError(

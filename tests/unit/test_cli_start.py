@@ -138,3 +138,23 @@ def test_a_run_that_logged_a_step_or_resumed_keeps_its_directory(tmp_path):
     with pytest.raises(RuntimeError), discard_on_failed_start(empty, fresh=False):  # --resume
         raise RuntimeError("x")
     assert empty.path.exists()
+
+
+def test_resume_of_a_run_written_before_a_field_existed(tmp_path, isolated_path):
+    """A field added since the run was written compares as its default; a changed one refuses."""
+    import yaml
+
+    from rlxf.cli.errors import UsageError
+    from rlxf.cli.train import check_resume_compatible
+    from rlxf.config import dump_config
+
+    cfg = load_config(EXAMPLE, [])
+    saved = yaml.safe_load(dump_config(cfg))
+    del saved["algorithm"]["off_policy"]  # as an rlxf from before the field wrote it
+    old = tmp_path / "config.yaml"
+    old.write_text(yaml.safe_dump(saved))
+    check_resume_compatible(old, cfg)
+    saved["algorithm"]["clip_eps_low"] = 0.5
+    old.write_text(yaml.safe_dump(saved))
+    with pytest.raises(UsageError, match=r"algorithm\.clip_eps_low;"):
+        check_resume_compatible(old, cfg)
