@@ -13,7 +13,12 @@ RESUMABLE = (*RUN_RESUMABLE, "sft.steps", "sft.max_seconds", "sft.eval_every")
 
 def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = False) -> None:
     from rlxf.cli.preflight import check_inputs
-    from rlxf.cli.train import apply_threads, check_resume_compatible, discard_on_failed_start, stop_with_resume_hint
+    from rlxf.cli.train import (
+        apply_threads,
+        check_resume_compatible,
+        discard_on_failed_start,
+        stop_with_resume_hint,
+    )
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 

@@ -31,7 +31,6 @@ from typing import Any
 from rlxf.rewards.base import run_sync
 from rlxf.rewards.types import RewardInput, RewardResult
 
-
 STATS_FILE = "reward_stats.json"
 
 
@@ -111,7 +110,6 @@ class RewardModelVerifier:
     @classmethod
     def from_config(cls, cfg: Any) -> RewardModelVerifier:
         from rlxf.models import ValueModel, load_tokenizer  # noqa: PLC0415 - torch + transformers
-
         from rlxf.models.paths import resolve_model_dir  # noqa: PLC0415
 
         model = ValueModel.from_pretrained(cfg.path, device=cfg.device)
