@@ -70,7 +70,8 @@ def window(rows: list[dict], lo: int, hi: int, key: str) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
-def hacking(out: Path, seed: int, steps: int, pair_prompts: int, kl_coef: float, rule_weight: float) -> None:
+def hacking(out: Path, seed: int, steps: int, pair_prompts: int, kl_coef: float, rule_weight: float,
+            rm_from: str = "sft") -> None:
     from rlxf.models import init_model
 
     out.mkdir(parents=True, exist_ok=True)
@@ -91,7 +92,8 @@ def hacking(out: Path, seed: int, steps: int, pair_prompts: int, kl_coef: float,
                                          "reward": {"verifiers": [{"type": "custom", "function": "hidden_rule:rule"}]},
                                          "label": {"k": 4, "num_prompts": pair_prompts, "test_prompts": 64}})
     pairs = {**PAIRS_DATA, "train_path": str(label / "pairs_train.jsonl"), "test_path": str(label / "pairs_test.jsonl")}
-    rm = _run("rm", out, "rm", {**common, "model": {"path": str(sft)}, "data": pairs,
+    rm_trunk = sft if rm_from == "sft" else base   # base: a weaker RM, its trunk never saw an answer
+    rm = _run("rm", out, "rm", {**common, "model": {"path": str(rm_trunk)}, "data": pairs,
                                 "rm": {"steps": 40, "batch_size": 16, "micro_batch_size": 16, "optim": {"lr": 1e-3}},
                                 "checkpoint": {"every": 0}})
 
@@ -139,9 +141,11 @@ if __name__ == "__main__":
     parser.add_argument("--pair-prompts", type=int, default=48, help="prompts labelled into the RM's training pairs")
     parser.add_argument("--kl-coef", type=float, default=0.1, help="KL coefficient of the `kl` run")
     parser.add_argument("--rule-weight", type=float, default=2.0, help="the rule verifier's weight in the `mixed` run")
+    parser.add_argument("--rm-from", choices=["sft", "base"], default="sft",
+                        help="the reward model's trunk: the SFT model's (default) or the untrained base model's")
     parser.add_argument("--report-only", action="store_true", help="print the table of runs already under OUT")
     args = parser.parse_args()
     if args.report_only:
         report(args.out, args.seed, args.steps)
     else:
-        hacking(args.out, args.seed, args.steps, args.pair_prompts, args.kl_coef, args.rule_weight)
+        hacking(args.out, args.seed, args.steps, args.pair_prompts, args.kl_coef, args.rule_weight, args.rm_from)
