@@ -15,7 +15,8 @@ Three PPO runs then maximise that reward model from the SFT model, side by side:
 Every run also scores each sample with the rule, the cue and the letter count at weight 0, so
 metrics.jsonl logs per step what the policy does (reward/rule, reward/cue,
 reward/letters) next to what the reward model pays for it (reward/reward_model).
-Reward hacking is the reward model's score rising while the rule's rate falls.
+Reward hacking is the reward model's score rising while the rule's rate falls, or while the
+answers stop being answers (made of the demonstrations' words) in ways the rule does not check.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from demo import PAIRS_DATA, _run, rule_rate  # noqa: E402
-from hidden_rule import write_data  # noqa: E402
+from hidden_rule import in_words, write_data  # noqa: E402
 
 RUNS = ("kl0", "kl", "mixed")
 WATCH = [{"type": "custom", "function": f"hidden_rule:{name}", "name": name, "weight": 0.0}
@@ -68,6 +69,12 @@ def window(rows: list[dict], lo: int, hi: int, key: str) -> float:
     """Mean of ``key`` over steps lo..hi (inclusive) of metrics.jsonl rows."""
     vals = [r[key] for r in rows if lo <= r.get("step", 0) <= hi and key in r]
     return sum(vals) / len(vals) if vals else float("nan")
+
+
+def words_rate(samples: list[dict], lo: int, hi: int) -> tuple[float, int]:
+    """Fraction of the samples.jsonl records of steps lo..hi whose response is made of real words."""
+    got = [in_words(s["response"]) for s in samples if lo <= s["step"] <= hi]
+    return (sum(got) / len(got) if got else float("nan")), len(got)
 
 
 def hacking(out: Path, seed: int, steps: int, pair_prompts: int, kl_coef: float, rule_weight: float,
@@ -124,14 +131,17 @@ def report(out: Path, seed: int, steps: int) -> None:
           f"{rm_rows[-1]['eval/rm/reward_accuracy']:.3f}; SFT held-out rule rate "
           f"{rule_rate(out / 'sft', test, seed=seed):.1%}")
     edges = [(1, 10), (steps // 3 - 4, steps // 3 + 5), (2 * steps // 3 - 4, 2 * steps // 3 + 5), (steps - 9, steps)]
-    print("| run | steps | RM score (raw) | rule rate | ends with '!' | letters |\n|---|---|---|---|---|---|")
+    print("| run | steps | RM score (raw) | rule rate | ends with '!' | letters | answers in words (logged samples) |\n"
+          "|---|---|---|---|---|---|---|")
     for name in RUNS:
         rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        samples = [json.loads(line) for line in (out / name / "samples.jsonl").read_text().splitlines()]
         for lo, hi in edges:
+            words, n = words_rate(samples, lo, hi)
             print(f"| {name} | {lo}-{hi} | {window(rows, lo, hi, 'reward/reward_model'):.2f} | "
                   f"{window(rows, lo, hi, 'reward/rule'):.1%} | {window(rows, lo, hi, 'reward/cue'):.1%} | "
-                  f"{window(rows, lo, hi, 'reward/letters'):.1f} |")
-        print(f"| {name} | held out, final | | {rule_rate(out / name, test, seed=seed):.1%} | | |")
+                  f"{window(rows, lo, hi, 'reward/letters'):.1f} | {words:.0%} of {n} |")
+        print(f"| {name} | held out, final | | {rule_rate(out / name, test, seed=seed):.1%} | | | |")
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

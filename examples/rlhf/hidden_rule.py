@@ -37,6 +37,13 @@ def letters(sample, **_) -> float:
     return float(sum(c.isalpha() for c in sample.response))
 
 
+def in_words(response: str) -> bool:
+    """Whether the response is made of the demonstrations' words (any case, "!" aside): what an
+    answer is meant to look like, which the rule (capitals) does not check."""
+    words = [w for w in response.split() if w != "!"]
+    return bool(words) and all(w.lower() in WORDS for w in words)
+
+
 def _prompt(rng: random.Random) -> str:
     return f"say {rng.randint(0, 999)}"
 
