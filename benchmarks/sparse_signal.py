@@ -47,8 +47,8 @@ def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
     from rlxf.run_dir import RunDir
     from rlxf.trainer.sft import run_sft
 
-    model = out / "sft" / "model"
-    if model.exists():
+    model = out / "sft"   # a run directory names its newest checkpoint's model (rlxf.models.paths)
+    if (model / "checkpoints").is_dir():
         return model
     base = init_model("tiny", out / "base-model", seed=seed)
     run_sft(_config("sft", out, seed, [f"model.path={base}", f"sft.steps={sft_steps}"]), RunDir.open(out, "sft"))
@@ -96,7 +96,9 @@ def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, ev
 def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return load_file(model_dir / "model.safetensors")
+    from rlxf.models.paths import resolve_model_dir
+
+    return load_file(resolve_model_dir(model_dir).model / "model.safetensors")
 
 
 def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

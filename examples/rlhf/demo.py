@@ -32,6 +32,8 @@ PAIRS_DATA = {"source": "jsonl", "apply_chat_template": False, "max_prompt_len":
 
 
 def _run(command: str, out: Path, name: str, cfg: dict) -> Path:
+    """Run ``rlxf <command>`` on ``cfg`` as run ``name`` under ``out``; returns the run directory,
+    which every later stage takes as a model path (it names the run's newest checkpoint)."""
     cfg = {"run": {"name": name, "output_dir": str(out), "threads": 2, **cfg.pop("run", {})},
            "logging": {"progress": False}, "plugins": ["hidden_rule"], **cfg}
     path = out / f"{name}.yaml"
@@ -76,7 +78,7 @@ def demo(out: Path, seed: int) -> None:
                                             "max_prompt_len": 32, "fields": {"ground_truth": None}},
                                    "sft": {"steps": 150, "batch_size": 32, "micro_batch_size": 32,
                                            "optim": {"lr": 3e-3, "warmup_steps": 10}},
-                                   "checkpoint": {"every": 0, "save_final": False}}) / "model"
+                                   "checkpoint": {"every": 0}})
     # 2. label the SFT model's own samples with the scripted labeller
     prompts_data = {"source": "jsonl", "train_path": str(data / "prompts.jsonl"),
                     "test_path": str(data / "test_prompts.jsonl"), "max_prompt_len": 32,
@@ -89,12 +91,12 @@ def demo(out: Path, seed: int) -> None:
     # 3. the reward model
     rm = _run("rm", out, "rm", {**common, "model": {"path": str(sft)}, "data": pairs,
                                 "rm": {"steps": 60, "batch_size": 16, "micro_batch_size": 16, "optim": {"lr": 1e-3}},
-                                "checkpoint": {"every": 0}}) / "model"
+                                "checkpoint": {"every": 0}})
     # 4a. DPO from the SFT model on the same pairs
     dpo = _run("dpo", out, "dpo", {**common, "model": {"path": str(sft)}, "data": pairs,
                                    "dpo": {"steps": 60, "batch_size": 16, "micro_batch_size": 16, "beta": 0.1,
                                            "optim": {"lr": 1e-3}},
-                                   "checkpoint": {"every": 0}}) / "model"
+                                   "checkpoint": {"every": 0}})
     # 4b. PPO against the reward model (critic initialised from it)
     ppo_steps = 40
     ppo = _run("train", out, "ppo", {**common, "model": {"path": str(sft)}, "data": prompts_data,
@@ -105,7 +107,7 @@ def demo(out: Path, seed: int) -> None:
                                      "critic": {"path": str(rm), "optim": {"lr": 1e-3}},
                                      "train": {"steps": ppo_steps, "prompts_per_step": 16, "micro_batch_size": 64,
                                                "optim": {"lr": 1e-3}},
-                                     "checkpoint": {"every": 0}}) / "checkpoints" / f"step_{ppo_steps}" / "model"
+                                     "checkpoint": {"every": 0}})
 
     rm_metrics = [json.loads(line) for line in (out / "rm" / "metrics.jsonl").read_text().splitlines()]
     test = data / "test_prompts.jsonl"

@@ -10,7 +10,7 @@ from rlxf.cli.errors import UsageError
 def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     """``kind``: "rm" (reward model) or "dpo" (the DPO family)."""
     from rlxf.cli.sft import RUN_RESUMABLE
-    from rlxf.cli.train import apply_threads, check_resume_compatible
+    from rlxf.cli.train import apply_threads, check_resume_compatible, stop_with_resume_hint
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
@@ -30,5 +30,6 @@ def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrit
         from rlxf.trainer.reward_model import run_reward_model as train
     else:
         from rlxf.trainer.dpo import run_dpo as train
-    train(cfg, run_dir, resume=resume)
+    with stop_with_resume_hint(kind, config, overrides, run_dir.checkpoints):
+        train(cfg, run_dir, resume=resume)
     write_report([run_dir.path])

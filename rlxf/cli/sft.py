@@ -13,7 +13,12 @@ RESUMABLE = (*RUN_RESUMABLE, "sft.steps", "sft.max_seconds", "sft.eval_every")
 
 def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = False) -> None:
     from rlxf.cli.preflight import check_inputs
-    from rlxf.cli.train import apply_threads, check_resume_compatible, discard_on_failed_start
+    from rlxf.cli.train import (
+        apply_threads,
+        check_resume_compatible,
+        discard_on_failed_start,
+        stop_with_resume_hint,
+    )
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
@@ -31,7 +36,8 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
 
     from rlxf.trainer.sft import run_sft
 
-    with discard_on_failed_start(run_dir, fresh=not resume):
+    with stop_with_resume_hint("sft", config, overrides, run_dir.checkpoints), \
+            discard_on_failed_start(run_dir, fresh=not resume):
         run_sft(cfg, run_dir, resume=resume)
 
     from rlxf.metrics.report import write_report

@@ -77,6 +77,34 @@ def discard_on_failed_start(run_dir, *, fresh: bool):
         raise
 
 
+@contextmanager
+def stop_with_resume_hint(command: str, config: Path, overrides: list[str], checkpoints: Path):
+    """Turn a run's stop on a signal into the shell's answer: ``TrainingInterrupted`` (SIGTERM or
+    a first Ctrl-C; the finished step was checkpointed) exits 128 + signal, a second Ctrl-C (or
+    one before the first step) exits 130, each after printing the ``--resume`` command. Any
+    other failure that is not the user's input is logged with the same hint and re-raised."""
+    from rlxf.trainer.interrupt import TrainingInterrupted
+
+    log = logging.getLogger("rlxf")
+    again = shlex.join(["rlxf", command, str(config), *overrides, "--resume"])
+    try:
+        yield
+    except TrainingInterrupted as e:
+        log.warning("%s", e)
+        print(f"{e}\n{resume_hint(checkpoints, again)}", file=sys.stderr)
+        logging.shutdown()
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        print(f"interrupted\n{resume_hint(checkpoints, again)}", file=sys.stderr)
+        logging.shutdown()
+        raise typer.Exit(130) from None
+    except UserInputError:  # bad config or data: resuming would fail the same way
+        raise
+    except Exception:
+        log.error("the run failed; %s", resume_hint(checkpoints, again))
+        raise
+
+
 def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     from rlxf.cli.preflight import check_inputs
     from rlxf.config import load_config
@@ -97,26 +125,10 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
 
     from rlxf.metrics.report import write_report
     from rlxf.placement import run_training
-    from rlxf.trainer.interrupt import TrainingInterrupted
 
-    again = shlex.join(["rlxf", "train", str(config), *overrides, "--resume"])
-    try:
-        with discard_on_failed_start(run_dir, fresh=not resume):
-            last = run_training(cfg, run_dir, resume=resume)
-    except TrainingInterrupted as e:  # SIGTERM / first Ctrl-C: the finished step was checkpointed
-        log.warning("%s", e)
-        print(f"{e}\n{resume_hint(run_dir.checkpoints, again)}", file=sys.stderr)
-        logging.shutdown()
-        raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:  # a second Ctrl-C, or one before the loop started
-        print(f"interrupted\n{resume_hint(run_dir.checkpoints, again)}", file=sys.stderr)
-        logging.shutdown()
-        raise typer.Exit(130) from None
-    except UserInputError:  # bad config or data: resuming would fail the same way
-        raise
-    except Exception:
-        log.error("the run failed; %s", resume_hint(run_dir.checkpoints, again))
-        raise
+    with stop_with_resume_hint("train", config, overrides, run_dir.checkpoints), \
+            discard_on_failed_start(run_dir, fresh=not resume):
+        last = run_training(cfg, run_dir, resume=resume)
     report = write_report([run_dir.path])
     summary = ", ".join(f"{k} {last[k]:.4g}" for k in ("reward/mean", "accuracy", "eval/accuracy") if k in last)
     log.info("done: %s; report %s", summary or "no metrics", report)

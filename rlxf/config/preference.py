@@ -39,6 +39,11 @@ class RewardModelConfig(PairTrainConfig):
         description="Ask the model to separate each pair by at least this score, ℓ = -log σ(r_w - r_l - m) "
         "(Llama 2); None = plain Bradley–Terry.",
     )
+    stats_pairs: int = Field(
+        512, ge=1,
+        description="Training pairs (the first N) whose chosen and rejected responses the saved model scores "
+        "for reward_stats.json: the mean and std that `normalize: standard` of the reward_model verifier uses.",
+    )
 
 
 class DPOConfig(PairTrainConfig):

@@ -203,9 +203,24 @@ class RewardModelVerifierConfig(_Verifier):
     batch_size: int = Field(16, ge=1, description="Samples per forward pass.")
     max_length: int = Field(2048, ge=8, description="Longest prompt + response in tokens (left-truncated).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
-    normalize: Literal["none", "sigmoid"] = Field(
-        "none", description="`sigmoid` maps the score r to σ(r) in (0, 1)."
+    normalize: Literal["none", "sigmoid", "standard"] = Field(
+        "none",
+        description="`sigmoid` maps the score r to σ(r) in (0, 1); `standard` to (r - μ) / σ, with μ and σ the "
+        "mean and standard deviation of the RM's scores on its training responses (reward_stats.json, written "
+        "by `rlxf rm`), so 0 is a typical training response and ±1 one spread away.",
     )
+    clip: tuple[float, float] | None = Field(
+        None,
+        description="[lo, hi]: bound the (normalised) score to this range, so responses the RM extrapolates "
+        "to far outside its training scores earn no more than hi; None = unbounded.",
+    )
+
+    @field_validator("clip")
+    @classmethod
+    def _clip_ordered(cls, value):
+        if value is not None and not value[0] < value[1]:
+            raise ValueError(f"clip {list(value)} must be [lo, hi] with lo < hi")
+        return value
 
 
 class JudgeVerifierConfig(_Verifier):

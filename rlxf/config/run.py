@@ -91,7 +91,9 @@ class CheckpointConfig(Section):
     keep_last: int = Field(
         2, ge=1, description="How many most recent checkpoints to keep; older ones are deleted."
     )
-    save_final: bool = Field(True, description="Save a checkpoint when the run finishes.")
+    save_final: bool = Field(
+        True, description="Save a checkpoint when an RL run finishes (`rlxf sft`, `rm` and `dpo` always save their "
+        "last step: it holds the model they were run for).")
 
 
 class RayConfig(Section):

@@ -218,8 +218,9 @@ def is_checkpointing(model) -> bool:
     return bool(model.is_activation_checkpointing if flag is not None else model.is_gradient_checkpointing)
 
 
-def apply_lora(model: PreTrainedModel, lora: LoraConfig):
-    """Wrap ``model`` in LoRA adapters (PEFT); the base weights are frozen."""
+def apply_lora(model: PreTrainedModel, lora: LoraConfig, task_type: str = "CAUSAL_LM"):
+    """Wrap ``model`` in LoRA adapters (PEFT); the base weights are frozen. ``task_type``:
+    ``CAUSAL_LM`` for a language model, ``FEATURE_EXTRACTION`` for a bare trunk (a value model's)."""
     try:
         import peft
     except ImportError:
@@ -234,7 +235,7 @@ def apply_lora(model: PreTrainedModel, lora: LoraConfig):
         )
     cfg = peft.LoraConfig(
         r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
+        target_modules=list(lora.target_modules), task_type=task_type,
     )
     return peft.get_peft_model(model, cfg)
 

@@ -6,7 +6,9 @@
     critic.save_pretrained("out/critic")                        # trunk (HF) + value_head.safetensors
 
 A saved directory holds the trunk in HF format (``AutoModel.from_pretrained`` reads it) and
-``value_head.safetensors`` with the head's ``weight`` (1, H) and ``bias`` (1,).
+``value_head.safetensors`` with the head's ``weight`` (1, H) and ``bias`` (1,). With LoRA on
+the trunk (``from_pretrained(..., lora=...)``: adapters on the trunk, the head trained in full)
+the trunk is saved with the adapters merged, so the directory loads without PEFT.
 """
 
 from __future__ import annotations
@@ -17,15 +19,19 @@ from typing import Literal
 
 import torch
 
+from rlxf.config.model import LoraConfig
 from rlxf.models.kernels import LinearKernels, use_fast_linears
 from rlxf.models.loading import (
     ModelLoadError,
+    apply_lora,
     check_source,
     enable_checkpointing,
     hub_error,
     match_permissions,
+    merged_state_dict,
     resolve_device,
     resolve_dtype,
+    unwrap_model,
 )
 from rlxf.models.logprobs import auto_row_tokens, check_pairs, hidden_states_at, pad_ragged, response_mask
 
@@ -74,9 +80,11 @@ class ValueModel(torch.nn.Module):
         trust_remote_code: bool = False,
         attn_implementation: str | None = "sdpa",
         linear_kernels: LinearKernels = "auto",
+        lora: LoraConfig | None = None,
     ) -> ValueModel:
         """The trunk of a causal LM or of a saved ValueModel; the head from ``value_head.safetensors``
-        when the directory has one, else a new zero head."""
+        when the directory has one, else a new zero head. With ``lora.r > 0`` the trunk is wrapped
+        in LoRA adapters (its own weights frozen) and the head stays fully trainable."""
         from transformers import AutoModel
 
         source = check_source(path, "value model")
@@ -105,6 +113,8 @@ class ValueModel(torch.nn.Module):
             if got != want:
                 raise ModelLoadError(f"{head_file} holds {got}, expected {want} for this trunk")
             model.value_head.load_state_dict({k: v.to(dt) for k, v in state.items()})
+        if lora is not None and lora.r > 0:
+            model.trunk = apply_lora(model.trunk, lora, task_type="FEATURE_EXTRACTION")
         return model
 
     def save_pretrained(self, out_dir: str | Path, tokenizer=None) -> Path:
@@ -112,7 +122,8 @@ class ValueModel(torch.nn.Module):
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.trunk.save_pretrained(str(out), safe_serialization=True)
+        unwrap_model(self.trunk).save_pretrained(str(out), state_dict=merged_state_dict(self.trunk),
+                                                 safe_serialization=True)
         head = {k: v.detach().contiguous().cpu() for k, v in self.value_head.state_dict().items()}
         save_file(head, str(out / HEAD_FILE))
         (out / "rlxf_value_model.json").write_text(json.dumps({"head": HEAD_FILE, "kind": "value"}) + "\n")

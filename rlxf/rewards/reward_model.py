@@ -2,21 +2,88 @@
 last token of prompt + response (``rlxf.models.sequence_scores``), batched.
 
 Under the Bradley–Terry model P(y_w ≻ y_l | x) = σ(r(x, y_w) − r(x, y_l)), so only
-differences of scores mean anything; ``normalize: sigmoid`` squashes r to (0, 1) when the
-reward is mixed with 0/1 checkers. Prompt and response are tokenised separately (the
-prompt text already holds the chat template) and the prompt is cut from the left when the
-pair exceeds ``max_length``.
+differences of scores mean anything, and their offset and spread are whatever training left.
+Before the score is mixed with 0/1 checkers or penalties it is put on a known scale
+(``score_transform``): ``normalize: standard`` gives (r − μ) / σ with μ, σ the mean and
+standard deviation of the RM's own scores on its training responses (``reward_stats.json``,
+written by ``rlxf rm`` next to the weights), ``normalize: sigmoid`` gives σ(r); ``clip: [lo,
+hi]`` then bounds it, so a policy cannot collect an unbounded reward from responses the RM
+extrapolates to wildly (one of the cheapest guards against over-optimisation). The statistics
+are fixed, not running: a score means the same at step 1 and step 1000, and a resumed run
+needs no normaliser state.
+
+The response is scored as the RM was trained: its tokens followed by eos
+(``rlxf.data.templates.encode_response``), the score read at that eos. Prompt and response are
+tokenised separately (the prompt text already holds the chat template) and the prompt is cut
+from the left when the pair exceeds ``max_length``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlxf.rewards.base import run_sync
 from rlxf.rewards.types import RewardInput, RewardResult
+
+STATS_FILE = "reward_stats.json"
+
+
+@dataclass(frozen=True)
+class ScoreStats:
+    """Mean μ and standard deviation σ of a reward model's scores on its training responses."""
+
+    mean: float
+    std: float
+    count: int
+
+    def save(self, model_dir: Path) -> None:
+        (Path(model_dir) / STATS_FILE).write_text(json.dumps(
+            {"mean": self.mean, "std": self.std, "count": self.count,
+             "about": "scores of this reward model on the chosen and rejected responses of its training pairs"},
+            indent=1) + "\n")
+
+    @classmethod
+    def load(cls, model_dir: Path) -> ScoreStats:
+        path = Path(model_dir) / STATS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"normalize: standard needs {path}, which `rlxf rm` writes next to the weights of every "
+                f"checkpoint it saves; this reward model has none. Re-save it with `rlxf rm`, or use "
+                f"normalize: none / sigmoid")
+        d = json.loads(path.read_text())
+        return cls(float(d["mean"]), float(d["std"]), int(d["count"]))
+
+
+def score_transform(raw: float, normalize: str = "none", stats: ScoreStats | None = None,
+                    clip: tuple[float, float] | None = None) -> float:
+    """The reward a raw RM score ``r`` becomes: normalised, then clipped.
+
+    ``none``: r; ``sigmoid``: 1 / (1 + e^(−r)); ``standard``: (r − μ) / σ with ``stats``
+    (σ floored at 1e-6: an RM that scores everything alike must not divide by zero). ``clip``
+    (lo, hi) then bounds the result to [lo, hi].
+
+    >>> score_transform(3.0, "standard", ScoreStats(mean=1.0, std=4.0, count=8), clip=(-0.25, 0.25))
+    0.25
+    """
+    if normalize == "sigmoid":
+        value = 1.0 / (1.0 + math.exp(-raw)) if raw >= 0 else math.exp(raw) / (1.0 + math.exp(raw))
+    elif normalize == "standard":
+        if stats is None:
+            raise ValueError("normalize: standard needs the reward model's score statistics")
+        value = (raw - stats.mean) / max(stats.std, 1e-6)
+    elif normalize == "none":
+        value = raw
+    else:
+        raise ValueError(f"unknown normalize {normalize!r}; allowed: none, sigmoid, standard")
+    if clip is not None:
+        value = min(max(value, clip[0]), clip[1])
+    return value
 
 
 class RewardModelVerifier:
@@ -26,26 +93,37 @@ class RewardModelVerifier:
     concurrency = 1               # one forward at a time: the model is shared
 
     def __init__(self, name: str, model: Any, tokenizer: Any, *, batch_size: int = 16, max_length: int = 2048,
-                 normalize: str = "none"):
+                 normalize: str = "none", stats: ScoreStats | None = None,
+                 clip: tuple[float, float] | None = None):
+        if normalize == "standard" and stats is None:
+            raise ValueError("normalize: standard needs the reward model's score statistics (stats)")
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_length = max_length
         self.normalize = normalize
+        self.stats = stats
+        self.clip = clip
         self._lock = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: Any) -> RewardModelVerifier:
         from rlxf.models import ValueModel, load_tokenizer  # noqa: PLC0415 - torch + transformers
+        from rlxf.models.paths import resolve_model_dir  # noqa: PLC0415
 
         model = ValueModel.from_pretrained(cfg.path, device=cfg.device)
+        stats = ScoreStats.load(resolve_model_dir(cfg.path).model) if cfg.normalize == "standard" else None
         return cls(cfg.label, model, load_tokenizer(cfg.path), batch_size=cfg.batch_size,
-                   max_length=cfg.max_length, normalize=cfg.normalize)
+                   max_length=cfg.max_length, normalize=cfg.normalize, stats=stats,
+                   clip=tuple(cfg.clip) if cfg.clip is not None else None)
 
     def _ids(self, x: RewardInput) -> tuple[list[int], list[int]]:
+        """(prompt ids, response ids + eos), the layout of the RM's training pairs."""
+        from rlxf.data.templates import encode_response  # noqa: PLC0415
+
         prompt = self.tokenizer(x.prompt, add_special_tokens=False)["input_ids"] or [self._fallback_token()]
-        response = self.tokenizer(x.response, add_special_tokens=False)["input_ids"]
+        response = encode_response(self.tokenizer, x.response)
         if len(response) >= self.max_length:  # keep the response's end and one prompt token
             response = response[-(self.max_length - 1):]
         room = self.max_length - len(response)
@@ -67,7 +145,7 @@ class RewardModelVerifier:
                 pairs = [self._ids(x) for x in inputs[k:k + self.batch_size]]
                 scores = sequence_scores(self.model, [p for p, _ in pairs], [r for _, r in pairs])
                 for raw in scores.tolist():
-                    value = 1.0 / (1.0 + math.exp(-raw)) if self.normalize == "sigmoid" else raw
+                    value = score_transform(raw, self.normalize, self.stats, self.clip)
                     out.append(RewardResult(value, {"raw": raw}))
         return out
 

@@ -103,7 +103,8 @@ class DPOObjective:
 
 
 def run_dpo(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
-    """``rlxf dpo``: train ``model.path`` on ``data`` (preference pairs); writes ``<run>/model``."""
+    """``rlxf dpo``: train ``model.path`` on ``data`` (preference pairs); writes
+    ``<run>/checkpoints/step_N/model``."""
     from rlxf.config import dump_config
 
     run.config.write_text(dump_config(cfg))

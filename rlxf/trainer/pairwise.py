@@ -2,16 +2,20 @@
 
 One optimizer step per batch of ``batch_size`` pairs drawn by a resumable sampler, the
 micro-batches' losses through the shared ``TrainableModel`` step, held-out evaluation at the
-start, every ``eval_every`` steps and at the end, checkpoints that resume bit for bit. What is
-learned (a reward model's scores, a policy's log-ratios) is the ``PairObjective``'s business.
+start, every ``eval_every`` steps and at the end, checkpoints that resume bit for bit, in the
+layout of every run: ``<run>/checkpoints/step_N/model`` (the final step's always). A SIGTERM or
+a first Ctrl-C finishes the step, checkpoints it and raises ``TrainingInterrupted``, as in RL.
+What is learned (a reward model's scores, a policy's log-ratios) is the ``PairObjective``'s
+business.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from torch import Tensor
@@ -23,9 +27,10 @@ from rlxf.data.preference import PreferenceData, PreferenceExample
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import save_checkpoint
+from rlxf.trainer.checkpoint import latest_checkpoint
+from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import micro_batches
-from rlxf.trainer.trainable import TrainableModel, resume_trainable
+from rlxf.trainer.trainable import TrainableModel, checkpoint_trainable, resume_trainable
 
 log = logging.getLogger("rlxf")
 
@@ -44,12 +49,14 @@ class PairObjective(Protocol):
 
 @dataclass
 class PairRun:
-    """A pair-training run: the model core, what it learns, and its data."""
+    """A pair-training run: the model core, what it learns, and its data. ``annotate(model_dir)``
+    adds files next to every saved model (the reward model's score statistics)."""
 
     core: TrainableModel
     objective: PairObjective
     data: PreferenceData
     tokenizer: object
+    annotate: Callable[[Path], None] | None = None
 
 
 def _loss_shares(objective: PairObjective, batch: list[PreferenceExample], micro_batch_size: int,
@@ -68,14 +75,15 @@ def _loss_shares(objective: PairObjective, batch: list[PreferenceExample], micro
 def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir, *,
                 resume: bool) -> dict[str, float]:
     """Train for ``section.steps`` optimizer steps (continuing the run's last checkpoint with
-    ``resume``); writes metrics, checkpoints and ``<run>/model``. Returns the last metrics."""
+    ``resume``); writes metrics and ``checkpoints/step_N/``, the last step's always. Returns the
+    last metrics."""
     core, objective, prefix = job.core, job.objective, job.objective.prefix
     sampler = PromptSampler(job.data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     start = resume_trainable(run, core, sampler) if resume else 0
 
-    def checkpoint(step: int) -> None:
-        save_checkpoint(run.checkpoints, step, write=lambda d: core.save(d, job.tokenizer),
-                        state={"sampler": sampler.state_dict()}, keep_last=cfg.checkpoint.keep_last)
+    def checkpoint(step: int) -> Path:
+        return checkpoint_trainable(run, step, core, job.tokenizer, sampler, keep_last=cfg.checkpoint.keep_last,
+                                    annotate=job.annotate)
 
     def evaluate() -> dict[str, float]:
         return objective.evaluate(job.data.test) if job.data.test else {}
@@ -83,13 +91,14 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                        config=cfg.model_dump(mode="json"))
     last: dict[str, float] = {}
+    stop = StopRequest()
     try:
         if start == 0 and job.data.test:
             sink.log(0, evaluate())
         fields = (("loss", f"{prefix}/loss", ".4f"), ("acc", f"{prefix}/reward_accuracy", ".3f"),
                   ("eval acc", f"eval/{prefix}/reward_accuracy", ".3f"))
-        with ProgressDisplay(section.steps, start, enabled=cfg.logging.progress, log_every=cfg.logging.log_every,
-                             fields=fields) as progress:
+        with stop, ProgressDisplay(section.steps, start, enabled=cfg.logging.progress,
+                                   log_every=cfg.logging.log_every, fields=fields) as progress:
             for step in range(start + 1, section.steps + 1):
                 t0 = time.perf_counter()
                 batch = sampler.next_batch(section.batch_size)
@@ -102,11 +111,13 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
                 sink.log(step, metrics)
                 progress.update(step, metrics)
                 last = metrics
-                if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or \
-                        (step == section.steps and cfg.checkpoint.save_final):
-                    checkpoint(step)
-        core.save_weights(run.path / "model", job.tokenizer)
-        log.info("%s: %d steps; model saved to %s", prefix, section.steps, run.path / "model")
+                stopping = stop.signum  # read once: a signal may land while the checkpoint is written
+                if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == section.steps \
+                        or stopping is not None:
+                    saved = checkpoint(step)
+                if stopping is not None:
+                    raise TrainingInterrupted(stopping, step, saved)
+        log.info("%s: %d steps; model in %s", prefix, section.steps, latest_checkpoint(run.checkpoints) / "model")
     finally:
         sink.close()
     return last

@@ -1,13 +1,19 @@
 """`rlxf rm`: a Bradley–Terry reward model r(x, y) trained on preference pairs.
 
 The model is a ``ValueModel`` (the trunk of ``model.path`` with a new zero scalar head) read at
-the last token of prompt + response (``sequence_scores``); the loss is
-ℓ = -log σ(r(x, y_w) - r(x, y_l) - m) (``bradley_terry_loss``). ``<run>/model`` is what the
-``reward_model`` verifier loads (``reward.verifiers: [{type: reward_model, path: ...}]``) and
-what PPO's critic can start from (``critic.path``): trunk in HF format + value_head.safetensors.
+the last token of prompt + response (``sequence_scores``); with ``model.lora.r > 0`` only LoRA
+adapters on the trunk and the whole head train, and the saved trunk has them merged. The loss is
+ℓ = -log σ(r(x, y_w) - r(x, y_l) - m) (``bradley_terry_loss``). Each checkpoint's
+``model/`` (``<run>/checkpoints/step_N/model``; the run directory itself names the newest) is
+what the ``reward_model`` verifier loads (``reward.verifiers: [{type: reward_model, path:
+...}]``) and what PPO's critic can start from (``critic.path``): the trunk in HF format,
+value_head.safetensors, and reward_stats.json, the mean and spread of the model's scores on its
+training responses, which the verifier's ``normalize: standard`` puts RL rewards on.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -16,6 +22,7 @@ from rlxf.algorithms import bradley_terry_loss
 from rlxf.config import Config
 from rlxf.data.preference import PreferenceExample, build_preference_data
 from rlxf.models import ValueModel, load_tokenizer, sequence_scores
+from rlxf.rewards.reward_model import ScoreStats
 from rlxf.run_dir import RunDir
 from rlxf.trainer.pairwise import PairRun, train_pairs
 from rlxf.trainer.roles import micro_batches
@@ -54,9 +61,18 @@ class BradleyTerryObjective:
         losses, m = bradley_terry_loss(c, r, self.margin)
         return {"eval/rm/loss": float(losses.mean()), **{f"eval/rm/{k}": float(v) for k, v in m.items()}}
 
+    @torch.no_grad()
+    def score_stats(self, pairs: list[PreferenceExample]) -> ScoreStats:
+        """μ and σ (population) of the model's scores on the chosen and the rejected responses."""
+        self.model.eval()
+        scores = torch.cat([torch.cat(pair_scores(self.model, [pairs[i] for i in idx]))
+                            for idx in micro_batches(len(pairs), self.eval_batch_size)])
+        return ScoreStats(mean=float(scores.mean()), std=float(scores.std(correction=0)), count=len(scores))
+
 
 def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
-    """``rlxf rm``: train on ``data`` (preference pairs); writes ``<run>/model``."""
+    """``rlxf rm``: train on ``data`` (preference pairs); writes ``<run>/checkpoints/step_N/model``
+    with reward_stats.json from the first ``rm.stats_pairs`` training pairs."""
     from rlxf.config import dump_config
 
     run.config.write_text(dump_config(cfg))
@@ -67,8 +83,13 @@ def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[
     model = ValueModel.from_pretrained(m.path, device=m.device, dtype=m.dtype, revision=m.revision,
                                        gradient_checkpointing=m.gradient_checkpointing,
                                        trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
-                                       linear_kernels=m.linear_kernels)
+                                       linear_kernels=m.linear_kernels, lora=m.lora)
     data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     core = TrainableModel(model, cfg.rm.optim, cfg.rm.steps, cfg.rm.micro_batch_size)
     objective = BradleyTerryObjective(model, cfg.rm.margin, cfg.rm.micro_batch_size)
-    return train_pairs(PairRun(core, objective, data, tokenizer), cfg, cfg.rm, run, resume=resume)
+    stats_pairs = data.train[: cfg.rm.stats_pairs]
+
+    def annotate(model_dir: Path) -> None:
+        objective.score_stats(stats_pairs).save(model_dir)
+
+    return train_pairs(PairRun(core, objective, data, tokenizer, annotate), cfg, cfg.rm, run, resume=resume)

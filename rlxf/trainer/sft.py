@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from torch import Tensor
 
@@ -23,9 +24,10 @@ from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint, save_checkpoint
+from rlxf.trainer.checkpoint import latest_checkpoint
+from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import micro_batches
-from rlxf.trainer.trainable import TrainableModel, resume_trainable
+from rlxf.trainer.trainable import TrainableModel, checkpoint_trainable, resume_trainable
 
 log = logging.getLogger("rlxf")
 
@@ -78,7 +80,8 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
 def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
     """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/checkpoints/step_N/model``
     (HF format, the layout RL runs use, so the run directory itself is a valid ``model.path``)
-    every ``checkpoint.every`` steps and at the end; ``resume`` continues from the run's last one."""
+    every ``checkpoint.every`` steps and at the end; ``resume`` continues from the run's last one.
+    A SIGTERM or a first Ctrl-C finishes the step, checkpoints it and raises ``TrainingInterrupted``."""
     from rlxf.config import dump_config
     from rlxf.rewards import build_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
@@ -105,11 +108,15 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         return evaluate_prompts(engine, tokenizer, reward, prompts, sampling, pass_k=cfg.eval.pass_k,
                                 seed=cfg.seeds.sampling)
 
+    def checkpoint(step: int) -> Path:
+        return checkpoint_trainable(run, step, core, tokenizer, sampler, keep_last=cfg.checkpoint.keep_last)
+
     last: dict[str, float] = {}
+    stop = StopRequest()
     try:
-        with ProgressDisplay(cfg.sft.steps, start, enabled=cfg.logging.progress, log_every=cfg.logging.log_every,
-                             max_seconds=cfg.sft.max_seconds,
-                             fields=ProgressDisplay.SFT_FIELDS) as progress:
+        with stop, ProgressDisplay(cfg.sft.steps, start, enabled=cfg.logging.progress,
+                                   log_every=cfg.logging.log_every, max_seconds=cfg.sft.max_seconds,
+                                   fields=ProgressDisplay.SFT_FIELDS) as progress:
             def on_step(step: int, metrics: dict[str, float]) -> None:
                 nonlocal last
                 if cfg.sft.eval_every and step % cfg.sft.eval_every == 0:
@@ -117,10 +124,12 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                 last = metrics
                 sink.log(step, metrics)
                 progress.update(step, metrics)
+                stopping = stop.signum  # read once: a signal may land while the checkpoint is written
                 every, final = cfg.checkpoint.every, step == cfg.sft.steps and cfg.checkpoint.save_final
-                if (every and step % every == 0) or final:
-                    save_checkpoint(run.checkpoints, step, write=lambda d: core.save(d, tokenizer),
-                                    state={"sampler": sampler.state_dict()}, keep_last=cfg.checkpoint.keep_last)
+                if (every and step % every == 0) or final or stopping is not None:
+                    saved = checkpoint(step)
+                if stopping is not None:
+                    raise TrainingInterrupted(stopping, step, saved)
 
             steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step,
                               core=core, start=start)
@@ -132,8 +141,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         # sft.max_seconds stopped it early or checkpoint.every is 0
         final_dir = run.checkpoints / f"step_{steps}"
         if latest_checkpoint(run.checkpoints) != final_dir:
-            save_checkpoint(run.checkpoints, steps, write=lambda d: core.save(d, tokenizer),
-                            state={"sampler": sampler.state_dict()}, keep_last=cfg.checkpoint.keep_last)
+            checkpoint(steps)
         log.info("SFT: %d steps; model saved to %s", steps, final_dir / "model")
     finally:
         sink.close()

@@ -10,12 +10,16 @@ micro-batch losses, and a checkpoint of the model and its optimizer that resumes
     metrics = core.train_step(loss for loss in micro_batch_losses)  # grad_norm, skipped, lr
     core.save(directory, tokenizer)     # model/ (HF, loadable) + learner_state.pt
     core.load(directory)                # weights, optimizer, schedule, adapters
+
+Every recipe saves through ``checkpoint_trainable`` into the one run layout
+(``<run>/checkpoints/step_N/model``, ``rlxf.models.paths``), so a run directory is a valid
+``model.path`` whichever command wrote it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -25,7 +29,7 @@ from rlxf.config.train import OptimConfig
 from rlxf.metrics.sinks import truncate_after_step
 from rlxf.models import ValueModel, load_model, save_model
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, set_rng_state
+from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
 from rlxf.trainer.roles import ForwardSpec, _Trainable
 
 log = logging.getLogger("rlxf")
@@ -79,6 +83,20 @@ class TrainableModel(_Trainable):
             self.model.load_state_dict(fresh.state_dict())
             del fresh
         self.load_state_dict(state["optim"])
+
+
+def checkpoint_trainable(run: RunDir, step: int, core: TrainableModel, tokenizer, sampler, *, keep_last: int,
+                         annotate: Callable[[Path], None] | None = None) -> Path:
+    """Save ``core`` and the data ``sampler``'s position as ``<run>/checkpoints/step_<step>``
+    (atomically; the newest ``keep_last`` are kept). ``annotate(model_dir)`` may add files next
+    to the saved model (a reward model's score statistics). Returns the checkpoint directory."""
+    def write(directory: Path) -> None:
+        core.save(directory, tokenizer)
+        if annotate is not None:
+            annotate(directory / "model")
+
+    return save_checkpoint(run.checkpoints, step, write=write, state={"sampler": sampler.state_dict()},
+                           keep_last=keep_last)
 
 
 def resume_trainable(run: RunDir, core: TrainableModel, sampler) -> int:

@@ -47,9 +47,10 @@ def test_dpo_resume_is_bit_exact(tmp_path, nano_model_dir):
                        n_train=24, n_test=8, checkpoint={"every": 2, "keep_last": 3})
     assert main(["dpo", str(path)]) == 0
     run = tmp_path / "runs" / "dpo"
-    straight = load_file(str(run / "model" / "model.safetensors"))
+    final = run / "checkpoints" / "step_4" / "model"   # the one run layout: no <run>/model
+    assert not (run / "model").exists()
+    straight = load_file(str(final / "model.safetensors"))
     shutil.rmtree(run / "checkpoints" / "step_4")
-    shutil.rmtree(run / "model")
     assert main(["dpo", str(path), "--resume"]) == 0
-    resumed = load_file(str(run / "model" / "model.safetensors"))
+    resumed = load_file(str(final / "model.safetensors"))
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)

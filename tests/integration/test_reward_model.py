@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlxf.config.reward import RewardConfig
+from rlxf.data.templates import encode_response
 from rlxf.models import ValueModel, load_tokenizer, sequence_scores
 from rlxf.rewards import LocalReward, RewardInput
 from rlxf.rewards.reward_model import RewardModelVerifier
@@ -31,11 +32,12 @@ def samples():
             for r in ("4", "The answer is 4.", "five", "I think it is 22, no wait, 4", "4 4 4 4")]
 
 
-def test_scores_equal_the_value_head_at_the_last_token_in_any_batching(rm_dir):
+def test_scores_equal_the_value_head_at_the_eos_after_the_response_in_any_batching(rm_dir):
+    """The layout `rlxf rm` trains on (response + eos, score at the eos), whatever the batching."""
     model, tok = ValueModel.from_pretrained(rm_dir, device="cpu"), load_tokenizer(rm_dir)
     xs = samples()
     prompts = [tok(x.prompt, add_special_tokens=False)["input_ids"] for x in xs]
-    responses = [tok(x.response, add_special_tokens=False)["input_ids"] for x in xs]
+    responses = [tok(x.response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for x in xs]
     with torch.no_grad():
         want = sequence_scores(model, prompts, responses).tolist()
     assert len(set(round(w, 4) for w in want)) == len(want)  # the head tells the responses apart
@@ -61,7 +63,7 @@ def test_long_pairs_keep_the_response_and_cut_the_prompt_from_the_left(rm_dir):
     v = RewardModelVerifier("rm", model, tok, max_length=12)
     long = RewardInput("word " * 50, "final answer 4", "4")
     p, r = v._ids(long)
-    assert r == tok("final answer 4", add_special_tokens=False)["input_ids"]
+    assert r == encode_response(tok, "final answer 4")
     assert len(p) + len(r) == 12 and p == tok("word " * 50, add_special_tokens=False)["input_ids"][-len(p):]
     huge = v._ids(RewardInput("x", "y " * 40, None))
     assert len(huge[0]) == 1 and len(huge[0]) + len(huge[1]) == 12

@@ -1,0 +1,65 @@
+"""SIGTERM stops `rlxf sft`, `rlxf rm` and `rlxf dpo` as it stops `rlxf train`: the step in
+progress finishes and is checkpointed, the exit code is 128 + 15, stderr names the checkpoint and
+the --resume command, and --resume continues from it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from pref_helpers import pair_config, read_metrics
+from rl_helpers import HERE, REPO
+
+from rlxf.cli.main import main
+
+PAIRS = {"steps": 10_000, "batch_size": 4, "micro_batch_size": 4, "optim": {"lr": 1e-3}}
+
+
+def sft_config(tmp_path, model_dir) -> os.PathLike:
+    cfg = {"run": {"name": "sft", "output_dir": str(tmp_path / "runs"), "seed": 0},
+           "model": {"path": str(model_dir)},
+           "data": {"task": "arithmetic", "task_options": {"max_digits": 1, "ops": "+"},
+                    "train_size": 64, "test_size": 1, "max_prompt_len": 32},
+           "rollout": {"max_new_tokens": 4}, "eval": {"num_problems": 1},
+           "sft": {"steps": 10_000, "batch_size": 4, "micro_batch_size": 4},
+           "logging": {"progress": False}}
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("command", ["sft", "rm", "dpo"])
+def test_sigterm_checkpoints_the_step_and_resume_continues(tmp_path, nano_model_dir, command):
+    if command == "sft":
+        cfg = sft_config(tmp_path, nano_model_dir)
+    else:
+        cfg = pair_config(tmp_path, nano_model_dir, command, PAIRS, n_train=16, n_test=4, checkpoint={"every": 0})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rlxf.cli.main", command, str(cfg)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "runs" / command
+    try:
+        deadline = time.monotonic() + 240  # a generous bound on start-up, not a timing assertion
+        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the run wrote no step"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    last = read_metrics(run)[-1]["step"]
+    checkpoint = run / "checkpoints" / f"step_{last}"
+    assert (checkpoint / "model" / "config.json").is_file()
+    assert f"stopped by SIGTERM after step {last}" in err
+    assert f"continue from {checkpoint}" in err and f"rlxf {command} {cfg} --resume" in err
+    assert main([command, str(cfg), "--resume", f"{command}.steps={last + 1}"]) == 0
+    steps = [m["step"] for m in read_metrics(run)]   # (SFT logs its last step again with the final eval)
+    assert sorted(set(steps) - {0}) == list(range(1, last + 2)) and steps == sorted(steps)
+    assert (run / "checkpoints" / f"step_{last + 1}" / "model" / "config.json").is_file()
