@@ -1,0 +1,124 @@
+"""Two learner processes (gloo) give the weights one process gives, for the same global batch.
+
+Each strategy (ddp: summed gradients on full replicas; fsdp: FSDP2 shards) trains the nano
+actor on hand-built experience under 1 and 2 processes (torch.multiprocessing, no Ray). The
+plan's mini-batches split unevenly over the ranks (a rank gets one row fewer, one micro-batch
+fewer, or none), the loss is a token mean over the global mini-batch, and the clipping norm
+binds, so a rank that normalised by its own tokens, clipped by its own norm or skipped alone
+would drift off.
+
+The tolerance: sums run in another order (and micro-batches pack other rows), so gradients
+differ in the last bits. The largest weight difference is in the attention key biases, whose
+gradient is zero in exact arithmetic (softmax ignores a constant added to every key): their
+computed gradient is rounding noise, which AdamW's normalisation turns into steps of ~lr
+either way, so they differ by ~1e-3 x lr after a few steps.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.config.train import OptimConfig
+from rlxf.models import load_model
+from rlxf.trainer.distributed import SINGLE, DataParallel, free_address
+from rlxf.trainer.objective import PolicyObjective
+from rlxf.trainer.roles import Actor, ForwardSpec
+from rlxf.types import Experience
+
+# 7 rows, micro-batches of 2; rows per rank: 2 + 2 (the single process's micro-batches), 1 + 2
+# (packed otherwise), 2 + 3 (rank 0 runs one pass fewer), 0 + 1 (rank 0 holds nothing)
+PLAN = [[3, 0, 6, 1], [5, 2, 4], [6, 5, 4, 3, 2], [1]]
+
+
+def _experience(rows: int = 7) -> Experience:
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 200, (4 + i % 2,), generator=gen).tolist() for i in range(rows)]
+    responses = [torch.randint(10, 200, (2 + i % 4,), generator=gen).tolist() for i in range(rows)]
+    width = max(len(r) for r in responses)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
+    adv = torch.randn(rows, 1, generator=gen)
+    return Experience(prompt_ids=prompts, response_ids=responses, mask=mask,
+                      rollout_logprobs=torch.zeros(rows, width), old_logprobs=None, advantages=adv * mask,
+                      group_ids=torch.arange(rows) // 2, rewards=adv.squeeze(1))
+
+
+def _train(model_dir, dp: DataParallel) -> dict:
+    """Build the actor (sharded under FSDP), run the plan; every rank's view of the result."""
+    torch.manual_seed(0)
+    model = load_model(model_dir)
+    objective = PolicyObjective.from_config(AlgorithmConfig(loss_agg="token_mean", entropy_coef=0.01),
+                                            max_new_tokens=8)
+    optim = OptimConfig(lr=3e-3, weight_decay=0.1, max_grad_norm=0.5, warmup_steps=0)
+    actor = Actor(model, objective, optim, total_steps=10, spec=ForwardSpec(micro_batch_size=2), dp=dp)
+    exp = _experience()
+    metrics, first = actor.update(exp, PLAN, kl_coef=0.0)
+    logprobs = actor.logprobs(exp.prompt_ids, exp.response_ids)  # a sharded forward, gathered
+    return {"weights": dp.full_state_dict(model), "optimizer": actor.state_dict()["optimizer"],
+            "metrics": metrics, "first": first, "logprobs": logprobs}
+
+
+def _rank(rank: int, world: int, address: str, port: int, model_dir: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world)
+    try:
+        for strategy in ("ddp", "fsdp"):
+            result = _train(model_dir, DataParallel(rank, world, strategy))
+            if rank == 0:
+                torch.save(result, os.path.join(out, f"{strategy}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(nano_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dp")
+    address, port = free_address()
+    mp.start_processes(_rank, args=(2, address, port, str(nano_model_dir), str(out)), nprocs=2,
+                       start_method="spawn")
+    return {s: torch.load(out / f"{s}.pt", weights_only=False) for s in ("ddp", "fsdp")}
+
+
+@pytest.fixture(scope="module")
+def one_rank(nano_model_dir):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(nano_model_dir, SINGLE)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks, one_rank, nano_model_dir):
+    two = two_ranks[strategy]
+    base = load_model(nano_model_dir).state_dict()
+    assert _max_diff(one_rank["weights"], base) > 1e-3  # it trained, so equality is not vacuous
+    assert _max_diff(two["weights"], one_rank["weights"]) <= 1e-5
+
+    # the checkpointed optimizer is one process's, whatever held it: moments by parameter index
+    one_state, two_state = one_rank["optimizer"]["state"], two["optimizer"]["state"]
+    assert one_state.keys() == two_state.keys()
+    for i in one_state:
+        for k in ("exp_avg", "exp_avg_sq"):
+            assert float((one_state[i][k] - two_state[i][k]).abs().max()) <= 1e-5, (i, k)
+    assert two["optimizer"]["param_groups"] == one_rank["optimizer"]["param_groups"]
+
+    # the first forward's log-probs and every metric are the global batch's
+    assert float((two["first"] - one_rank["first"]).abs().max()) <= 1e-5
+    assert float((two["logprobs"] - one_rank["logprobs"]).abs().max()) <= 1e-5
+    assert one_rank["metrics"]["grad_norm"] > 0.5  # clipping bound: a per-rank norm would differ
+    assert two["metrics"].keys() == one_rank["metrics"].keys()
+    for k, v in one_rank["metrics"].items():
+        assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
