@@ -123,9 +123,11 @@ class LocalPlacement(Placement):
         else:
             copies = in_memory_copies(cfg, model)
             model = prepare_model(model, cfg.model)
+        # the engine first: it takes the model's full weights, which FSDP then shards (dp)
+        param = next(model.parameters())
+        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device, dtype=param.dtype,
+                                          seed=cfg.seeds.sampling)
         learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
-        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
-                                          dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
         reward = reward if reward is not None else build_reward(cfg.reward)
         return cls(learner, engine, reward, env=cfg.env)
 

@@ -3,6 +3,8 @@ across placements, and actors killed for real."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from rl_helpers import write_config
@@ -94,3 +96,27 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
     finally:
         placement.close()
     assert ray.is_initialized()  # it joined the module's Ray instance, so it leaves it running
+
+
+def test_two_learner_ranks_train_what_one_trains_and_resume_under_one(tmp_path, nano_model_dir, local_ray,
+                                                                       one_thread):
+    """ray.learners=2 (gloo), each strategy: the weights of one learner, within float tolerance
+    (sums run in another order); FSDP's checkpoint resumes under local; weights reach the
+    engine by collective broadcast."""
+    halves = ("ray.learner_cpus=0.5", "ray.engine_cpus=0.5", "ray.learners=2")
+    _train(_cfg(tmp_path, nano_model_dir, "one"))
+    _train(_cfg(tmp_path, nano_model_dir, "ddp", "run.placement=ray", *halves, "ray.learner_strategy=ddp"))
+    _train(_cfg(tmp_path, nano_model_dir, "fsdp", "run.placement=ray", "ray.mode=disaggregated", *halves,
+                "ray.learner_strategy=fsdp", "ray.weight_sync=collective", "train.steps=2"))
+    _train(_cfg(tmp_path, nano_model_dir, "fsdp"), resume=True)  # 2 FSDP ranks -> one local learner
+
+    one = _weights(tmp_path, "one")
+    for name in ("ddp", "fsdp"):
+        other = _weights(tmp_path, name)
+        assert one.keys() == other.keys()
+        diff = max(float((one[k] - other[k]).abs().max()) for k in one)
+        assert diff <= 1e-5, (name, diff)
+    # the engine sampled step 2 from the broadcast weights: what local sampled from its own
+    rows = {name: [json.loads(line) for line in (tmp_path / "runs" / name / "samples.jsonl").read_text().splitlines()]
+            for name in ("one", "fsdp")}
+    assert [r["response"] for r in rows["fsdp"]] == [r["response"] for r in rows["one"]]
