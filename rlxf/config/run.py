@@ -136,3 +136,13 @@ class RayConfig(Section):
     engine_gpus: float = Field(0.0, ge=0, description="GPUs for each engine actor (disaggregated).")
     max_restarts: int = Field(3, ge=0, description="How often a dead engine actor is replaced (and its "
                               "requests retried) before the run gives up.")
+
+    @property
+    def learner_backend(self) -> Literal["nccl", "gloo"]:
+        """The learners' torch.distributed backend: NCCL when each learner has a GPU."""
+        return "nccl" if self.learner_gpus > 0 else "gloo"
+
+    @property
+    def sync_backend(self) -> Literal["nccl", "gloo"]:
+        """The weight broadcast's backend: NCCL when the learner and the engines have GPUs."""
+        return "nccl" if self.learner_gpus > 0 and self.engine_gpus > 0 else "gloo"

@@ -6,7 +6,7 @@ so neither side needs a default group, and it is rebuilt whenever an engine is r
 Weights travel as a few flat buffers per dtype, in the order of a manifest (names, shapes,
 dtypes) the learner hands the engines once, through the driver; the engines unflatten them into
 named tensors for ``Engine.update_weights``. NCCL where both ends have a GPU (GPU to GPU, no
-host copy), gloo otherwise.
+host copy), gloo otherwise (``RayConfig.sync_backend``).
 """
 
 from __future__ import annotations
@@ -55,11 +55,10 @@ class Manifest:
 class WeightGroup:
     """One member of the learner -> engines broadcast group."""
 
-    def __init__(self, address: str, port: int, rank: int, world: int):
+    def __init__(self, address: str, port: int, rank: int, world: int, backend: str):
         store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=TIMEOUT)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
-            else torch.device("cpu")
-        if self.device.type == "cuda":
+        self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        if backend == "nccl":
             self.group = dist.ProcessGroupNCCL(store, rank, world)
         else:
             self.group = dist.ProcessGroupGloo(store, rank, world, TIMEOUT)

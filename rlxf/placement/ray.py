@@ -63,7 +63,8 @@ class _Rank(ABC):
     def start(self, rank: int, world: int, address: str | None, port: int | None) -> None:
         from rlxf.trainer.distributed import init_data_parallel
 
-        self._build(init_data_parallel(rank, world, address, port, self.cfg.ray.learner_strategy))
+        rc = self.cfg.ray
+        self._build(init_data_parallel(rank, world, address, port, rc.learner_strategy, rc.learner_backend))
 
     @abstractmethod
     def _build(self, dp) -> None:
@@ -83,7 +84,7 @@ class _Rank(ABC):
         from rlxf.models.loading import merged_state_dict
         from rlxf.placement.broadcast import Manifest, WeightGroup
 
-        self.engines = WeightGroup(address, port, 0, world)
+        self.engines = WeightGroup(address, port, 0, world, self.cfg.ray.sync_backend)
         return Manifest.of(merged_state_dict(self.learner.actor.model))  # global shapes, also sharded
 
     def send_weights(self, manifest) -> int:
@@ -134,6 +135,7 @@ class _Engine:
         model.eval()
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
         self.rollout = EngineRollout(engine, tokenizer, reward=None)
+        self.cfg = cfg
         self.group = None
 
     def generate(self, prompts, seeds, sampling, first_group):
@@ -146,7 +148,7 @@ class _Engine:
     def join(self, address: str, port: int, rank: int, world: int) -> None:
         from rlxf.placement.broadcast import WeightGroup
 
-        self.group = WeightGroup(address, port, rank, world)
+        self.group = WeightGroup(address, port, rank, world, self.cfg.ray.sync_backend)
 
     def receive_weights(self, manifest, version: int) -> int:
         return self.update_weights(self.group.receive(manifest), version)

@@ -103,7 +103,9 @@ class DataParallel:
         if self.world > 1:
             import torch.distributed as dist
 
-            dist.all_reduce(t)
+            buf = t.to(_comm_device())  # NCCL reduces only CUDA tensors
+            dist.all_reduce(buf)
+            t.copy_(buf)
         return t
 
     def gather_rows(self, local: Tensor, n: int, width: int) -> Tensor:
@@ -113,12 +115,12 @@ class DataParallel:
         import torch.distributed as dist
 
         rows = math.ceil(n / self.world)
-        block = torch.zeros(rows, width, dtype=local.dtype, device=local.device)
+        block = torch.zeros(rows, width, dtype=local.dtype, device=_comm_device())
         block[:local.shape[0], :local.shape[1]] = local
         blocks = [torch.empty_like(block) for _ in range(self.world)]
         dist.all_gather(blocks, block)
         sizes = [len(DataParallel(r, self.world, self.strategy).share(n)) for r in range(self.world)]
-        return torch.cat([b[:s] for b, s in zip(blocks, sizes)])
+        return torch.cat([b[:s] for b, s in zip(blocks, sizes)]).to(local.device)
 
     def combine_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """Per-rank metric shares -> the mini-batch's: ``*_max`` / ``*_min`` by max / min, the
@@ -268,11 +270,6 @@ def _comm_device() -> torch.device:
         else torch.device("cpu")
 
 
-def backend() -> str:
-    """NCCL where this process has a GPU, gloo otherwise."""
-    return "nccl" if torch.cuda.is_available() else "gloo"
-
-
 def free_address() -> tuple[str, int]:
     """This host's address and a free TCP port, for rank 0 to host the process group's store."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -285,14 +282,14 @@ def free_address() -> tuple[str, int]:
     return host, port
 
 
-def init_data_parallel(rank: int, world: int, address: str, port: int, strategy: Strategy) -> DataParallel:
+def init_data_parallel(rank: int, world: int, address: str | None, port: int | None, strategy: Strategy,
+                       backend: Literal["nccl", "gloo"] = "gloo") -> DataParallel:
     """Join the learners' process group (rank 0 hosts its store at ``address:port``)."""
     if world == 1:
         return DataParallel(strategy=strategy)
     import torch.distributed as dist
 
-    be = backend()
-    if be == "nccl":
+    if backend == "nccl":
         torch.cuda.set_device(0)  # Ray shows each learner actor only its own GPU(s)
-    dist.init_process_group(be, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world)
+    dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world)
     return DataParallel(rank, world, strategy)

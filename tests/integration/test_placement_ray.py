@@ -90,7 +90,7 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
         assert {v for t in after for v in t.policy_versions} == {5}  # the new engine got the current weights
         assert [t.group for t in after] == [g for g in range(4) for _ in range(2)]
 
-        ray.kill(placement._learner)
+        ray.kill(placement._learners[0])
         with pytest.raises(LearnerLost, match="--resume"):
             placement.save(tmp_path / "nowhere")
     finally:
