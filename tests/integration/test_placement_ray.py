@@ -100,23 +100,25 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
 
 def test_two_learner_ranks_train_what_one_trains_and_resume_under_one(tmp_path, nano_model_dir, local_ray,
                                                                        one_thread):
-    """ray.learners=2 (gloo), each strategy: the weights of one learner, within float tolerance
-    (sums run in another order); FSDP's checkpoint resumes under local; weights reach the
-    engine by collective broadcast."""
-    halves = ("ray.learner_cpus=0.5", "ray.engine_cpus=0.5", "ray.learners=2")
+    """ray.learners=2 (gloo): the weights of one learner, within float tolerance (sums run in
+    another order). FSDP colocated (the engine in rank 0's actor, weights gathered for it), and
+    its checkpoint resumed by one local learner; DDP disaggregated, the engine fed by broadcast."""
+    halves = ("run.placement=ray", "ray.learner_cpus=0.5", "ray.engine_cpus=0.5", "ray.learners=2")
     _train(_cfg(tmp_path, nano_model_dir, "one"))
-    _train(_cfg(tmp_path, nano_model_dir, "ddp", "run.placement=ray", *halves, "ray.learner_strategy=ddp"))
-    _train(_cfg(tmp_path, nano_model_dir, "fsdp", "run.placement=ray", "ray.mode=disaggregated", *halves,
-                "ray.learner_strategy=fsdp", "ray.weight_sync=collective", "train.steps=2"))
+    _train(_cfg(tmp_path, nano_model_dir, "fsdp", *halves, "ray.learner_strategy=fsdp", "train.steps=2"))
     _train(_cfg(tmp_path, nano_model_dir, "fsdp"), resume=True)  # 2 FSDP ranks -> one local learner
+    _train(_cfg(tmp_path, nano_model_dir, "ddp", *halves, "ray.mode=disaggregated", "ray.learner_strategy=ddp",
+                "ray.weight_sync=collective"))
 
     one = _weights(tmp_path, "one")
-    for name in ("ddp", "fsdp"):
+    for name in ("fsdp", "ddp"):
         other = _weights(tmp_path, name)
         assert one.keys() == other.keys()
         diff = max(float((one[k] - other[k]).abs().max()) for k in one)
         assert diff <= 1e-5, (name, diff)
-    # the engine sampled step 2 from the broadcast weights: what local sampled from its own
+    # the engines sampled every step from the weights they were sent: what local sampled
     rows = {name: [json.loads(line) for line in (tmp_path / "runs" / name / "samples.jsonl").read_text().splitlines()]
-            for name in ("one", "fsdp")}
-    assert [r["response"] for r in rows["fsdp"]] == [r["response"] for r in rows["one"]]
+            for name in ("one", "fsdp", "ddp")}
+    assert len({r["step"] for r in rows["one"]}) == 3
+    for name in ("fsdp", "ddp"):
+        assert [r["response"] for r in rows[name]] == [r["response"] for r in rows["one"]], name

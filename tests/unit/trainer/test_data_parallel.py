@@ -47,14 +47,18 @@ def _experience(rows: int = 7) -> Experience:
                       group_ids=torch.arange(rows) // 2, rewards=adv.squeeze(1))
 
 
-def _train(model_dir, dp: DataParallel) -> dict:
-    """Build the actor (sharded under FSDP), run the plan; every rank's view of the result."""
-    torch.manual_seed(0)
-    model = load_model(model_dir)
+def _actor(model_dir, dp: DataParallel) -> Actor:
     objective = PolicyObjective.from_config(AlgorithmConfig(loss_agg="token_mean", entropy_coef=0.01),
                                             max_new_tokens=8)
     optim = OptimConfig(lr=3e-3, weight_decay=0.1, max_grad_norm=0.5, warmup_steps=0)
-    actor = Actor(model, objective, optim, total_steps=10, spec=ForwardSpec(micro_batch_size=2), dp=dp)
+    return Actor(load_model(model_dir), objective, optim, total_steps=10, spec=ForwardSpec(micro_batch_size=2), dp=dp)
+
+
+def _train(model_dir, dp: DataParallel) -> dict:
+    """Build the actor (sharded under FSDP), run the plan; every rank's view of the result."""
+    torch.manual_seed(0)
+    actor = _actor(model_dir, dp)
+    model = actor.model
     exp = _experience()
     metrics, first = actor.update(exp, PLAN, kl_coef=0.0)
     logprobs = actor.logprobs(exp.prompt_ids, exp.response_ids)  # a sharded forward, gathered
@@ -69,9 +73,19 @@ def _rank(rank: int, world: int, address: str, port: int, model_dir: str, out: s
     dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world)
     try:
         for strategy in ("ddp", "fsdp"):
-            result = _train(model_dir, DataParallel(rank, world, strategy))
+            dp = DataParallel(rank, world, strategy)
+            result = _train(model_dir, dp)
             if rank == 0:
                 torch.save(result, os.path.join(out, f"{strategy}.pt"))
+            dist.barrier()
+            # every rank loads what rank 0 wrote (one process's layout) into a fresh actor
+            saved = torch.load(os.path.join(out, f"{strategy}.pt"), weights_only=False)
+            fresh = _actor(model_dir, dp)
+            dp.load_full_state_dict(fresh.model, saved["weights"])
+            dp.load_optimizer_state_dict(fresh.model, fresh.optimizer, saved["optimizer"])
+            reloaded = {"weights": dp.full_state_dict(fresh.model), "optimizer": fresh.state_dict()["optimizer"]}
+            if rank == 0:
+                torch.save(reloaded, os.path.join(out, f"{strategy}-reloaded.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -82,7 +96,8 @@ def two_ranks(nano_model_dir, tmp_path_factory):
     address, port = free_address()
     mp.start_processes(_rank, args=(2, address, port, str(nano_model_dir), str(out)), nprocs=2,
                        start_method="spawn")
-    return {s: torch.load(out / f"{s}.pt", weights_only=False) for s in ("ddp", "fsdp")}
+    return {s: torch.load(out / f"{s}.pt", weights_only=False) for s in
+            ("ddp", "fsdp", "ddp-reloaded", "fsdp-reloaded")}
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +115,18 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
+def _assert_same_moments(a: dict, b: dict, tol: float) -> None:
+    assert a["state"].keys() == b["state"].keys()
+    for i in a["state"]:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert float((a["state"][i][k].float() - b["state"][i][k].float()).abs().max()) <= tol, (i, k)
+    # hyper-parameters equal; torch's distributed loader hands betas back as a list, not a tuple
+    def plain(groups):
+        return [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in groups]
+
+    assert plain(a["param_groups"]) == plain(b["param_groups"])
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks, one_rank, nano_model_dir):
     two = two_ranks[strategy]
@@ -108,12 +135,11 @@ def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks,
     assert _max_diff(two["weights"], one_rank["weights"]) <= 1e-5
 
     # the checkpointed optimizer is one process's, whatever held it: moments by parameter index
-    one_state, two_state = one_rank["optimizer"]["state"], two["optimizer"]["state"]
-    assert one_state.keys() == two_state.keys()
-    for i in one_state:
-        for k in ("exp_avg", "exp_avg_sq"):
-            assert float((one_state[i][k] - two_state[i][k]).abs().max()) <= 1e-5, (i, k)
-    assert two["optimizer"]["param_groups"] == one_rank["optimizer"]["param_groups"]
+    _assert_same_moments(one_rank["optimizer"], two["optimizer"], 1e-5)
+    # and every rank loads that layout back (FSDP keeps its shards): gathered again, it is unchanged
+    reloaded = two_ranks[f"{strategy}-reloaded"]
+    assert _max_diff(reloaded["weights"], two["weights"]) == 0.0
+    _assert_same_moments(reloaded["optimizer"], two["optimizer"], 0.0)
 
     # the first forward's log-probs and every metric are the global batch's
     assert float((two["first"] - one_rank["first"]).abs().max()) <= 1e-5
