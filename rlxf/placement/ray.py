@@ -5,12 +5,19 @@
     disaggregated   a learner actor (actor, reference, critic, optimizers) and ``ray.engines``
                     engine actors, each with its own copy of the policy; the driver scores with
                     the reward (whose verifiers run in their own worker pool) and, after each
-                    step, ships the learner's weights to every engine through the object store
+                    step, ships the learner's weights to every engine: through the object store,
+                    or by broadcast over a process group (``ray.weight_sync``, ``broadcast.py``)
 
-Checkpoints have the same layout as ``local`` (the learner writes them), so a run resumes under
-either placement. A dead engine actor (killed, OOM, node lost) is replaced, given the current
-weights, and its requests are retried, up to ``ray.max_restarts`` times; a dead learner ends
-the run with ``LearnerLost`` (resume from the last checkpoint). Ray is imported only here.
+With ``ray.learners`` = N the learner is N actors, ranks of one torch.distributed group
+(``rlxf.trainer.distributed``: DDP or FSDP2); colocated, rank 0 is the actor that also holds
+engine and reward. Every learner call goes to all ranks with the same arguments (under FSDP
+every forward and every weight gather is a collective, so all must take part); rank 0 answers.
+
+Checkpoints have the same layout as ``local`` (learner rank 0 writes them), so a run resumes
+under either placement and any N. A dead engine actor (killed, OOM, node lost) is replaced,
+given the current weights, and its requests are retried, up to ``ray.max_restarts`` times; a
+dead learner rank ends the run with ``LearnerLost`` (resume from the last checkpoint). Ray is
+imported only here.
 """
 
 from __future__ import annotations
@@ -71,7 +78,12 @@ class _Rank(ABC):
         """Build this rank's roles (``self.learner``) as learner rank ``dp``."""
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.learner, method)(*args, **kwargs)
+        return self._rank0_only(getattr(self.learner, method)(*args, **kwargs))
+
+    def _rank0_only(self, result):
+        """Ranks return what rank 0 returns (the same Experience, the same metrics): only rank 0
+        ships it back, so the driver does not fetch N copies."""
+        return result if self.learner.dp.rank == 0 else None
 
     def weights(self) -> tuple[dict[str, Any], bool]:
         """(the actor's weights as plain CPU tensors, merged when LoRA trains; True). Called with
@@ -103,7 +115,7 @@ class _Colocated(_Rank):
         self.learner = self.placement.learner
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.placement, method)(*args, **kwargs)
+        return self._rank0_only(getattr(self.placement, method)(*args, **kwargs))
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int):
         """Score here; the verdicts go back to the driver's copies of the trajectories."""
@@ -144,6 +156,9 @@ class _Engine:
     def update_weights(self, weights: dict[str, Any], version: int) -> int:
         self.rollout.engine.update_weights(weights.items(), version=version)
         return version
+
+    def alive(self) -> bool:
+        return True
 
     def join(self, address: str, port: int, rank: int, world: int) -> None:
         from rlxf.placement.broadcast import WeightGroup
@@ -345,13 +360,37 @@ class RayPlacement(Placement):
                 return
 
     def _connect_engines(self) -> None:
-        """(Re)build the broadcast group: learner rank 0 and the current engines."""
-        address, port = self._gather([self._learners[0].address.remote()])[0]
-        world = 1 + len(self._engines)
-        joins = [e.join.remote(address, port, 1 + i, world) for i, e in enumerate(self._engines)]
-        self._manifest = self._gather([self._learners[0].join_engines.remote(address, port, world)])[0]
-        ray.get(joins)
-        self._connected = True
+        """(Re)build the broadcast group: learner rank 0 and the current engines. Building it
+        waits for every member (up to ``broadcast.TIMEOUT``), so dead engines are replaced and
+        every engine has finished starting first; one that dies while joining fails the build,
+        and it is replaced and the build retried."""
+        while True:
+            for i in range(len(self._engines)):  # alive and constructed: joining must not wait on a start-up
+                while True:
+                    try:
+                        ray.get(self._engines[i].alive.remote())
+                        break
+                    except _ACTOR_LOST as e:
+                        self._replace_engine(i, e, sync=False)
+            address, port = self._gather([self._learners[0].address.remote()])[0]
+            world = 1 + len(self._engines)
+            joins = [e.join.remote(address, port, 1 + i, world) for i, e in enumerate(self._engines)]
+            host = self._learners[0].join_engines.remote(address, port, world)
+            lost = False
+            for i, ref in enumerate(joins):
+                try:
+                    ray.get(ref)
+                except _ACTOR_LOST as e:
+                    self._replace_engine(i, e, sync=False)
+                    lost = True
+            try:
+                self._manifest = self._gather([host])[0]
+            except RayTaskError:
+                if not lost:
+                    raise
+            if not lost:
+                self._connected = True
+                return
 
     # -- engines ------------------------------------------------------------------------------
 

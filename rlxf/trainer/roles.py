@@ -189,13 +189,14 @@ class _Trainable:
         self.dp.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
-    def _idle_passes(self, mini: Experience, done: int, forward_loss) -> None:
+    def _idle_passes(self, mini: Experience, done: int, *loss_args) -> None:
         """FSDP: the forward/backward passes this rank owes so that its collectives pair up
-        with a rank that holds one more micro-batch; each backpropagates 0 x a real loss."""
+        with a rank that holds one more micro-batch; each backpropagates 0 x a real loss
+        (``self._loss(micro_batch, *loss_args)``) on the mini-batch's first row."""
         if not self.dp.lockstep:
             return
         for _ in range(self.dp.passes(len(mini), self.spec.micro_batch_size) - done):
-            (forward_loss(mini.select([0]).trimmed()) * 0.0).backward()
+            (self._loss(mini.select([0]).trimmed(), *loss_args)[0] * 0.0).backward()
 
 
 class Actor(_Trainable):
@@ -257,7 +258,7 @@ class Actor(_Trainable):
                 global_rows = torch.tensor([rows[i] for i in local])
                 fresh = ~seen[global_rows]
                 first[global_rows[fresh], :width] = logp.detach()[fresh]
-            self._idle_passes(mini, passes, lambda mb: self._loss(mb, totals, kl_coef)[0])
+            self._idle_passes(mini, passes, totals, kl_coef)
             seen[torch.tensor(rows)] = True  # by some rank: a later epoch may hand the row to another
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
@@ -330,7 +331,7 @@ class Critic(_Trainable):
                 share = mb.mask.sum() / num_tokens.clamp(min=1)
                 acc.add({"critic/loss": loss.detach(),
                          **{f"critic/{k}": m * share for k, m in metrics.items()}})
-            self._idle_passes(mini, passes, lambda mb: self._loss(mb, num_tokens, num_seqs)[0])
+            self._idle_passes(mini, passes, num_tokens, num_seqs)
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"critic/grad_norm": grad_norm, "skipped": float(skipped),
                                 "critic/no_signal": float(no_signal)})
