@@ -144,14 +144,20 @@ class _Trainable:
         Under data parallelism every decision is taken on the global gradient: it is summed
         over ranks first (DDP; FSDP's backward already reduce-scattered it), the flags are
         agreed, and the clipping norm is the norm of the whole gradient.
+
+        ``grad_norm`` is nan when a loss was non-finite: backward stops at the first such
+        micro-batch, so no gradient of the mini-batch's loss exists to measure (what had
+        accumulated depends on which rows came first, one process or several).
         """
         self.dp.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
         params = [p for p in self.model.parameters() if p.grad is not None]
         finite_loss, nonzero = self.dp.agree(finite_loss, not self.skip_zero_grad_steps or any_nonzero_grad(params))
         no_signal = self.skip_zero_grad_steps and not nonzero
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
-        grad_norm = self.dp.scalar(norm)
+        grad_norm = float("nan")
+        if finite_loss:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
+            grad_norm = self.dp.scalar(norm)
         skipped = not (finite_loss and math.isfinite(grad_norm))
         if not (skipped or no_signal):
             self.optimizer.step()

@@ -22,29 +22,37 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from rlxf.algorithms import registry
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.train import OptimConfig
 from rlxf.models import load_model
+from rlxf.models.value_model import ValueModel
 from rlxf.trainer.distributed import SINGLE, DataParallel, free_address
 from rlxf.trainer.objective import PolicyObjective
-from rlxf.trainer.roles import Actor, ForwardSpec
+from rlxf.trainer.roles import Actor, Critic, ForwardSpec
 from rlxf.types import Experience
 
-# 7 rows, micro-batches of 2; rows per rank: 2 + 2 (the single process's micro-batches), 1 + 2
+# rows 0-6, micro-batches of 2; rows per rank: 2 + 2 (the single process's micro-batches), 1 + 2
 # (packed otherwise), 2 + 3 (rank 0 runs one pass fewer), 0 + 1 (rank 0 holds nothing)
 PLAN = [[3, 0, 6, 1], [5, 2, 4], [6, 5, 4, 3, 2], [1]]
+# then row 7, whose advantage is nan, on rank 0 alone: both ranks must skip the step; and row 8,
+# whose advantage is 0, on rank 0: it has no signal, rank 1 has, and both must step
+SKIPS = [[7, 0], [8, 1]]
 
 
-def _experience(rows: int = 7) -> Experience:
+def _experience(rows: int = 9) -> Experience:
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 200, (4 + i % 2,), generator=gen).tolist() for i in range(rows)]
     responses = [torch.randint(10, 200, (2 + i % 4,), generator=gen).tolist() for i in range(rows)]
     width = max(len(r) for r in responses)
     mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
     adv = torch.randn(rows, 1, generator=gen)
+    adv[7], adv[8] = float("nan"), 0.0
+    returns = torch.randn(rows, width, generator=gen) * mask
     return Experience(prompt_ids=prompts, response_ids=responses, mask=mask,
                       rollout_logprobs=torch.zeros(rows, width), old_logprobs=None, advantages=adv * mask,
-                      group_ids=torch.arange(rows) // 2, rewards=adv.squeeze(1))
+                      group_ids=torch.arange(rows) // 2, rewards=adv.squeeze(1), values=torch.zeros(rows, width),
+                      returns=returns)
 
 
 def _actor(model_dir, dp: DataParallel) -> Actor:
@@ -61,9 +69,17 @@ def _train(model_dir, dp: DataParallel) -> dict:
     model = actor.model
     exp = _experience()
     metrics, first = actor.update(exp, PLAN, kl_coef=0.0)
+    skips, _ = actor.update(exp, SKIPS, kl_coef=0.0)
     logprobs = actor.logprobs(exp.prompt_ids, exp.response_ids)  # a sharded forward, gathered
-    return {"weights": dp.full_state_dict(model), "optimizer": actor.state_dict()["optimizer"],
-            "metrics": metrics, "first": first, "logprobs": logprobs}
+    out = {"weights": dp.full_state_dict(model), "optimizer": actor.state_dict()["optimizer"],
+           "metrics": metrics, "skips": skips, "first": first, "logprobs": logprobs}
+    if dp.strategy == "ddp":  # the critic (PPO) trains under DDP only
+        critic = Critic(ValueModel.from_pretrained(model_dir), OptimConfig(lr=3e-3, max_grad_norm=0.5),
+                        10, ForwardSpec(micro_batch_size=2), value_clip=0.2,
+                        aggregate=registry.get("loss_agg", "token_mean"), agg_norm=None, dp=dp)
+        out["critic"] = {"metrics": critic.update(exp, PLAN), "weights": dp.full_state_dict(critic.model),
+                         "values": critic.values(exp.prompt_ids, exp.response_ids)}
+    return out
 
 
 def _rank(rank: int, world: int, address: str, port: int, model_dir: str, out: str) -> None:
@@ -145,6 +161,21 @@ def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks,
     assert float((two["first"] - one_rank["first"]).abs().max()) <= 1e-5
     assert float((two["logprobs"] - one_rank["logprobs"]).abs().max()) <= 1e-5
     assert one_rank["metrics"]["grad_norm"] > 0.5  # clipping bound: a per-rank norm would differ
-    assert two["metrics"].keys() == one_rank["metrics"].keys()
-    for k, v in one_rank["metrics"].items():
-        assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    for metrics in ("metrics", "skips"):
+        assert two[metrics].keys() == one_rank[metrics].keys()
+        for k, v in one_rank[metrics].items():
+            assert two[metrics][k] == pytest.approx(v, rel=1e-4, abs=1e-6, nan_ok=True), (metrics, k)
+    assert one_rank["skips"]["skipped"] == 1 and one_rank["skips"]["no_signal"] == 0
+
+
+def test_two_processes_train_the_critic_one_process_trains(two_ranks, one_rank):
+    one, two = one_rank["critic"], two_ranks["ddp"]["critic"]
+    assert one["metrics"]["critic/grad_norm"] > 0 and one["metrics"]["skipped"] == 0
+    assert _max_diff(two["weights"], one["weights"]) <= 1e-5
+    assert float((two["values"] - one["values"]).abs().max()) <= 1e-5
+    # explained variance is not a sum of per-row shares: each micro-batch's own variance ratio,
+    # token-weighted, so it depends on which rows share a micro-batch, on one process as on two
+    assert two["metrics"].keys() == one["metrics"].keys()
+    for k, v in one["metrics"].items():
+        if k != "critic/vf_explained_var":
+            assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
