@@ -252,8 +252,8 @@ class Actor(_Trainable):
             totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(rows)))
             mine = list(self.dp.share(len(rows)))
             finite, passes = True, 0
-            for local in micro_batches(len(mine), self.spec.micro_batch_size):
-                local = [mine[i] for i in local]
+            for idx in micro_batches(len(mine), self.spec.micro_batch_size):
+                local = [mine[i] for i in idx]  # this rank's rows, as positions in the mini-batch
                 loss, metrics, logp = self._loss(mini.select(local).trimmed(), totals, kl_coef)
                 width = logp.shape[1]
                 finite = finite and bool(torch.isfinite(loss))
