@@ -16,10 +16,11 @@ is then decided on the global one: the clipping norm, skip-on-non-finite, skip-o
     ddp   every rank keeps a full replica; after a mini-batch's backward passes the gradients
           are summed by all-reduce, in flat buckets; each rank then steps its own identical
           optimizer
-    fsdp  FSDP2 (``torch.distributed.fsdp.fully_shard`` per decoder layer and at the root):
-          parameters, gradients and optimizer moments are sharded; backward reduce-scatters
-          the gradient sum (divide factor 1); every forward all-gathers, so all ranks run the
-          same number of forward/backward passes (a rank with fewer rows runs an idle pass)
+    fsdp  FSDP2 (``torch.distributed.fsdp.fully_shard`` per decoder layer, and a root unit
+          with the embeddings, final norm and head): parameters, gradients and optimizer
+          moments are sharded; backward reduce-scatters the gradient sum (divide factor 1);
+          every forward all-gathers, so all ranks run the same number of forward/backward
+          passes (a rank with fewer rows runs an idle pass that backpropagates zero)
 
 ``SINGLE`` is the one-process case: every method returns at once and nothing is communicated,
 so the local placement runs the same code with no process group.
