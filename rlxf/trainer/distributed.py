@@ -150,10 +150,12 @@ class DataParallel:
     def wrap(self, model) -> Callable:
         """``run(fn, *args, **kwargs) -> fn(model, *args, **kwargs)``: how a role calls its model.
 
-        FSDP: ``model`` is sharded in place first (one ``fully_shard`` unit per decoder layer;
+        Several ranks: ``model`` takes rank 0's weights first. FSDP: ``model`` is sharded in place first (one ``fully_shard`` unit per decoder layer;
         the embeddings, final norm and output head in the root unit, ``_Root``), and ``run``
         goes through the root so that its hooks fire. Gradients are reduce-scattered as sums.
         """
+        if self.world > 1:
+            self._broadcast_from_rank0(model)
         if not self.lockstep:
             return partial(_call, model)
         from torch.distributed.fsdp import fully_shard
@@ -168,6 +170,15 @@ class DataParallel:
                 module.set_gradient_divide_factor(1.0)  # a sum, not FSDP's default mean
                 module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
         return root
+
+    def _broadcast_from_rank0(self, model) -> None:
+        """Every rank starts from rank 0's weights (as torch's DDP does): a freshly initialised
+        part (a value head) need not come out the same from each rank's random state."""
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(t.data, src=0)
 
     def full_state_dict(self, model) -> dict[str, Tensor]:
         """The whole model's weights as plain CPU tensors on rank 0 (merged when LoRA trains);

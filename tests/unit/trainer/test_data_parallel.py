@@ -59,7 +59,11 @@ def _actor(model_dir, dp: DataParallel) -> Actor:
     objective = PolicyObjective.from_config(AlgorithmConfig(loss_agg="token_mean", entropy_coef=0.01),
                                             max_new_tokens=8)
     optim = OptimConfig(lr=3e-3, weight_decay=0.1, max_grad_norm=0.5, warmup_steps=0)
-    return Actor(load_model(model_dir), objective, optim, total_steps=10, spec=ForwardSpec(micro_batch_size=2), dp=dp)
+    model = load_model(model_dir)
+    if dp.rank == 1:  # a rank whose start differs (a value head drawn from another random state)
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+    return Actor(model, objective, optim, total_steps=10, spec=ForwardSpec(micro_batch_size=2), dp=dp)
 
 
 def _train(model_dir, dp: DataParallel) -> dict:
