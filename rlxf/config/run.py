@@ -112,7 +112,8 @@ class RayConfig(Section):
     learners: int = Field(
         1, ge=1, description="Learner processes (data-parallel ranks of one torch.distributed group: gloo on "
         "CPU, NCCL where the learners have GPUs). Each takes its share of every mini-batch; gradients are "
-        "summed over ranks, so N learners train the weights one learner trains on the same global batch. "
+        "summed over ranks, so N learners train the weights one learner trains on the same global batch (up to "
+        "float rounding). "
         "Rank 0 writes checkpoints (the same files as one learner) and sends weights to the engines. "
         "Colocated: rank 0 also holds the engine and reward; the others are learner-only actors.",
     )
