@@ -11,6 +11,11 @@ actor reserves ``--cpus`` CPUs (and as many threads); disaggregated splits them,
 learner and the rest for one engine actor (on 2 cores, 1 + 1: the learner and the engine then
 overlap nothing, since the loop is synchronous, so each phase runs on half the machine).
 
+Two more rows: disaggregated with the weights broadcast over a gloo group instead of the object
+store (``ray.weight_sync=collective``), and colocated with ``--learners`` data-parallel learner
+ranks sharing the same CPUs (DDP; on 2 cores each rank gets one, and rank 0 also generates, so
+this shows the ranks' communication cost, not a speed-up: rollout runs on one rank's CPUs).
+
 Per placement it prints the mean step time over the steps after ``--warmup``, its ratio to
 local, the phase split from metrics.jsonl, and Ray's own overhead per step: the step time
 minus local's, with the weight sync (object store put + every engine's copy) shown on its own.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -82,6 +88,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per placement")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--learners", type=int, default=2, help="learner ranks of the data-parallel row (1: no row)")
     args = ap.parse_args()
 
     from rlxf.models import init_model
@@ -90,22 +97,28 @@ def main() -> None:
     model = init_model(args.preset, out / "model", seed=0)
     cfg = config(args, out, model)
     engine_cpus = max(1, args.cpus - 1)
+    disaggregated = ["run.placement=ray", "ray.mode=disaggregated", "ray.learner_cpus=1",
+                     f"ray.engine_cpus={engine_cpus}", "ray.engines=1"]
     placements = {
         "local": [],
         "ray colocated": ["run.placement=ray", f"ray.learner_cpus={args.cpus}"],
-        "ray disaggregated": ["run.placement=ray", "ray.mode=disaggregated", "ray.learner_cpus=1",
-                              f"ray.engine_cpus={engine_cpus}", "ray.engines=1"],
+        "ray disaggregated": disaggregated,
+        "ray disagg. broadcast": [*disaggregated, "ray.weight_sync=collective"],
     }
+    if args.learners > 1:  # the same CPUs split between the learner ranks (rank 0 also generates)
+        placements[f"ray coloc. {args.learners} DDP"] = [
+            "run.placement=ray", f"ray.learners={args.learners}", f"ray.learner_cpus={args.cpus / args.learners:g}"]
     results = {name: run(name.replace(" ", "-"), cfg, overrides, args) for name, overrides in placements.items()}
 
     print(f"\n{args.preset} preset, 8 x 8 samples, {args.tokens} new tokens, {args.steps} timed steps after "
-          f"{args.warmup} warm-up, {args.cpus} CPUs; {cpu_model()}")
-    print(f"{'placement':<20} {'s/step':>7} {'vs local':>9} " + " ".join(f"{p:>10}" for p in PHASES)
+          f"{args.warmup} warm-up, {args.cpus} CPUs; {cpu_model()}; load average "
+          + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    print(f"{'placement':<22} {'s/step':>7} {'vs local':>9} " + " ".join(f"{p:>10}" for p in PHASES)
           + f" {'Ray overhead':>13} {'start-up':>9}")
     base = results["local"]["step"]
     for name, r in results.items():
         overhead = "" if name == "local" else f"{r['step'] - base:+.3f}s"
-        print(f"{name:<20} {r['step']:>7.3f} {r['step'] / base:>8.2f}x " + " ".join(f"{r[p]:>10.3f}" for p in PHASES)
+        print(f"{name:<22} {r['step']:>7.3f} {r['step'] / base:>8.2f}x " + " ".join(f"{r[p]:>10.3f}" for p in PHASES)
               + f" {overhead:>13} {r['startup']:>8.1f}s")
 
 

@@ -104,7 +104,7 @@ def _print_tables(console: Console, cfg) -> None:
     table.add_row("all", "", "", "", "", "", _gib(sum(r.total for r in roles)))
     console.print(table)
 
-    from rlxf.config.explain import placement_table
+    from rlxf.config.explain import placement_notes, placement_table
 
     console.rule(f"placement: {cfg.run.placement}" + (f" ({cfg.ray.mode})" if cfg.run.placement == "ray" else ""))
     table = Table(show_header=True, header_style="bold")
@@ -113,3 +113,5 @@ def _print_tables(console: Console, cfg) -> None:
     for process, held, resources, size in placement_table(cfg, roles):
         table.add_row(process, held, resources, _gib(size) if size is not None else "-")
     console.print(table)
+    for note in placement_notes(cfg):
+        console.print(note, markup=False)

@@ -170,7 +170,12 @@ def algorithm_table(cfg: Config) -> list[tuple[str, str, str]]:
 
 
 def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str, str, int | None]]:
-    """(process, roles it holds, CPUs / GPUs, estimated bytes or None) for ``run.placement``."""
+    """(process, roles it holds, CPUs / GPUs, estimated bytes or None) for ``run.placement``.
+
+    With ``ray.learners`` = N, one row per learner rank. Under FSDP a rank holds 1/N of the
+    actor's weights, gradients and optimizer moments (plus its own activations; the layer being
+    computed is gathered in full for a moment, not counted); under DDP each holds all of them.
+    """
     mem = {r.role: r.total for r in roles}
     trainer = [r.role for r in roles if r.role != "engine"]
     if cfg.run.placement == "local":
@@ -178,11 +183,49 @@ def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str
                  sum(mem.values()))]
     rc = cfg.ray
     learner = f"{rc.learner_cpus:g} CPU" + (f", {rc.learner_gpus:g} GPU" if rc.learner_gpus else "")
+    per_rank = sum(mem[r] for r in trainer)
+    if rc.learners > 1 and rc.learner_strategy == "fsdp":
+        actor = next(r for r in roles if r.role == "actor")
+        per_rank -= (actor.weights + actor.grads + actor.optimizer) * (rc.learners - 1) // rc.learners
+    ranks = [f" rank {i}" if rc.learners > 1 else "" for i in range(rc.learners)]
     if rc.mode == "colocated":
-        return [("Ray actor: colocated", ", ".join([*trainer, "engine", "reward"]), learner, sum(mem.values()))]
+        rows = [(f"Ray actor: colocated{ranks[0]}", ", ".join([*trainer, "engine", "reward"]), learner,
+                 per_rank + mem["engine"])]
+        first = 1
+    else:
+        rows = []
+        first = 0
+    rows += [(f"Ray actor: learner{ranks[i]}", ", ".join(trainer), learner, per_rank)
+             for i in range(first, rc.learners)]
+    if rc.mode == "colocated":
+        return rows
     engine = f"{rc.engine_cpus:g} CPU" + (f", {rc.engine_gpus:g} GPU" if rc.engine_gpus else "")
-    rows = [("Ray actor: learner", ", ".join(trainer), learner, sum(mem[r] for r in trainer))]
     rows += [(f"Ray actor: engine {i}", "engine (own copy of the policy)", engine, mem["engine"])
              for i in range(rc.engines)]
     rows.append(("driver (rlxf train)", "data, reward (verifier pool)", "-", None))
     return rows
+
+
+def placement_notes(cfg: Config) -> list[str]:
+    """How the Ray placement's learners train together and how weights reach the engines."""
+    if cfg.run.placement == "local":
+        return []
+    rc = cfg.ray
+    notes = []
+    if rc.learners > 1:
+        backend = rc.learner_backend.upper() if rc.learner_backend == "nccl" else rc.learner_backend
+        how = ("FSDP2: weights, gradients and optimizer state sharded over the ranks" if rc.learner_strategy == "fsdp"
+               else "DDP: a full replica per rank, gradients summed by all-reduce")
+        notes.append(f"learners: {rc.learners} ranks over {backend}; {how}; each takes 1/{rc.learners} of every "
+                     f"mini-batch; rank 0 writes checkpoints (those of one learner)")
+    else:
+        notes.append("learners: 1 (ray.learners)")
+    if rc.mode == "colocated":
+        notes.append("weight sync: in process (the engine copies the learner's weights in its own actor)")
+    elif rc.weight_sync == "collective":
+        backend = "NCCL, GPU to GPU" if rc.sync_backend == "nccl" else "gloo"
+        notes.append(f"weight sync: learner rank 0 broadcasts to the {rc.engines} engine(s) ({backend}) after each step")
+    else:
+        notes.append(f"weight sync: learner rank 0 puts the weights in Ray's object store once; each of the "
+                     f"{rc.engines} engine(s) fetches them after each step")
+    return notes

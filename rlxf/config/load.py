@@ -297,6 +297,10 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
         problems.append(f"  - rollout.n: algorithm.advantage={cfg.algorithm.advantage!r} compares samples of one "
                         f"prompt and needs rollout.n >= 2 (got {cfg.rollout.n})")
+    fsdp = cfg.run.placement == "ray" and cfg.ray.learners > 1 and cfg.ray.learner_strategy == "fsdp"
+    if not problems and fsdp and registry.needs("advantage", cfg.algorithm.advantage).values:
+        problems.append(f"  - ray.learner_strategy: fsdp does not shard a critic, which algorithm.advantage="
+                        f"{cfg.algorithm.advantage!r} needs; use ray.learner_strategy=ddp")
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(problems))
 

@@ -111,10 +111,41 @@ class RayConfig(Section):
     )
     engines: int = Field(1, ge=1, description="Rollout engine replicas (disaggregated); a step's prompts are "
                          "split between them.")
-    learner_cpus: float = Field(1.0, gt=0, description="CPUs reserved for the learner actor (and its torch "
+    learners: int = Field(
+        1, ge=1, description="Learner processes (data-parallel ranks of one torch.distributed group: gloo on "
+        "CPU, NCCL where the learners have GPUs). Each takes its share of every mini-batch; gradients are "
+        "summed over ranks, so N learners train the weights one learner trains on the same global batch (up to "
+        "float rounding). "
+        "Rank 0 writes checkpoints (the same files as one learner) and sends weights to the engines. "
+        "Colocated: rank 0 also holds the engine and reward; the others are learner-only actors.",
+    )
+    learner_strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="How the learners split the model (with `ray.learners` > 1). `ddp`: each holds a full "
+        "replica with its optimizer; gradients are all-reduced. `fsdp`: FSDP2 (`fully_shard`): weights, "
+        "gradients and optimizer state sharded across the learners (memory per learner ~1/N of the "
+        "trained model's), gathered for checkpoints and weight sync. Not with LoRA or a critic (PPO/GAE).",
+    )
+    weight_sync: Literal["object_store", "collective"] = Field(
+        "object_store", description="How the learner's weights reach the engines (disaggregated). "
+        "`object_store`: learner rank 0 puts them in Ray's object store once, each engine fetches them. "
+        "`collective`: rank 0 broadcasts them over a torch.distributed group it shares with the engines "
+        "(NCCL GPU to GPU where the learner and engines have GPUs, gloo otherwise), with no object-store copy.",
+    )
+    learner_cpus: float = Field(1.0, gt=0, description="CPUs reserved for each learner actor (and its torch "
                                 "threads), or for the one colocated actor.")
     engine_cpus: float = Field(1.0, gt=0, description="CPUs reserved for each engine actor (disaggregated).")
-    learner_gpus: float = Field(0.0, ge=0, description="GPUs for the learner actor (or the colocated actor).")
+    learner_gpus: float = Field(0.0, ge=0, description="GPUs for each learner actor (or the colocated actor); "
+                                "1 per learner for NCCL data parallelism.")
     engine_gpus: float = Field(0.0, ge=0, description="GPUs for each engine actor (disaggregated).")
     max_restarts: int = Field(3, ge=0, description="How often a dead engine actor is replaced (and its "
                               "requests retried) before the run gives up.")
+
+    @property
+    def learner_backend(self) -> Literal["nccl", "gloo"]:
+        """The learners' torch.distributed backend: NCCL when each learner has a GPU."""
+        return "nccl" if self.learner_gpus > 0 else "gloo"
+
+    @property
+    def sync_backend(self) -> Literal["nccl", "gloo"]:
+        """The weight broadcast's backend: NCCL when the learner and the engines have GPUs."""
+        return "nccl" if self.learner_gpus > 0 and self.engine_gpus > 0 else "gloo"

@@ -56,6 +56,10 @@ class Config(Section):
         if self.env is not None and self.run.placement == "ray" and self.ray.mode == "disaggregated":
             raise ValueError("env is set but ray.mode is 'disaggregated', whose engine actors run single-turn "
                              "rollouts only; use ray.mode=colocated or run.placement=local for environments")
+        if self.run.placement == "ray" and self.ray.learners > 1 and self.ray.learner_strategy == "fsdp" \
+                and self.model.lora.r > 0:
+            raise ValueError("ray.learner_strategy=fsdp does not shard LoRA adapters; use ray.learner_strategy=ddp "
+                             "(the adapters are small) or train without LoRA (model.lora.r=0)")
         return self
 
     @cached_property

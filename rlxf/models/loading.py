@@ -299,16 +299,18 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_model(model, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
+def save_model(model, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None, *,
+               state: dict[str, torch.Tensor] | None = None) -> Path:
     """Write ``model`` (and ``tokenizer``) in HF format with safetensors.
 
     A LoRA model is saved merged, so ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
-    ``load_model(out_dir)`` read it back without PEFT.
+    ``load_model(out_dir)`` read it back without PEFT. ``state``: the weights to write instead
+    of the model's own (a sharded model's, gathered).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     base = unwrap_model(model)
-    state = merged_state_dict(model)
+    state = merged_state_dict(model) if state is None else state
     use_cache = base.config.use_cache
     base.config.use_cache = True  # the saved model is for inference too
     try:

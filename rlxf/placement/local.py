@@ -19,6 +19,7 @@ from rlxf.placement.base import Placement
 from rlxf.rewards import build_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
 from rlxf.trainer.collect import EngineRollout
+from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.experience import ExperienceMaker
 from rlxf.trainer.learner import Learner
 from rlxf.trainer.objective import PolicyObjective
@@ -28,11 +29,14 @@ from rlxf.types import Experience, Prompt, Trajectory
 log = logging.getLogger("rlxf")
 
 
-def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic_trunk=None) -> Learner:
+def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic_trunk=None,
+                  dp: DataParallel = SINGLE) -> Learner:
     """Actor (around ``model``), reference and critic as the config's algorithm needs them.
 
     ``reference_model`` / ``critic_trunk``: in-memory copies to use instead of loading the
     reference from ``model.path`` and the critic's trunk from ``critic.path or model.path``.
+    ``dp``: this process's rank among the learners (``ray.learners``); under FSDP the actor's
+    model is sharded by the Actor, before its optimizer is built. The reference stays a full replica.
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
@@ -42,15 +46,15 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps
     actor = Actor(model, PolicyObjective.from_config(cfg.algorithm, cfg.rollout.max_new_tokens),
-                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size)
+                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size, dp=dp)
 
     reference = None
     if cfg.algorithm.kl_coef > 0 and reference_model is not None:
-        reference = Reference(reference_model, spec)
+        reference = Reference(reference_model, spec, dp)
     elif cfg.algorithm.kl_coef > 0:
         reference = Reference(load_model(cfg.model.path, device=device, dtype=dtype, revision=cfg.model.revision,
                                          trust_remote_code=cfg.model.trust_remote_code,
-                                         linear_kernels=cfg.model.linear_kernels), spec)
+                                         linear_kernels=cfg.model.linear_kernels), spec, dp)
     critic = None
     if registry.needs("advantage", cfg.algorithm.advantage).values:
         from rlxf.models.value_model import ValueModel
@@ -64,12 +68,12 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                                                      linear_kernels=cfg.model.linear_kernels)
         critic = Critic(value_model, cfg.critic.optim, total_optimizer_steps, spec, cfg.algorithm.value_clip,
                         registry.get("loss_agg", cfg.algorithm.loss_agg),
-                        float(cfg.algorithm.loss_agg_norm or cfg.rollout.max_new_tokens))
+                        float(cfg.algorithm.loss_agg_norm or cfg.rollout.max_new_tokens), dp=dp)
     return Learner(
         tokenizer=tokenizer, actor=actor, reference=reference, critic=critic,
         experience=ExperienceMaker.from_config(cfg.algorithm, cfg.rollout.max_new_tokens, d.optimizer_steps_per_step),
         kl=make_kl_controller(cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon),
-        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.seeds.init,
+        mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.seeds.init, dp=dp,
     )
 
 
@@ -104,12 +108,14 @@ class LocalPlacement(Placement):
             self._rollout = EnvRollout(env, engine, learner.tokenizer, reward if env.use_verifiers else None)
 
     @classmethod
-    def from_config(cls, cfg: Config, *, model=None, tokenizer=None, reward=None) -> LocalPlacement:
+    def from_config(cls, cfg: Config, *, model=None, tokenizer=None, reward=None,
+                    dp: DataParallel = SINGLE) -> LocalPlacement:
         """Load models, engine and reward for ``cfg``.
 
         ``model`` and ``tokenizer``: an in-memory policy (a transformers causal LM, trained in
         place) instead of loading ``model.path``; the reference and the critic's trunk start
         as copies of it. ``reward``: a built reward function instead of ``build_reward(cfg.reward)``.
+        ``dp``: the learner's rank, when this placement is rank 0 of several (Ray, colocated).
         """
         copies = {}
         if model is None:
@@ -117,9 +123,11 @@ class LocalPlacement(Placement):
         else:
             copies = in_memory_copies(cfg, model)
             model = prepare_model(model, cfg.model)
-        learner = build_learner(cfg, model, tokenizer, **copies)
-        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
-                                          dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
+        # the engine first: it takes the model's full weights, which FSDP then shards (dp)
+        param = next(model.parameters())
+        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device, dtype=param.dtype,
+                                          seed=cfg.seeds.sampling)
+        learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
         reward = reward if reward is not None else build_reward(cfg.reward)
         return cls(learner, engine, reward, env=cfg.env)
 

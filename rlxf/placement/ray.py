@@ -5,23 +5,31 @@
     disaggregated   a learner actor (actor, reference, critic, optimizers) and ``ray.engines``
                     engine actors, each with its own copy of the policy; the driver scores with
                     the reward (whose verifiers run in their own worker pool) and, after each
-                    step, ships the learner's weights to every engine through the object store
+                    step, ships the learner's weights to every engine: through the object store,
+                    or by broadcast over a process group (``ray.weight_sync``, ``broadcast.py``)
 
-Checkpoints have the same layout as ``local`` (the learner writes them), so a run resumes under
-either placement. A dead engine actor (killed, OOM, node lost) is replaced, given the current
-weights, and its requests are retried, up to ``ray.max_restarts`` times; a dead learner ends
-the run with ``LearnerLost`` (resume from the last checkpoint). Ray is imported only here.
+With ``ray.learners`` = N the learner is N actors, ranks of one torch.distributed group
+(``rlxf.trainer.distributed``: DDP or FSDP2); colocated, rank 0 is the actor that also holds
+engine and reward. Every learner call goes to all ranks with the same arguments (under FSDP
+every forward and every weight gather is a collective, so all must take part); rank 0 answers.
+
+Checkpoints have the same layout as ``local`` (learner rank 0 writes them), so a run resumes
+under either placement and any N. A dead engine actor (killed, OOM, node lost) is replaced,
+given the current weights, and its requests are retried, up to ``ray.max_restarts`` times; a
+dead learner rank ends the run with ``LearnerLost`` (resume from the last checkpoint). Ray is
+imported only here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
 from rlxf.config import Config
 from rlxf.placement.base import LearnerLost, Placement
@@ -41,17 +49,73 @@ def _threads(cpus: float, seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class _Colocated:
-    """A whole ``LocalPlacement`` inside one actor."""
+class _Rank(ABC):
+    """A learner rank: joins the learners' torch.distributed group, then builds its roles.
+
+    Construction only reserves the process; ``start`` builds once every rank knows rank 0's
+    address (which Ray gives only after rank 0's actor exists).
+    """
 
     def __init__(self, cfg: Config, cpus: float):
-        from rlxf.placement.local import LocalPlacement
-
         _threads(cpus, cfg.seeds.init)
-        self.placement = LocalPlacement.from_config(cfg)
+        self.cfg = cfg
+        self.learner = None
+        self.engines = None  # the broadcast group to the engines (rank 0, weight_sync=collective)
+
+    def address(self) -> tuple[str, int]:
+        from rlxf.trainer.distributed import free_address
+
+        return free_address()
+
+    def start(self, rank: int, world: int, address: str | None, port: int | None) -> None:
+        from rlxf.trainer.distributed import init_data_parallel
+
+        rc = self.cfg.ray
+        self._build(init_data_parallel(rank, world, address, port, rc.learner_strategy, rc.learner_backend))
+
+    @abstractmethod
+    def _build(self, dp) -> None:
+        """Build this rank's roles (``self.learner``) as learner rank ``dp``."""
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.placement, method)(*args, **kwargs)
+        return self._rank0_only(getattr(self.learner, method)(*args, **kwargs))
+
+    def _rank0_only(self, result):
+        """Ranks return what rank 0 returns (the same Experience, the same metrics): only rank 0
+        ships it back, so the driver does not fetch N copies."""
+        return result if self.learner.dp.rank == 0 else None
+
+    def weights(self) -> tuple[dict[str, Any], bool]:
+        """(the actor's weights as plain CPU tensors, merged when LoRA trains; True). Called with
+        two returns, so the driver learns that they exist without fetching them. Under FSDP
+        every rank must call this (a gather) and ranks other than 0 get {}."""
+        return self.learner.dp.full_state_dict(self.learner.actor.model), True
+
+    def join_engines(self, address: str, port: int, world: int):
+        """Rank 0: host the broadcast group with the engines; returns what it will send (manifest)."""
+        from rlxf.models.loading import merged_state_dict
+        from rlxf.placement.broadcast import Manifest, WeightGroup
+
+        self.engines = WeightGroup(address, port, 0, world, self.cfg.ray.sync_backend)
+        return Manifest.of(merged_state_dict(self.learner.actor.model))  # global shapes, also sharded
+
+    def send_weights(self, manifest) -> int:
+        """Broadcast the weights to the engines (FSDP: every rank gathers, rank 0 sends); bytes sent."""
+        weights, _ = self.weights()
+        return self.engines.send(weights, manifest) if self.engines is not None else 0
+
+
+class _Colocated(_Rank):
+    """A whole ``LocalPlacement`` inside one actor (learner rank 0 when ``ray.learners`` > 1)."""
+
+    def _build(self, dp) -> None:
+        from rlxf.placement.local import LocalPlacement
+
+        self.placement = LocalPlacement.from_config(self.cfg, dp=dp)
+        self.learner = self.placement.learner
+
+    def call(self, method: str, *args, **kwargs):
+        return self._rank0_only(getattr(self.placement, method)(*args, **kwargs))
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int):
         """Score here; the verdicts go back to the driver's copies of the trajectories."""
@@ -59,25 +123,15 @@ class _Colocated:
         return [(t.reward, t.scores, t.correct, t.reward_error) for t in trajs], metrics
 
 
-class _Learner:
-    """The learner (actor, reference, critic and the algorithm's state) inside an actor."""
+class _Learner(_Rank):
+    """The learner (actor, reference, critic and the algorithm's state), or one rank of it."""
 
-    def __init__(self, cfg: Config, cpus: float):
+    def _build(self, dp) -> None:
         from rlxf.models import load_from_config
         from rlxf.placement.local import build_learner
 
-        _threads(cpus, cfg.seeds.init)
-        model, tokenizer = load_from_config(cfg.model)
-        self.learner = build_learner(cfg, model, tokenizer)
-
-    def call(self, method: str, *args, **kwargs):
-        return getattr(self.learner, method)(*args, **kwargs)
-
-    def weights(self) -> dict[str, Any]:
-        """The actor's weights as plain CPU tensors (merged when LoRA trains), for the engines."""
-        from rlxf.models.loading import merged_state_dict
-
-        return {k: v.detach().cpu() for k, v in merged_state_dict(self.learner.actor.model).items()}
+        model, tokenizer = load_from_config(self.cfg.model)
+        self.learner = build_learner(self.cfg, model, tokenizer, dp=dp)
 
 
 class _Engine:
@@ -93,6 +147,8 @@ class _Engine:
         model.eval()
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
         self.rollout = EngineRollout(engine, tokenizer, reward=None)
+        self.cfg = cfg
+        self.group = None
 
     def generate(self, prompts, seeds, sampling, first_group):
         return self.rollout.generate(prompts, seeds, sampling, first_group=first_group)
@@ -100,6 +156,17 @@ class _Engine:
     def update_weights(self, weights: dict[str, Any], version: int) -> int:
         self.rollout.engine.update_weights(weights.items(), version=version)
         return version
+
+    def alive(self) -> bool:
+        return True
+
+    def join(self, address: str, port: int, rank: int, world: int) -> None:
+        from rlxf.placement.broadcast import WeightGroup
+
+        self.group = WeightGroup(address, port, rank, world, self.cfg.ray.sync_backend)
+
+    def receive_weights(self, manifest, version: int) -> int:
+        return self.update_weights(self.group.receive(manifest), version)
 
 
 class RayPlacement(Placement):
@@ -116,34 +183,40 @@ class RayPlacement(Placement):
         self._options = {"runtime_env": {"env_vars": {"PYTHONPATH": _pythonpath()}}} if rc.address is None else {}
         self.restarts = 0
         self._version = 0
-        self._weights_ref = None
-        self._colocated = None
-        self._learner = None
+        self._weights_ref = None   # rank 0's weights in the object store, as of version _weights_version
+        self._weights_version = -1
+        self._manifest = None      # weight_sync=collective: what rank 0 broadcasts, in order
+        self._connected = False    # whether the broadcast group holds the current engines
         self._engines: list[Any] = []
         self.reward = None
         from rlxf.models import load_tokenizer
 
         self.tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, chat_template=cfg.model.chat_template,
                                         revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
-        if rc.mode == "colocated":
-            self._colocated = ray.remote(_Colocated).options(
-                num_cpus=rc.learner_cpus, num_gpus=rc.learner_gpus, **self._options).remote(cfg, rc.learner_cpus)
-            ray.get(self._colocated.call.remote("sync_weights", 0))
-        else:
+        # learner ranks: rank 0 holds everything when colocated; the others are learner-only
+        first = _Colocated if rc.mode == "colocated" else _Learner
+        self._learners = [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
+        address, port = ray.get(self._learners[0].address.remote()) if rc.learners > 1 else (None, None)
+        self._gather([h.start.remote(rank, rc.learners, address, port) for rank, h in enumerate(self._learners)])
+        if rc.mode == "disaggregated":
             from rlxf.rewards import build_reward
 
-            self._learner = ray.remote(_Learner).options(
-                num_cpus=rc.learner_cpus, num_gpus=rc.learner_gpus, **self._options).remote(cfg, rc.learner_cpus)
             self._engines = [self._new_engine() for _ in range(rc.engines)]
             self.reward = build_reward(cfg.reward)
-            self.sync_weights(0)
+        self.sync_weights(0)
+
+    @property
+    def _colocated(self):
+        """The actor holding engine and reward too (colocated), else None."""
+        return self._learners[0] if self.cfg.ray.mode == "colocated" else None
 
     # -- placement interface --------------------------------------------------------------
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:
         if self._colocated is not None:
-            return ray.get(self._colocated.call.remote("generate", prompts, seeds, sampling, first_group=first_group))
+            return self._gather([self._colocated.call.remote("generate", prompts, seeds, sampling,
+                                                             first_group=first_group)])[0]
         # contiguous shares, so group numbering and order are those of one engine
         k = len(self._engines)
         bounds = [len(prompts) * i // k for i in range(k + 1)]
@@ -164,7 +237,7 @@ class RayPlacement(Placement):
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
         if self._colocated is not None:
-            verdicts, metrics = ray.get(self._colocated.score.remote(trajs, max_new_tokens))
+            verdicts, metrics = self._gather([self._colocated.score.remote(trajs, max_new_tokens)])[0]
             for t, (reward, scores, correct, error) in zip(trajs, verdicts):
                 t.reward, t.scores, t.correct, t.reward_error = reward, scores, correct, error
             return metrics
@@ -173,34 +246,32 @@ class RayPlacement(Placement):
         return score(self.reward, trajs, max_new_tokens)
 
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
-        return self._on_learner("make_experience", trajs)
+        return self._on_learners("make_experience", trajs)
 
     def update(self, exp: Experience, step: int) -> dict[str, float]:
-        return self._on_learner("update", exp, step)
+        return self._on_learners("update", exp, step)
 
     def sync_weights(self, version: int) -> None:
         self._version = version
-        if self._colocated is not None:
-            ray.get(self._colocated.call.remote("sync_weights", version))
-            return
-        try:
-            self._weights_ref = self._learner.weights.remote()
-            ray.wait([self._weights_ref])
-        except _ACTOR_LOST as e:
-            raise self._learner_lost(e) from None
-        for i in range(len(self._engines)):
-            while True:
-                try:
-                    ray.get(self._engines[i].update_weights.remote(self._weights_ref, version))
-                    break
-                except _ACTOR_LOST as e:
-                    self._replace_engine(i, e, sync=False)
+        if self._colocated is not None:  # rank 0's engine loads from its own learner (FSDP: all gather)
+            self._gather([self._colocated.call.remote("sync_weights", version), *self._gathering_ranks("weights")])
+        elif self.cfg.ray.weight_sync == "collective":
+            self._broadcast_weights(version)
+        else:
+            self._put_weights()
+            for i in range(len(self._engines)):
+                while True:
+                    try:
+                        ray.get(self._engines[i].update_weights.remote(self._weights_ref, version))
+                        break
+                    except _ACTOR_LOST as e:
+                        self._replace_engine(i, e, sync=False)
 
     def save(self, directory: Path) -> None:
-        self._on_learner("save", directory)
+        self._on_learners("save", directory)
 
     def load(self, directory: Path) -> None:
-        self._on_learner("load", directory)
+        self._on_learners("load", directory)
 
     def close(self) -> None:
         try:
@@ -212,24 +283,116 @@ class RayPlacement(Placement):
             if self.reward is not None:
                 self.reward.close()
         finally:
-            for handle in [self._colocated, self._learner, *self._engines]:
-                if handle is not None:
-                    ray.kill(handle)
+            for handle in [*self._learners, *self._engines]:
+                ray.kill(handle)
             if self._started_ray:
                 ray.shutdown()
 
-    # -- actors -----------------------------------------------------------------------------
+    # -- learners ---------------------------------------------------------------------------
 
-    def _on_learner(self, method: str, *args):
-        handle = self._colocated if self._colocated is not None else self._learner
-        try:
-            return ray.get(handle.call.remote(method, *args))
-        except _ACTOR_LOST as e:
-            raise self._learner_lost(e) from None
+    def _on_learners(self, method: str, *args):
+        """Call ``method`` on every learner rank with the same arguments; rank 0's result."""
+        if len(self._learners) > 1:
+            args = tuple(ray.put(a) for a in args)  # one copy in the object store, not one per rank
+        return self._gather([h.call.remote(method, *args) for h in self._learners])[0]
+
+    def _gathering_ranks(self, method: str, *args) -> list:
+        """Under FSDP, gathering the weights is a collective: ranks 1.. must call ``method`` too."""
+        if self.cfg.ray.learner_strategy != "fsdp":
+            return []
+        return [getattr(h, method).remote(*args) for h in self._learners[1:]]
+
+    def _gather(self, refs: list) -> list:
+        """Every result, in order; a dead learner raises ``LearnerLost`` at once (its peers may be
+        blocked in a collective waiting for it, so waiting for them in order could hang)."""
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(ready[0])
+            except _ACTOR_LOST as e:
+                raise self._learner_lost(e) from None
+        return ray.get(refs)
 
     def _learner_lost(self, err: Exception) -> LearnerLost:
-        return LearnerLost(f"the learner actor died ({type(err).__name__}: {err}); its optimizer state is lost. "
+        return LearnerLost(f"a learner actor died ({type(err).__name__}: {err}); its optimizer state is lost. "
                            f"Resume the run from its last checkpoint with `rlxf train CONFIG --resume`.")
+
+    def _new_learner(self, cls):
+        rc = self.cfg.ray
+        return ray.remote(cls).options(num_cpus=rc.learner_cpus, num_gpus=rc.learner_gpus, **self._options).remote(
+            self.cfg, rc.learner_cpus)
+
+    # -- weights to engines -------------------------------------------------------------------
+
+    def _put_weights(self) -> None:
+        """Rank 0's weights into the object store (``self._weights_ref``), once for every engine."""
+        gathering = self._gathering_ranks("weights")
+        self._weights_ref, made = self._learners[0].weights.options(num_returns=2).remote()
+        self._gather([made, *gathering])
+        self._weights_version = self._version
+
+    def _broadcast_weights(self, version: int) -> None:
+        """Rank 0 broadcasts to every engine. A dead engine is replaced and the broadcast retried
+        in a rebuilt group (the others' broadcast may fail with it: tolerated then)."""
+        while True:
+            if not self._connected:
+                self._connect_engines()
+            calls = {self._learners[0].send_weights.remote(self._manifest): None}
+            calls |= {ref: None for ref in self._gathering_ranks("weights")}
+            calls |= {e.receive_weights.remote(self._manifest, version): i for i, e in enumerate(self._engines)}
+            lost, failed = False, None
+            while calls:
+                (ref,), _ = ray.wait(list(calls), num_returns=1)
+                engine = calls.pop(ref)
+                try:
+                    ray.get(ref)
+                except _ACTOR_LOST as e:
+                    if engine is None:
+                        raise self._learner_lost(e) from None
+                    self._replace_engine(engine, e, sync=False)
+                    lost = True
+                except RayTaskError as e:
+                    failed = e
+            if not lost:
+                if failed is not None:  # with every engine alive: a real error
+                    raise failed
+                return
+
+    def _connect_engines(self) -> None:
+        """(Re)build the broadcast group: learner rank 0 and the current engines. Building it
+        waits for every member (up to ``broadcast.TIMEOUT``), so dead engines are replaced and
+        every engine has finished starting first; one that dies while joining fails the build,
+        and it is replaced and the build retried."""
+        while True:
+            for i in range(len(self._engines)):  # alive and constructed: joining must not wait on a start-up
+                while True:
+                    try:
+                        ray.get(self._engines[i].alive.remote())
+                        break
+                    except _ACTOR_LOST as e:
+                        self._replace_engine(i, e, sync=False)
+            address, port = self._gather([self._learners[0].address.remote()])[0]
+            world = 1 + len(self._engines)
+            joins = [e.join.remote(address, port, 1 + i, world) for i, e in enumerate(self._engines)]
+            host = self._learners[0].join_engines.remote(address, port, world)
+            lost = False
+            for i, ref in enumerate(joins):
+                try:
+                    ray.get(ref)
+                except _ACTOR_LOST as e:
+                    self._replace_engine(i, e, sync=False)
+                    lost = True
+            try:
+                self._manifest = self._gather([host])[0]
+            except RayTaskError:
+                if not lost:
+                    raise
+            if not lost:
+                self._connected = True
+                return
+
+    # -- engines ------------------------------------------------------------------------------
 
     def _new_engine(self):
         rc = self.cfg.ray
@@ -237,7 +400,9 @@ class RayPlacement(Placement):
             self.cfg, rc.engine_cpus)
 
     def _replace_engine(self, i: int, err: Exception, *, sync: bool = True) -> None:
-        """Engine ``i`` died: start a new one with the current weights (its requests are retried)."""
+        """Engine ``i`` died: start a new one with the current weights (its requests are retried).
+        The new engine gets them through the object store; a broadcast group is rebuilt at the
+        next sync."""
         self.restarts += 1
         if self.restarts > self.cfg.ray.max_restarts:
             raise RuntimeError(f"engine actors died {self.restarts} times (ray.max_restarts="
@@ -246,7 +411,10 @@ class RayPlacement(Placement):
                     i, type(err).__name__, self.restarts, self.cfg.ray.max_restarts)
         t0 = time.perf_counter()
         self._engines[i] = self._new_engine()
-        if sync and self._weights_ref is not None:
+        self._connected = False
+        if sync:
+            if self._weights_version != self._version:  # collective sync puts nothing in the store
+                self._put_weights()
             ray.get(self._engines[i].update_weights.remote(self._weights_ref, self._version))
         log.info("engine actor %d replaced in %.1fs", i, time.perf_counter() - t0)
 

@@ -6,6 +6,10 @@ distributed placement) and calls it for the two phases that touch weights:
     make_experience   trajectories -> Experience (π_old, π_ref, V where needed; advantages)
     update            epochs x mini-batches of the actor (and critic); drift; adaptive KL
 
+Under data parallelism (``dp``) one ``Learner`` runs in each of N processes, and the placement
+calls every rank with the same arguments; ranks return the same results, and rank 0 alone
+writes checkpoints, which are those of one process (so a run resumes under any N).
+
 and to save or load everything a bit-exact resume needs into a checkpoint directory:
 
     model/            the actor, HF format (merged when LoRA trains)
@@ -24,6 +28,7 @@ import torch
 
 from rlxf.models import load_model, save_model
 from rlxf.models.loading import merged_state_dict, unwrap_model
+from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.experience import ExperienceMaker, drift_metrics
 from rlxf.trainer.roles import Actor, Critic, Reference
 from rlxf.trainer.seeds import derive_seed
@@ -59,6 +64,7 @@ class Learner:
     mini_batch_size: int            # samples per optimizer step
     ppo_epochs: int                 # passes over each step's batch
     seed: int                       # the init seed: seeds each step's mini-batch shuffle
+    dp: DataParallel = SINGLE       # this process's learner rank (one process: SINGLE)
 
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.experience(trajs, self.actor, self.reference, self.critic, self.kl.value)
@@ -79,21 +85,28 @@ class Learner:
         is sent merged (base + B·A·scale per adapted layer): the engines hold no adapters, and
         PEFT's wrapped names (``...q_proj.base_layer.weight``, ``lora_A``) match none of theirs."""
         model = self.actor.model
+        if self.dp.lockstep:  # FSDP: gathered from the shards (a collective), on rank 0
+            return self.dp.full_state_dict(model).items()
         if unwrap_model(model) is not model:
             return merged_state_dict(model).items()
         return model.named_parameters()
 
     def save(self, directory: Path) -> None:
-        save_model(self.actor.model, directory / "model", self.tokenizer)
-        if self.critic is not None:
-            self.critic.model.save_pretrained(directory / "critic", self.tokenizer)
-        torch.save({
+        """Rank 0 writes what one process writes; under FSDP every rank takes part in gathering."""
+        weights = self.dp.full_state_dict(self.actor.model) if self.dp.lockstep else None
+        state = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict() if self.critic is not None else None,
             "kl": self.kl.state_dict(),
             "experience": self.experience.state_dict(),
             "trainable": self.actor.adapter_state(),
-        }, directory / STATE_FILE)
+        }
+        if self.dp.rank != 0:
+            return
+        save_model(self.actor.model, directory / "model", self.tokenizer, state=weights)
+        if self.critic is not None:
+            self.critic.model.save_pretrained(directory / "critic", self.tokenizer)
+        torch.save(state, directory / STATE_FILE)
 
     def load(self, directory: Path) -> None:
         state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
@@ -102,7 +115,7 @@ class Learner:
             actor.load_adapter_state(state["trainable"])
         else:
             fresh = load_model(directory / "model", device=actor.device, dtype=actor.dtype)
-            actor.model.load_state_dict(fresh.state_dict())
+            self.dp.load_full_state_dict(actor.model, fresh.state_dict())
             del fresh
         actor.load_state_dict(state["actor"])
         if self.critic is not None:

@@ -26,9 +26,10 @@ def lr_lambda(step: int, *, warmup: int, total: int, schedule: str, min_ratio: f
 def any_nonzero_grad(params) -> bool:
     """Whether any of ``params`` has a gradient with a non-zero entry (nan and inf count).
 
-    An exact test, not a norm: squared tiny gradients can underflow a norm to 0.
+    An exact test, not a norm: squared tiny gradients can underflow a norm to 0. A sharded
+    (FSDP) gradient is tested on this rank's shard; the ranks then agree (``DataParallel.agree``).
     """
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
     return bool(grads) and bool(torch.stack([g.ne(0).any() for g in grads]).any())
 
 

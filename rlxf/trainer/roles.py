@@ -18,6 +18,7 @@ from rlxf.algorithms import loss_totals, value_loss, zero_variance_fraction
 from rlxf.config.train import OptimConfig
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.models.value_model import sequence_values
+from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.objective import PolicyObjective, Totals
 from rlxf.trainer.optim import any_nonzero_grad, build_optimizer
 from rlxf.types import Experience
@@ -42,24 +43,42 @@ def _pad_to(x: Tensor, width: int) -> Tensor:
     return x if x.shape[1] == width else torch.nn.functional.pad(x, (0, width - x.shape[1]))
 
 
+def sharded_rows(forward, prompt_ids: list[list[int]], response_ids: list[list[int]], micro_batch_size: int,
+                 dp: DataParallel) -> Tensor:
+    """``forward(prompts, responses) -> (b, t)`` over every row, (B, T) right-padded with 0.
+
+    Each rank runs its share of the rows in micro-batches (as many passes as every other rank,
+    under FSDP) and the ranks' blocks are gathered, so every rank returns the whole batch.
+    """
+    width = max((len(r) for r in response_ids), default=0)
+    mine = list(dp.share(len(response_ids)))
+    out = []
+    for idx in micro_batches(len(mine), micro_batch_size):
+        rows = [mine[i] for i in idx]
+        out.append(_pad_to(forward([prompt_ids[i] for i in rows], [response_ids[i] for i in rows]).float(), width))
+    if dp.lockstep and response_ids:  # idle passes: the forward's all-gathers must pair up
+        for _ in range(dp.passes(len(response_ids), micro_batch_size) - len(out)):
+            forward(prompt_ids[:1], response_ids[:1])
+    local = torch.cat(out) if out else torch.zeros(0, width)
+    return dp.gather_rows(local, len(response_ids), width)
+
+
 @torch.no_grad()
 def batched_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                     spec: ForwardSpec) -> Tensor:
+                     spec: ForwardSpec, dp: DataParallel = SINGLE) -> Tensor:
     """log π(a_t|s_t) for every response token, (B, T) right-padded with 0, without gradients."""
-    width = max((len(r) for r in response_ids), default=0)
-    out = []
-    for idx in micro_batches(len(response_ids), spec.micro_batch_size):
-        lp = sequence_logprobs(model, [prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
-                               temperature=spec.temperature, chunk_size=spec.chunk_size,
-                               packed=spec.packing).logprobs
-        out.append(_pad_to(lp.float(), width))
-    return torch.cat(out) if out else torch.zeros(0, width)
+    def forward(prompts, responses):
+        return sequence_logprobs(model, prompts, responses, temperature=spec.temperature,
+                                 chunk_size=spec.chunk_size, packed=spec.packing).logprobs
+
+    return sharded_rows(forward, prompt_ids, response_ids, spec.micro_batch_size, dp)
 
 
 class _Accumulator:
     """Combines per-micro-batch metric shares into per-step values (see PolicyObjective)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dp: DataParallel = SINGLE) -> None:
+        self.dp = dp
         self.mini: dict[str, Tensor] = {}
         self.step: dict[str, list[float]] = {}
 
@@ -76,7 +95,9 @@ class _Accumulator:
                 self.mini[k] = self.mini[k] + v
 
     def end_mini_batch(self, extra: dict[str, float]) -> None:
-        for k, v in [*((k, float(v)) for k, v in self.mini.items()), *extra.items()]:
+        """Close a mini-batch: its shares from every rank are combined; ``extra`` is global already."""
+        mini = self.dp.combine_metrics({k: float(v) for k, v in self.mini.items()})
+        for k, v in [*mini.items(), *extra.items()]:
             self.step.setdefault(k, []).append(v)
         self.mini = {}
 
@@ -95,11 +116,18 @@ class _Accumulator:
 
 
 class _Trainable:
-    """Model + AdamW + schedule + the skip-on-non-finite optimizer step, shared by actor and critic."""
+    """Model + AdamW + schedule + the skip-on-non-finite optimizer step, shared by actor and critic.
 
-    def __init__(self, model, optim: OptimConfig, total_steps: int, spec: ForwardSpec):
+    ``dp``: this process's learner rank. Under FSDP the model is sharded here, before the
+    optimizer is built over its (sharded) parameters; every forward goes through ``self.run``.
+    """
+
+    def __init__(self, model, optim: OptimConfig, total_steps: int, spec: ForwardSpec,
+                 dp: DataParallel = SINGLE):
         self.model = model
         self.spec = spec
+        self.dp = dp
+        self.run = dp.wrap(model)  # run(fn, *args) = fn(model, *args), through FSDP's root
         self.max_grad_norm = optim.max_grad_norm
         self.skip_zero_grad_steps = optim.skip_zero_grad_steps
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps)
@@ -112,12 +140,24 @@ class _Trainable:
         still move every weight by its momentum (and decay), and its second moment would decay
         so that the next informative step is larger; skipping keeps the weights, the moments
         and the lr schedule bit-identical, as if the step had not happened.
+
+        Under data parallelism every decision is taken on the global gradient: it is summed
+        over ranks first (DDP; FSDP's backward already reduce-scattered it), the flags are
+        agreed, and the clipping norm is the norm of the whole gradient.
+
+        ``grad_norm`` is nan when a loss was non-finite: backward stops at the first such
+        micro-batch, so no gradient of the mini-batch's loss exists to measure (what had
+        accumulated depends on which rows came first, one process or several).
         """
+        self.dp.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
         params = [p for p in self.model.parameters() if p.grad is not None]
-        no_signal = self.skip_zero_grad_steps and not any_nonzero_grad(params)
+        finite_loss, nonzero = self.dp.agree(finite_loss, not self.skip_zero_grad_steps or any_nonzero_grad(params))
+        no_signal = self.skip_zero_grad_steps and not nonzero
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
-        grad_norm = float(norm)
+        grad_norm = float("nan")
+        if finite_loss:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
+            grad_norm = self.dp.scalar(norm)
         skipped = not (finite_loss and math.isfinite(grad_norm))
         if not (skipped or no_signal):
             self.optimizer.step()
@@ -147,11 +187,22 @@ class _Trainable:
                 params[k].copy_(v)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """Optimizer and schedule, as one process holds them (gathered from the shards under FSDP)."""
+        return {"optimizer": self.dp.optimizer_state_dict(self.model, self.optimizer),
+                "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.dp.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+    def _idle_passes(self, mini: Experience, done: int, *loss_args) -> None:
+        """FSDP: the forward/backward passes this rank owes so that its collectives pair up
+        with a rank that holds one more micro-batch; each backpropagates 0 x a real loss
+        (``self._loss(micro_batch, *loss_args)``) on the mini-batch's first row."""
+        if not self.dp.lockstep:
+            return
+        for _ in range(self.dp.passes(len(mini), self.spec.micro_batch_size) - done):
+            (self._loss(mini.select([0]).trimmed(), *loss_args)[0] * 0.0).backward()
 
 
 class Actor(_Trainable):
@@ -164,8 +215,8 @@ class Actor(_Trainable):
     """
 
     def __init__(self, model, objective: PolicyObjective, optim: OptimConfig, total_steps: int,
-                 spec: ForwardSpec, mini_batch_size: int | None = None):
-        super().__init__(model, optim, total_steps, spec)
+                 spec: ForwardSpec, mini_batch_size: int | None = None, dp: DataParallel = SINGLE):
+        super().__init__(model, optim, total_steps, spec, dp)
         if mini_batch_size is not None and mini_batch_size < 1:
             raise ValueError(f"Actor: mini_batch_size must be >= 1 or None, got {mini_batch_size!r}")
         self.objective = objective
@@ -176,8 +227,12 @@ class Actor(_Trainable):
             return 1.0
         return rows / self.mini_batch_size
 
+    @torch.no_grad()
     def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
-        return batched_logprobs(self.model, prompt_ids, response_ids, self.spec)
+        spec = self.spec
+        return sharded_rows(lambda p, r: self.run(sequence_logprobs, p, r, temperature=spec.temperature,
+                                                  chunk_size=spec.chunk_size, packed=spec.packing).logprobs,
+                            prompt_ids, response_ids, spec.micro_batch_size, self.dp)
 
     def update(self, exp: Experience, mini_batches: list[list[int]], kl_coef: float) -> tuple[dict[str, float], Tensor]:
         """One optimizer step per mini-batch (a list of row indices of ``exp``).
@@ -187,63 +242,72 @@ class Actor(_Trainable):
         step's metrics and the detached log-probs of each row's first forward, (B, T).
         """
         self.model.train()
-        acc = _Accumulator()
+        acc = _Accumulator(self.dp)
         first = torch.zeros_like(exp.rollout_logprobs)
         seen = torch.zeros(len(exp), dtype=torch.bool)
         for rows in mini_batches:
             mini = exp.select(rows)
+            # totals of the whole mini-batch, on every rank: each rank's loss is its share of it
             num_tokens, num_seqs = loss_totals(mini.mask)
             totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(rows)))
-            finite = True
-            for local in micro_batches(len(rows), self.spec.micro_batch_size):
-                mb = mini.select(local).trimmed()
-                out = sequence_logprobs(self.model, mb.prompt_ids, mb.response_ids,
-                                        temperature=self.spec.temperature, chunk_size=self.spec.chunk_size,
-                                        packed=self.spec.packing, with_entropy=True)
-                width = out.logprobs.shape[1]
-                logp = out.logprobs.float()
-                old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
-                loss, metrics = self.objective(
-                    logp, out.entropy.float() if out.entropy is not None else None, old,
-                    mb.advantages, mb.mask, totals, rollout_logprobs=mb.rollout_logprobs,
-                    ref_logprobs=mb.ref_logprobs, kl_coef=kl_coef)
+            mine = list(self.dp.share(len(rows)))
+            finite, passes = True, 0
+            for idx in micro_batches(len(mine), self.spec.micro_batch_size):
+                local = [mine[i] for i in idx]  # this rank's rows, as positions in the mini-batch
+                loss, metrics, logp = self._loss(mini.select(local).trimmed(), totals, kl_coef)
+                width = logp.shape[1]
                 finite = finite and bool(torch.isfinite(loss))
-                if finite:
+                if finite or self.dp.lockstep:  # FSDP: every rank's backward is a collective
                     loss.backward()
+                passes += 1
                 acc.add(metrics)
                 global_rows = torch.tensor([rows[i] for i in local])
                 fresh = ~seen[global_rows]
                 first[global_rows[fresh], :width] = logp.detach()[fresh]
-                seen[global_rows] = True
+            self._idle_passes(mini, passes, totals, kl_coef)
+            seen[torch.tensor(rows)] = True  # by some rank: a later epoch may hand the row to another
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
                                 "no_signal": float(no_signal), "batch_fraction": totals.batch_fraction,
                                 "lr": self.scheduler.get_last_lr()[0]})
+        self.dp.sum_(first)  # each row's first forward ran on exactly one rank
         # groups that carry no signal (equal rewards), of those trained on: see trainer.diagnostics
         metrics = acc.result() | {"groups/zero_variance_frac": float(zero_variance_fraction(exp.rewards,
                                                                                             exp.group_ids))}
         return metrics, first
 
+    def _loss(self, mb: Experience, totals: Totals, kl_coef: float) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        """A micro-batch's forward: (its share of the loss, its metric shares, log-probs (b, t))."""
+        out = self.run(sequence_logprobs, mb.prompt_ids, mb.response_ids, temperature=self.spec.temperature,
+                       chunk_size=self.spec.chunk_size, packed=self.spec.packing, with_entropy=True)
+        logp = out.logprobs.float()
+        old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
+        loss, metrics = self.objective(logp, out.entropy.float() if out.entropy is not None else None, old,
+                                       mb.advantages, mb.mask, totals, rollout_logprobs=mb.rollout_logprobs,
+                                       ref_logprobs=mb.ref_logprobs, kl_coef=kl_coef)
+        return loss, metrics, logp
+
 
 class Reference:
     """The frozen reference policy π_ref for the KL term."""
 
-    def __init__(self, model, spec: ForwardSpec):
+    def __init__(self, model, spec: ForwardSpec, dp: DataParallel = SINGLE):
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.spec = spec
+        self.dp = dp
 
     def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
-        return batched_logprobs(self.model, prompt_ids, response_ids, self.spec)
+        return batched_logprobs(self.model, prompt_ids, response_ids, self.spec, self.dp)
 
 
 class Critic(_Trainable):
     """The value model V_φ of PPO: a causal-LM trunk with a scalar head."""
 
     def __init__(self, model, optim: OptimConfig, total_steps: int, spec: ForwardSpec,
-                 value_clip: float | None, aggregate, agg_norm: float | None):
-        super().__init__(model, optim, total_steps, spec)
+                 value_clip: float | None, aggregate, agg_norm: float | None, dp: DataParallel = SINGLE):
+        super().__init__(model, optim, total_steps, spec, dp)
         self.value_clip = value_clip
         self.aggregate = aggregate
         self.agg_norm = agg_norm
@@ -252,35 +316,35 @@ class Critic(_Trainable):
     def values(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
         """V(s_t) before each response token, (B, T)."""
         self.model.eval()
-        width = max((len(r) for r in response_ids), default=0)
-        out = []
-        for idx in micro_batches(len(response_ids), self.spec.micro_batch_size):
-            v = sequence_values(self.model, [prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
-                                packed=self.spec.packing)
-            out.append(_pad_to(v.float(), width))
-        return torch.cat(out) if out else torch.zeros(0, width)
+        return sharded_rows(lambda p, r: self.run(sequence_values, p, r, packed=self.spec.packing),
+                            prompt_ids, response_ids, self.spec.micro_batch_size, self.dp)
 
     def update(self, exp: Experience, mini_batches: list[list[int]]) -> dict[str, float]:
         self.model.train()
-        acc = _Accumulator()
+        acc = _Accumulator(self.dp)
         for rows in mini_batches:
             mini = exp.select(rows)
-            num_tokens, num_seqs = loss_totals(mini.mask)
-            finite = True
-            for local in micro_batches(len(rows), self.spec.micro_batch_size):
-                mb = mini.select(local).trimmed()
-                v = sequence_values(self.model, mb.prompt_ids, mb.response_ids, packed=self.spec.packing).float()
-                mask = mb.mask
-                token_loss, metrics = value_loss(v, mb.values, mb.returns, mask, self.value_clip)
-                loss = self.aggregate(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs,
-                                      norm=self.agg_norm)
+            num_tokens, num_seqs = loss_totals(mini.mask)  # of the whole mini-batch: see Actor.update
+            mine = list(self.dp.share(len(rows)))
+            finite, passes = True, 0
+            for local in micro_batches(len(mine), self.spec.micro_batch_size):
+                mb = mini.select([mine[i] for i in local]).trimmed()
+                loss, metrics = self._loss(mb, num_tokens, num_seqs)
                 finite = finite and bool(torch.isfinite(loss))
-                if finite:
+                if finite or self.dp.lockstep:
                     loss.backward()
-                share = mask.sum() / num_tokens.clamp(min=1)
+                passes += 1
+                share = mb.mask.sum() / num_tokens.clamp(min=1)
                 acc.add({"critic/loss": loss.detach(),
                          **{f"critic/{k}": m * share for k, m in metrics.items()}})
+            self._idle_passes(mini, passes, num_tokens, num_seqs)
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"critic/grad_norm": grad_norm, "skipped": float(skipped),
                                 "critic/no_signal": float(no_signal)})
         return acc.result()
+
+    def _loss(self, mb: Experience, num_tokens: Tensor, num_seqs: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """A micro-batch's share of the mini-batch's value loss, and its metrics."""
+        v = self.run(sequence_values, mb.prompt_ids, mb.response_ids, packed=self.spec.packing).float()
+        token_loss, metrics = value_loss(v, mb.values, mb.returns, mb.mask, self.value_clip)
+        return self.aggregate(token_loss, mb.mask, num_tokens=num_tokens, num_seqs=num_seqs, norm=self.agg_norm), metrics

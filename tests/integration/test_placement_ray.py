@@ -3,6 +3,8 @@ across placements, and actors killed for real."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from rl_helpers import write_config
@@ -34,6 +36,19 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, nano_model_dir):
+    """The directory of the `local` run (3 steps, one thread) that Ray runs are compared with."""
+    root = tmp_path_factory.mktemp("local")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _train(_cfg(root, nano_model_dir, "local"))
+    finally:
+        torch.set_num_threads(threads)
+    return root
+
+
 def _cfg(tmp_path, model_dir, name, *overrides):
     path = write_config(tmp_path / name, model_dir, train={"steps": 3, "prompts_per_step": 4, "micro_batch_size": 8,
                                                            "optim": {"lr": 3e-3}},
@@ -50,8 +65,7 @@ def _train(cfg, resume=False):
 
 
 def test_ray_placements_learn_what_local_learns_and_resume_across_placements(
-        tmp_path, nano_model_dir, local_ray, one_thread):
-    _train(_cfg(tmp_path, nano_model_dir, "local"))
+        tmp_path, nano_model_dir, local_run, local_ray, one_thread):
     _train(_cfg(tmp_path, nano_model_dir, "colocated", "run.placement=ray"))
     _train(_cfg(tmp_path, nano_model_dir, "split", "run.placement=ray", "ray.mode=disaggregated",
                 "train.steps=2"))
@@ -59,7 +73,7 @@ def test_ray_placements_learn_what_local_learns_and_resume_across_placements(
     _train(_cfg(tmp_path, nano_model_dir, "back", "train.steps=2"))
     _train(_cfg(tmp_path, nano_model_dir, "back", "run.placement=ray", "ray.mode=disaggregated"), resume=True)
 
-    local = _weights(tmp_path, "local")
+    local = _weights(local_run, "local")
     base = load_file(nano_model_dir / "model.safetensors")
     assert any(not torch.equal(local[k], base[k]) for k in local)  # it trained: the equalities are not vacuous
     for name in ("colocated", "split", "back"):
@@ -70,8 +84,10 @@ def test_ray_placements_learn_what_local_learns_and_resume_across_placements(
 
 
 def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_model_dir, local_ray, one_thread):
+    """Killed while generating: replaced, given the weights through the object store, retried.
+    Killed before a broadcast (weight_sync=collective): replaced, the group rebuilt, resent."""
     cfg = _cfg(tmp_path, nano_model_dir, "kill", "run.placement=ray", "ray.mode=disaggregated", "ray.engines=2",
-               "ray.engine_cpus=0.5", "ray.learner_cpus=0.5")
+               "ray.engine_cpus=0.5", "ray.learner_cpus=0.5", "ray.weight_sync=collective")
     placement = build(cfg)
     try:
         assert isinstance(placement, RayPlacement)
@@ -88,9 +104,41 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
         assert {v for t in after for v in t.policy_versions} == {5}  # the new engine got the current weights
         assert [t.group for t in after] == [g for g in range(4) for _ in range(2)]
 
-        ray.kill(placement._learner)
+        ray.kill(placement._engines[0])
+        placement.sync_weights(6)
+        assert placement.restarts == 2
+        again = placement.generate(prompts, [1, 2, 3, 4], sampling)
+        assert [t.response_ids for t in again] == [t.response_ids for t in before]
+        assert {v for t in again for v in t.policy_versions} == {6}
+
+        ray.kill(placement._learners[0])
         with pytest.raises(LearnerLost, match="--resume"):
             placement.save(tmp_path / "nowhere")
     finally:
         placement.close()
     assert ray.is_initialized()  # it joined the module's Ray instance, so it leaves it running
+
+
+def test_two_learner_ranks_train_what_one_trains_and_resume_under_one(tmp_path, nano_model_dir, local_run,
+                                                                       local_ray, one_thread):
+    """ray.learners=2 (gloo): the weights of one learner, within float tolerance (sums run in
+    another order). FSDP colocated (the engine in rank 0's actor, weights gathered for it), and
+    its checkpoint resumed by one local learner; DDP disaggregated, the engine fed by broadcast."""
+    halves = ("run.placement=ray", "ray.learner_cpus=0.5", "ray.engine_cpus=0.5", "ray.learners=2")
+    _train(_cfg(tmp_path, nano_model_dir, "fsdp", *halves, "ray.learner_strategy=fsdp", "train.steps=2"))
+    _train(_cfg(tmp_path, nano_model_dir, "fsdp"), resume=True)  # 2 FSDP ranks -> one local learner
+    _train(_cfg(tmp_path, nano_model_dir, "ddp", *halves, "ray.mode=disaggregated", "ray.learner_strategy=ddp",
+                "ray.weight_sync=collective"))
+
+    one = _weights(local_run, "local")
+    for name in ("fsdp", "ddp"):
+        other = _weights(tmp_path, name)
+        assert one.keys() == other.keys()
+        diff = max(float((one[k] - other[k]).abs().max()) for k in one)
+        assert diff <= 1e-5, (name, diff)
+    # the engines sampled every step from the weights they were sent: what local sampled
+    rows = {name: [json.loads(line) for line in (root / "runs" / name / "samples.jsonl").read_text().splitlines()]
+            for root, name in ((local_run, "local"), (tmp_path, "fsdp"), (tmp_path, "ddp"))}
+    assert len({r["step"] for r in rows["local"]}) == 3
+    for name in ("fsdp", "ddp"):
+        assert [r["response"] for r in rows[name]] == [r["response"] for r in rows["local"]], name

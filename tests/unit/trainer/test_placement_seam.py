@@ -190,6 +190,27 @@ def test_explain_shows_which_roles_run_where(tmp_path):
     assert split[1][2:] == ("1 CPU, 1 GPU", 7)
 
 
+def test_explain_shows_learner_ranks_their_share_and_the_weight_path(tmp_path):
+    from rlxf.config.explain import RoleMemory, placement_notes, placement_table
+
+    roles = [RoleMemory("actor", weights=40, grads=40, optimizer=80, activations=5),
+             RoleMemory("reference", weights=40), RoleMemory("engine", weights=7)]
+    ray = ("run.placement=ray", "ray.learners=4", "ray.learner_gpus=1")
+    fsdp = _config(tmp_path, *ray, "ray.mode=disaggregated", "ray.learner_strategy=fsdp", "ray.engine_gpus=1",
+                   "ray.weight_sync=collective")
+    rows = placement_table(fsdp, roles)
+    assert [r[0] for r in rows[:4]] == [f"Ray actor: learner rank {i}" for i in range(4)]
+    assert rows[0][3] == 160 // 4 + 5 + 40  # a quarter of weights, grads and moments; own activations; reference
+    notes = "\n".join(placement_notes(fsdp))
+    assert "4 ranks over NCCL; FSDP2" in notes and "broadcasts to the 1 engine(s) (NCCL, GPU to GPU)" in notes
+
+    ddp = placement_table(_config(tmp_path, *ray), roles)  # colocated: rank 0 also holds engine and reward
+    assert [r[0] for r in ddp] == ["Ray actor: colocated rank 0"] + [f"Ray actor: learner rank {i}" for i in (1, 2, 3)]
+    assert ddp[0][3] == 205 + 7 and ddp[1][3] == 205
+    assert "DDP" in "\n".join(placement_notes(_config(tmp_path, *ray)))
+    assert "object store" in "\n".join(placement_notes(_config(tmp_path, "run.placement=ray", "ray.mode=disaggregated")))
+
+
 def test_a_lost_learner_ends_the_run_naming_the_last_checkpoint(tmp_path, tokenizer_for_tests, monkeypatch):
     import rlxf.placement
     from rlxf.placement import LearnerLost, run_training
@@ -217,3 +238,13 @@ def test_the_loop_warns_when_no_group_carries_signal(tmp_path, tokenizer_for_tes
         train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), NoSignal(tokenizer_for_tests))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sum("no signal" in w or "equal rewards" in w for w in warnings) == 1, warnings
+
+
+def test_fsdp_learners_refuse_what_they_do_not_shard(tmp_path):
+    fsdp = ("run.placement=ray", "ray.learners=2", "ray.learner_strategy=fsdp")
+    _config(tmp_path, *fsdp)
+    with pytest.raises(ConfigError, match="does not shard a critic"):
+        _config(tmp_path, *fsdp, "algorithm.name=ppo")
+    with pytest.raises(ConfigError, match="does not shard LoRA"):
+        _config(tmp_path, *fsdp, "model.lora.r=8")
+    _config(tmp_path, "run.placement=ray", "ray.learners=2", "algorithm.name=ppo", "model.lora.r=8")  # ddp: both

@@ -1,0 +1,185 @@
+"""Two learner processes (gloo) give the weights one process gives, for the same global batch.
+
+Each strategy (ddp: summed gradients on full replicas; fsdp: FSDP2 shards) trains the nano
+actor on hand-built experience under 1 and 2 processes (torch.multiprocessing, no Ray). The
+plan's mini-batches split unevenly over the ranks (a rank gets one row fewer, one micro-batch
+fewer, or none), the loss is a token mean over the global mini-batch, and the clipping norm
+binds, so a rank that normalised by its own tokens, clipped by its own norm or skipped alone
+would drift off.
+
+The tolerance: sums run in another order (and micro-batches pack other rows), so gradients
+differ in the last bits. The largest weight difference is in the attention key biases, whose
+gradient is zero in exact arithmetic (softmax ignores a constant added to every key): their
+computed gradient is rounding noise, which AdamW's normalisation turns into steps of ~lr
+either way, so they differ by ~1e-3 x lr after a few steps.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from rlxf.algorithms import registry
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.config.train import OptimConfig
+from rlxf.models import load_model
+from rlxf.models.value_model import ValueModel
+from rlxf.trainer.distributed import SINGLE, DataParallel, free_address
+from rlxf.trainer.objective import PolicyObjective
+from rlxf.trainer.roles import Actor, Critic, ForwardSpec
+from rlxf.types import Experience
+
+# rows 0-6, micro-batches of 2; rows per rank: 2 + 2 (the single process's micro-batches), 1 + 2
+# (packed otherwise), 2 + 3 (rank 0 runs one pass fewer), 0 + 1 (rank 0 holds nothing)
+PLAN = [[3, 0, 6, 1], [5, 2, 4], [6, 5, 4, 3, 2], [1]]
+# then row 7, whose advantage is nan, on rank 0 alone: both ranks must skip the step; and row 8,
+# whose advantage is 0, on rank 0: it has no signal, rank 1 has, and both must step
+SKIPS = [[7, 0], [8, 1]]
+
+
+def _experience(rows: int = 9) -> Experience:
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 200, (4 + i % 2,), generator=gen).tolist() for i in range(rows)]
+    responses = [torch.randint(10, 200, (2 + i % 4,), generator=gen).tolist() for i in range(rows)]
+    width = max(len(r) for r in responses)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
+    adv = torch.randn(rows, 1, generator=gen)
+    adv[7], adv[8] = float("nan"), 0.0
+    returns = torch.randn(rows, width, generator=gen) * mask
+    return Experience(prompt_ids=prompts, response_ids=responses, mask=mask,
+                      rollout_logprobs=torch.zeros(rows, width), old_logprobs=None, advantages=adv * mask,
+                      group_ids=torch.arange(rows) // 2, rewards=adv.squeeze(1), values=torch.zeros(rows, width),
+                      returns=returns)
+
+
+def _actor(model_dir, dp: DataParallel) -> Actor:
+    objective = PolicyObjective.from_config(AlgorithmConfig(loss_agg="token_mean", entropy_coef=0.01),
+                                            max_new_tokens=8)
+    optim = OptimConfig(lr=3e-3, weight_decay=0.1, max_grad_norm=0.5, warmup_steps=0)
+    model = load_model(model_dir)
+    if dp.rank == 1:  # a rank whose start differs (a value head drawn from another random state)
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+    return Actor(model, objective, optim, total_steps=10, spec=ForwardSpec(micro_batch_size=2), dp=dp)
+
+
+def _train(model_dir, dp: DataParallel) -> dict:
+    """Build the actor (sharded under FSDP), run the plan; every rank's view of the result."""
+    torch.manual_seed(0)
+    actor = _actor(model_dir, dp)
+    model = actor.model
+    exp = _experience()
+    metrics, first = actor.update(exp, PLAN, kl_coef=0.0)
+    skips, _ = actor.update(exp, SKIPS, kl_coef=0.0)
+    logprobs = actor.logprobs(exp.prompt_ids, exp.response_ids)  # a sharded forward, gathered
+    out = {"weights": dp.full_state_dict(model), "optimizer": actor.state_dict()["optimizer"],
+           "metrics": metrics, "skips": skips, "first": first, "logprobs": logprobs}
+    if dp.strategy == "ddp":  # the critic (PPO) trains under DDP only
+        critic = Critic(ValueModel.from_pretrained(model_dir), OptimConfig(lr=3e-3, max_grad_norm=0.5),
+                        10, ForwardSpec(micro_batch_size=2), value_clip=0.2,
+                        aggregate=registry.get("loss_agg", "token_mean"), agg_norm=None, dp=dp)
+        out["critic"] = {"metrics": critic.update(exp, PLAN), "weights": dp.full_state_dict(critic.model),
+                         "values": critic.values(exp.prompt_ids, exp.response_ids)}
+    return out
+
+
+def _rank(rank: int, world: int, address: str, port: int, model_dir: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world)
+    try:
+        for strategy in ("ddp", "fsdp"):
+            dp = DataParallel(rank, world, strategy)
+            result = _train(model_dir, dp)
+            if rank == 0:
+                torch.save(result, os.path.join(out, f"{strategy}.pt"))
+            dist.barrier()
+            # every rank loads what rank 0 wrote (one process's layout) into a fresh actor
+            saved = torch.load(os.path.join(out, f"{strategy}.pt"), weights_only=False)
+            fresh = _actor(model_dir, dp)
+            dp.load_full_state_dict(fresh.model, saved["weights"])
+            dp.load_optimizer_state_dict(fresh.model, fresh.optimizer, saved["optimizer"])
+            reloaded = {"weights": dp.full_state_dict(fresh.model), "optimizer": fresh.state_dict()["optimizer"]}
+            if rank == 0:
+                torch.save(reloaded, os.path.join(out, f"{strategy}-reloaded.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(nano_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dp")
+    address, port = free_address()
+    mp.start_processes(_rank, args=(2, address, port, str(nano_model_dir), str(out)), nprocs=2,
+                       start_method="spawn")
+    return {s: torch.load(out / f"{s}.pt", weights_only=False) for s in
+            ("ddp", "fsdp", "ddp-reloaded", "fsdp-reloaded")}
+
+
+@pytest.fixture(scope="module")
+def one_rank(nano_model_dir):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(nano_model_dir, SINGLE)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def _assert_same_moments(a: dict, b: dict, tol: float) -> None:
+    assert a["state"].keys() == b["state"].keys()
+    for i in a["state"]:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert float((a["state"][i][k].float() - b["state"][i][k].float()).abs().max()) <= tol, (i, k)
+    # hyper-parameters equal; torch's distributed loader hands betas back as a list, not a tuple
+    def plain(groups):
+        return [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in groups]
+
+    assert plain(a["param_groups"]) == plain(b["param_groups"])
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks, one_rank, nano_model_dir):
+    two = two_ranks[strategy]
+    base = load_model(nano_model_dir).state_dict()
+    assert _max_diff(one_rank["weights"], base) > 1e-3  # it trained, so equality is not vacuous
+    assert _max_diff(two["weights"], one_rank["weights"]) <= 1e-5
+
+    # the checkpointed optimizer is one process's, whatever held it: moments by parameter index
+    _assert_same_moments(one_rank["optimizer"], two["optimizer"], 1e-5)
+    # and every rank loads that layout back (FSDP keeps its shards): gathered again, it is unchanged
+    reloaded = two_ranks[f"{strategy}-reloaded"]
+    assert _max_diff(reloaded["weights"], two["weights"]) == 0.0
+    _assert_same_moments(reloaded["optimizer"], two["optimizer"], 0.0)
+
+    # the first forward's log-probs and every metric are the global batch's
+    assert float((two["first"] - one_rank["first"]).abs().max()) <= 1e-5
+    assert float((two["logprobs"] - one_rank["logprobs"]).abs().max()) <= 1e-5
+    assert one_rank["metrics"]["grad_norm"] > 0.5  # clipping bound: a per-rank norm would differ
+    for metrics in ("metrics", "skips"):
+        assert two[metrics].keys() == one_rank[metrics].keys()
+        for k, v in one_rank[metrics].items():
+            assert two[metrics][k] == pytest.approx(v, rel=1e-4, abs=1e-6, nan_ok=True), (metrics, k)
+    assert one_rank["skips"]["skipped"] == 1 and one_rank["skips"]["no_signal"] == 0
+
+
+def test_two_processes_train_the_critic_one_process_trains(two_ranks, one_rank):
+    one, two = one_rank["critic"], two_ranks["ddp"]["critic"]
+    assert one["metrics"]["critic/grad_norm"] > 0 and one["metrics"]["skipped"] == 0
+    assert _max_diff(two["weights"], one["weights"]) <= 1e-5
+    assert float((two["values"] - one["values"]).abs().max()) <= 1e-5
+    # explained variance is not a sum of per-row shares: each micro-batch's own variance ratio,
+    # token-weighted, so it depends on which rows share a micro-batch, on one process as on two
+    assert two["metrics"].keys() == one["metrics"].keys()
+    for k, v in one["metrics"].items():
+        if k != "critic/vf_explained_var":
+            assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
