@@ -56,7 +56,22 @@ class Config(Section):
         if self.env is not None and self.run.placement == "ray" and self.ray.mode == "disaggregated":
             raise ValueError("env is set but ray.mode is 'disaggregated', whose engine actors run single-turn "
                              "rollouts only; use ray.mode=colocated or run.placement=local for environments")
+        if self.rollout.mode == "async":
+            self._check_async()
         return self
+
+    def _check_async(self) -> None:
+        """What ``rollout.mode: async`` cannot run with, said before any work starts."""
+        if self.env is not None:
+            raise ValueError("rollout.mode=async runs single-turn rollouts only (each group is one request to "
+                             "the engine); set rollout.mode=sync for env (multi-turn) runs")
+        if self.rollout.threads not in (None, 1):
+            raise ValueError(f"rollout.mode=async runs the engine in its own process with one decode worker "
+                             f"(one core) so that weights can be swapped between decode steps; "
+                             f"rollout.threads={self.rollout.threads} is for sync mode: unset it")
+        if self.run.placement == "ray" and self.ray.mode == "colocated":
+            raise ValueError("rollout.mode=async needs the engine apart from the learner; ray.mode=colocated "
+                             "holds them in one actor: use ray.mode=disaggregated or run.placement=local")
 
     @cached_property
     def derived(self) -> TrainDerived:

@@ -1,8 +1,9 @@
 """The local placement: every role of an RL run in this process (the embedded default).
 
 This is where config names become objects (models, engine, reward, the algorithm's functions).
-The engine shares the actor's process; weight sync hands it the actor's parameters, which it
-copies (or packs) into its own buffers. No Ray import.
+The engine shares the actor's process (``rollout.mode: sync``; weight sync hands it the actor's
+parameters, which it copies or packs into its own buffers), or runs in a subprocess
+(``rollout.mode: async``, ``rlxf.rollout.process``) and decodes while the learner trains. No Ray.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rlxf.config.env import EnvConfig
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
+from rlxf.placement.stream import EngineStream, GroupStream
 from rlxf.rewards import build_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
 from rlxf.trainer.collect import EngineRollout
@@ -118,14 +120,25 @@ class LocalPlacement(Placement):
             copies = in_memory_copies(cfg, model)
             model = prepare_model(model, cfg.model)
         learner = build_learner(cfg, model, tokenizer, **copies)
-        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
-                                          dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
+        if cfg.rollout.mode == "async":  # the engine decodes in its own process while the learner trains
+            from rlxf.rollout.process import EngineProcess, EngineRecipe
+
+            engine = EngineProcess(EngineRecipe.of(model, tokenizer, cfg.rollout, cfg.seeds.sampling),
+                                   learner.named_parameters(), version=0)
+        else:
+            engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
+                                              dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
         reward = reward if reward is not None else build_reward(cfg.reward)
         return cls(learner, engine, reward, env=cfg.env)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:
         return self._rollout.generate(prompts, seeds, sampling, first_group=first_group)
+
+    def stream(self) -> GroupStream:
+        if hasattr(self.engine, "submit"):  # an EngineProcess: it decodes while the learner trains
+            return EngineStream(self.engine, self.tokenizer)
+        return super().stream()
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
         return self._rollout.score(trajs, max_new_tokens)
@@ -146,7 +159,7 @@ class LocalPlacement(Placement):
         self.learner.load(directory)
 
     def close(self) -> None:
-        for holder in (self.reward, self._rollout):
+        for holder in (self.reward, self._rollout, self.engine):
             close = getattr(holder, "close", None)
             if close is not None:
                 close()

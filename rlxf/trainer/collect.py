@@ -22,7 +22,7 @@ from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
-from rlxf.types import Prompt, Trajectory
+from rlxf.types import Completion, Prompt, Trajectory
 
 log = logging.getLogger("rlxf")
 
@@ -32,18 +32,23 @@ def generate(engine, tokenizer, prompts: list[Prompt], seeds: list[int], samplin
     """n responses per prompt, as unscored trajectories (group = first_group + prompt index)."""
     requests = [GenerationRequest(p.prompt_ids, seed=s) for p, s in zip(prompts, seeds)]
     groups = engine.generate(requests, sampling)
+    return [t for g, (prompt, completions) in enumerate(zip(prompts, groups))
+            for t in trajectories_of(prompt, first_group + g, completions, tokenizer)]
+
+
+def trajectories_of(prompt: Prompt, group: int, completions: list[Completion], tokenizer) -> list[Trajectory]:
+    """One prompt's completions as unscored trajectories (a failed request yields none)."""
     trajs = []
-    for g, (prompt, completions) in enumerate(zip(prompts, groups)):
-        for c in completions:
-            if c.finish_reason == "error":
-                log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
-                continue
-            trajs.append(Trajectory(
-                prompt=prompt, group=first_group + g, response_ids=list(c.response_ids),
-                response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
-                rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
-                policy_versions=[c.policy_version] * len(c.response_ids), finish_reason=c.finish_reason,
-            ))
+    for c in completions:
+        if c.finish_reason == "error":
+            log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
+            continue
+        trajs.append(Trajectory(
+            prompt=prompt, group=group, response_ids=list(c.response_ids),
+            response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
+            rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
+            policy_versions=c.versions(), finish_reason=c.finish_reason,
+        ))
     return trajs
 
 
