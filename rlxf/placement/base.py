@@ -26,8 +26,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from rlxf.placement.stream import GroupStream, InlineStream
 from rlxf.rollout import SamplingParams
+from rlxf.rollout.stream import GroupStream, InlineStream
 from rlxf.types import Experience, Prompt, Trajectory
 
 
@@ -55,7 +55,7 @@ class Placement(ABC):
         responses were sampled under (for overlong shaping)."""
 
     def stream(self) -> GroupStream:
-        """The engine as a stream of groups (``rollout.mode: async``; ``rlxf.placement.stream``).
+        """The engine as a stream of groups (``rollout.mode: async``; ``rlxf.rollout.stream``).
         By default an ``InlineStream`` over ``generate``: correct, but nothing overlaps; a
         placement whose engine can run on its own while the learner trains returns its own."""
         return InlineStream(self)

@@ -17,9 +17,9 @@ from rlxf.config.env import EnvConfig
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
-from rlxf.placement.stream import EngineStream, GroupStream
 from rlxf.rewards import build_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
+from rlxf.rollout.stream import EngineStream, GroupStream
 from rlxf.trainer.collect import EngineRollout
 from rlxf.trainer.experience import ExperienceMaker
 from rlxf.trainer.learner import Learner

@@ -136,6 +136,7 @@ class EngineProcess:
     def ready(self, timeout: float | None = None) -> list[tuple[int, list[Completion]]]:
         """The groups answered since the last call, as (id, completions); waits up to ``timeout``
         seconds (None: as long as it takes) for at least one when none is there yet."""
+        self._drain()
         self._wait(lambda: bool(self._done), timeout)
         out = list(self._done.items())
         self._done.clear()
@@ -147,6 +148,7 @@ class EngineProcess:
 
     def idle_seconds(self) -> float:
         """Seconds the engine has spent waiting for requests since it (last) started."""
+        self._drain()
         waiting = time.monotonic() - self._idle_since if self._idle_since is not None else 0.0
         return self._idle_s + waiting
 
@@ -199,6 +201,14 @@ class EngineProcess:
                 if not self._proc.is_alive():
                     self._restart()
         return True
+
+    def _drain(self) -> None:
+        """Take in every message already sent, without waiting."""
+        while True:
+            try:
+                self._receive(self._results.get_nowait())
+            except queue.Empty:
+                return
 
     def _receive(self, message: tuple) -> None:
         kind = message[0]

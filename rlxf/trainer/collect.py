@@ -20,9 +20,10 @@ from rlxf.config.reward import RewardConfig
 from rlxf.data import PromptSampler
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
+from rlxf.rollout.stream import trajectories_of
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
-from rlxf.types import Completion, Prompt, Trajectory
+from rlxf.types import Prompt, Trajectory
 
 log = logging.getLogger("rlxf")
 
@@ -34,22 +35,6 @@ def generate(engine, tokenizer, prompts: list[Prompt], seeds: list[int], samplin
     groups = engine.generate(requests, sampling)
     return [t for g, (prompt, completions) in enumerate(zip(prompts, groups))
             for t in trajectories_of(prompt, first_group + g, completions, tokenizer)]
-
-
-def trajectories_of(prompt: Prompt, group: int, completions: list[Completion], tokenizer) -> list[Trajectory]:
-    """One prompt's completions as unscored trajectories (a failed request yields none)."""
-    trajs = []
-    for c in completions:
-        if c.finish_reason == "error":
-            log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
-            continue
-        trajs.append(Trajectory(
-            prompt=prompt, group=group, response_ids=list(c.response_ids),
-            response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
-            rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
-            policy_versions=c.versions(), finish_reason=c.finish_reason,
-        ))
-    return trajs
 
 
 def score(reward, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:

@@ -27,6 +27,7 @@ instead of in rounds). ``StalenessBuffer`` is that bookkeeping alone, free of en
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,11 @@ import torch
 
 from rlxf.algorithms import dynamic_sampling_keep
 from rlxf.config import Config
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.config.reward import RewardConfig
 from rlxf.data import PromptSampler
-from rlxf.placement.stream import GroupRequest, GroupStream
 from rlxf.rollout import SamplingParams
+from rlxf.rollout.stream import GroupRequest, GroupStream
 from rlxf.trainer.collect import batch_metrics_of, check_reward_failures, collect
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
@@ -125,12 +128,13 @@ class AsyncBatches:
     (their prompts are not drawn again).
     """
 
-    def __init__(self, cfg: Config, placement: Placement, stream: GroupStream, sampler: PromptSampler,
-                 sampling: SamplingParams, *, first_step: int = 1):
-        self.placement, self.stream, self.sampler, self.sampling = placement, stream, sampler, sampling
-        self.algo, self.reward_cfg, self.seed = cfg.algorithm, cfg.reward, cfg.seeds.sampling
-        self.per_step = cfg.train.prompts_per_step
-        self.buffer = StalenessBuffer(self.per_step, cfg.rollout.max_staleness)
+    def __init__(self, stream: GroupStream, score: Callable[[list[Trajectory], int], dict[str, float]],
+                 sampler: PromptSampler, sampling: SamplingParams, algo: AlgorithmConfig, *, prompts_per_step: int,
+                 max_staleness: int, seed: int, reward: RewardConfig | None = None, first_step: int = 1):
+        self.stream, self.score, self.sampler, self.sampling = stream, score, sampler, sampling
+        self.algo, self.reward_cfg, self.seed = algo, reward, seed
+        self.per_step = prompts_per_step
+        self.buffer = StalenessBuffer(prompts_per_step, max_staleness)
         self.submitted = (first_step - 1) * self.per_step
         self.since = time.perf_counter()         # end of the previous take: the step's wall clock
         self.engine_before = stream.engine_stats()
@@ -144,6 +148,9 @@ class AsyncBatches:
 
     def next(self, step: int, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
         waited = 0.0
+        with timer("reward"):  # what finished while the trainer trained
+            for group in self.stream.ready(timeout=0):
+                self._arrive(group)
         fill = len(self.buffer.waiting) / self.buffer.capacity  # what the trainer finds when it asks
         while True:
             self._submit()
@@ -184,7 +191,7 @@ class AsyncBatches:
         if not group:  # the engine failed the request (logged): its room goes to a new prompt
             self.buffer.arrived(None)
             return
-        for key, value in self.placement.score(group, self.sampling.max_new_tokens).items():
+        for key, value in self.score(group, self.sampling.max_new_tokens).items():
             if key.endswith(("errors", "timeouts", "crashes")):
                 self.failures[key] = self.failures.get(key, 0.0) + value
         # DAPO: a group whose rewards agree teaches nothing; drop it and sample another prompt,
@@ -232,5 +239,7 @@ def step_batches(cfg: Config, placement: Placement, sampler: PromptSampler, samp
                  first_step: int = 1) -> SyncBatches | AsyncBatches:
     """The source of each step's groups that ``rollout.mode`` asks for."""
     if cfg.rollout.mode == "async":
-        return AsyncBatches(cfg, placement, placement.stream(), sampler, sampling, first_step=first_step)
+        return AsyncBatches(placement.stream(), placement.score, sampler, sampling, cfg.algorithm,
+                            prompts_per_step=cfg.train.prompts_per_step, max_staleness=cfg.rollout.max_staleness,
+                            seed=cfg.seeds.sampling, reward=cfg.reward, first_step=first_step)
     return SyncBatches(cfg, placement, sampler, sampling)

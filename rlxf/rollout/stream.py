@@ -1,4 +1,5 @@
-"""The engine as a stream of groups: what ``rollout.mode: async`` asks of a placement.
+"""The engine as a stream of groups: what ``rollout.mode: async`` asks of a placement
+(``Placement.stream``).
 
     stream = placement.stream()
     stream.submit([GroupRequest(prompt, seed, group=7), ...], sampling)   # returns at once
@@ -13,15 +14,18 @@ trains. The consumer side (staleness, dynamic sampling, metrics) is ``rlxf.train
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlxf.rollout import GenerationRequest, SamplingParams
-from rlxf.types import Prompt, Trajectory
+from rlxf.types import Completion, Prompt, Trajectory
+
+log = logging.getLogger("rlxf")
 
 if TYPE_CHECKING:
-    from rlxf.placement.base import Placement
+    from rlxf.trainer.collect import Rollout
 
 
 @dataclass(frozen=True)
@@ -52,12 +56,12 @@ class GroupStream(ABC):
 
 
 class InlineStream(GroupStream):
-    """A stream over ``placement.generate``: submitted prompts are generated, all in one call,
+    """A stream over ``generate`` (a placement's): submitted prompts are generated, all in one call,
     when ready groups are asked for. Rollout and training take turns as in sync mode; what
     the trainer consumes still obeys the staleness bound."""
 
-    def __init__(self, placement: Placement):
-        self.placement = placement
+    def __init__(self, rollout: Rollout):
+        self.rollout = rollout
         self.queued: list[tuple[GroupRequest, SamplingParams]] = []
 
     def submit(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
@@ -69,7 +73,7 @@ class InlineStream(GroupStream):
             sampling = self.queued[0][1]
             batch = [r for r, s in self.queued if s == sampling]
             self.queued = [(r, s) for r, s in self.queued if s != sampling]
-            trajs = self.placement.generate([r.prompt for r in batch], [r.seed for r in batch], sampling)
+            trajs = self.rollout.generate([r.prompt for r in batch], [r.seed for r in batch], sampling)
             by_index = {}
             for t in trajs:  # generate numbers groups by position; give back the callers' ids
                 by_index.setdefault(t.group, []).append(t)
@@ -95,8 +99,6 @@ class EngineStream(GroupStream):
             self.asked[self.engine.submit(GenerationRequest(r.prompt.prompt_ids, seed=r.seed), sampling)] = r
 
     def ready(self, timeout: float | None = None) -> list[list[Trajectory]]:
-        from rlxf.trainer.collect import trajectories_of
-
         out = []
         for rid, completions in self.engine.ready(timeout):
             r = self.asked.pop(rid)
@@ -105,3 +107,19 @@ class EngineStream(GroupStream):
 
     def engine_stats(self) -> dict[str, float]:
         return {"engine_idle_s": self.engine.idle_seconds(), "engine_restarts": float(self.engine.restarts)}
+
+
+def trajectories_of(prompt: Prompt, group: int, completions: list[Completion], tokenizer) -> list[Trajectory]:
+    """One prompt's completions as unscored trajectories (a failed request yields none)."""
+    trajs = []
+    for c in completions:
+        if c.finish_reason == "error":
+            log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
+            continue
+        trajs.append(Trajectory(
+            prompt=prompt, group=group, response_ids=list(c.response_ids),
+            response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
+            rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
+            policy_versions=c.versions(), finish_reason=c.finish_reason,
+        ))
+    return trajs
