@@ -4,8 +4,8 @@ What it shows, from ``metrics.jsonl`` and ``samples.jsonl``: a headline table (l
 and the *mean* step time and throughput); every logged curve (reward, SFT or policy loss,
 accuracy with each eval source as points, KL to the reference, the policy's change per step,
 entropy, lengths, clipping, grad norm, learning rate, advantages, the kept fraction of dynamic
-sampling, the critic), smoothed with the raw curve behind; the time per phase; and a samples
-table: the best, the worst and a random response of a few steps, with their rewards. Plots
+sampling, the critic, async staleness, idle time and buffer), smoothed with the raw curve
+behind; the time per phase; and a samples table: the best, the worst and a random response of a few steps, with their rewards. Plots
 whose metrics no run logged are left out (an SFT run has no clip fraction). The page is one
 self-contained file (images inlined), so it can be mailed or attached to an issue as is.
 """
@@ -40,6 +40,12 @@ PLOTS = (
     Plot("Kept fraction (dynamic sampling)", ("sampling/kept_frac",), "fraction of samples"),
     Plot("Critic", ("critic/loss", "critic/value_mean", "critic/clipfrac"), "value"),
     Plot("Engine vs trainer log-prob gap", ("rollout/logprob_gap_mean", "rollout/logprob_gap_max"), "nats"),
+    Plot("Staleness (rollout.mode=async)", ("async/staleness_mean", "async/staleness_max"),
+         "versions behind the trainer"),
+    Plot("Idle time (rollout.mode=async)", ("async/trainer_idle_frac", "async/engine_idle_frac"),
+         "fraction of the step"),
+    Plot("Buffer and drops (rollout.mode=async)", ("async/buffer_fill", "async/dropped_stale", "async/partial_frac"),
+         "fill fraction / groups / fraction of samples"),
 )
 EVAL_SOURCE = re.compile(r"^eval/(.+)/accuracy$")
 HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "kl", "entropy", "response/length_mean")
