@@ -7,8 +7,9 @@ The workload is ``rlxf/trainer/recipes/quickstart_grpo.yaml`` (GRPO with dynamic
 round, on 3-digit additions that carry 2-3 times; 16 prompts x 8 samples, 5 new tokens, tiny
 preset) started from the quickstart's SFT model, run through ``rlxf train`` in a fresh process
 per mode. Threads, on this 2-core machine: ``sync`` runs torch (trainer and engine in turn) on
-2 threads; ``async<k>`` (rollout.mode=async, max_staleness=k) runs the trainer on 1 thread and
-the engine process on 1 (its own core).
+2 threads; ``sync-1t`` on 1 (to tell what overlap gains from what one thread per process
+gains: on a loaded machine two OpenMP threads can be much slower than one); ``async<k>``
+(rollout.mode=async, max_staleness=k) runs the trainer on 1 thread and the engine process on 1.
 
 Per mode it prints: samples per second (sampled and scored) over the steps after ``--warmup`` (step time
 without evaluation), its ratio to sync, the trainer's and the engine's idle fraction (sync: the
@@ -45,6 +46,8 @@ def cpu_model() -> str:
 def mode_overrides(mode: str, cpus: int) -> list[str]:
     if mode == "sync":
         return ["rollout.mode=sync", f"run.threads={cpus}"]
+    if mode == "sync-1t":  # what one thread does alone: the share of any gain that is not overlap
+        return ["rollout.mode=sync", "run.threads=1"]
     k = int(mode.removeprefix("async"))
     return ["rollout.mode=async", f"rollout.max_staleness={k}", f"run.threads={max(1, cpus - 1)}"]
 
@@ -76,7 +79,7 @@ def summarize(mode: str, rows: list[dict], warmup: int, equal_steps: int, n: int
     # samples the engine produced: with dynamic sampling sync trains on the informative groups
     # only, async keeps the rest with zero advantage once no more refills are allowed
     samples = sum(r.get("sampling/prompts_drawn", r["samples"] / n) * n for r in timed)
-    if mode == "sync":  # the trainer waits while the engine samples; the engine waits while it trains
+    if mode.startswith("sync"):  # the trainer waits while the engine samples; the engine waits while it trains
         trainer_idle = sum(r.get("time/rollout", 0.0) for r in timed) / seconds
         engine_idle = 1.0 - trainer_idle
     else:
@@ -97,7 +100,7 @@ def summarize(mode: str, rows: list[dict], warmup: int, equal_steps: int, n: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="the quickstart's SFT model (runs/quickstart/sft)")
-    parser.add_argument("--modes", nargs="+", default=["sync", "async1", "async2"])
+    parser.add_argument("--modes", nargs="+", default=["sync", "sync-1t", "async1", "async2"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--async-steps", type=int, default=None, help="default: 1.5 x --steps")
     parser.add_argument("--warmup", type=int, default=3)
@@ -111,7 +114,7 @@ def main() -> None:
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}")
     results = {}
     for mode in args.modes:
-        rows, wall = run_mode(mode, args, out, args.steps if mode == "sync" else async_steps)
+        rows, wall = run_mode(mode, args, out, args.steps if mode.startswith("sync") else async_steps)
         results[mode] = summarize(mode, rows, args.warmup, args.steps)
         print(f"  {mode}: {len(rows)} steps in {wall:.0f}s wall (start-up included); "
               f"load average now {os.getloadavg()}", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rl_helpers import write_config
+from rl_helpers import metrics, write_config
 from safetensors.torch import load_file
 
 ray = pytest.importorskip("ray")
@@ -94,3 +94,14 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
     finally:
         placement.close()
     assert ray.is_initialized()  # it joined the module's Ray instance, so it leaves it running
+
+
+def test_async_mode_streams_from_engine_actors_within_the_staleness_bound(tmp_path, nano_model_dir, local_ray,
+                                                                            one_thread):
+    cfg = _cfg(tmp_path, nano_model_dir, "async", "run.placement=ray", "ray.mode=disaggregated", "rollout.mode=async",
+               "rollout.max_staleness=1", "checkpoint.every=0")
+    _train(cfg)
+    rows = metrics(tmp_path / "runs" / "async")
+    # step 1 sent steps 1 and 2's prompts at once: step 2 trains on version-0 samples, one behind
+    assert [r["async/staleness_max"] for r in rows][:2] == [0.0, 1.0]
+    assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale"] == 0 for r in rows)
