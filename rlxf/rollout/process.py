@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import signal
 import time
 import traceback
 from collections import deque
@@ -58,6 +59,7 @@ class EngineRecipe:
     tokenizer: Any
     rollout: Any                # rlxf.config.rollout.RolloutConfig
     dtype: torch.dtype
+    device: str                 # where the engine decodes (the policy's device)
     seed: int                   # the engine's generator (seeds unseeded requests)
 
     @classmethod
@@ -66,7 +68,8 @@ class EngineRecipe:
 
         base = unwrap_model(model)
         return cls(hf_config=base.config, generation_config=getattr(base, "generation_config", None),
-                   tokenizer=tokenizer, rollout=rollout, dtype=next(base.parameters()).dtype, seed=seed)
+                   tokenizer=tokenizer, rollout=rollout, dtype=next(base.parameters()).dtype,
+                   device=str(next(base.parameters()).device), seed=seed)
 
     def build(self):
         """The engine, with freshly initialised weights (the caller loads the real ones)."""
@@ -78,8 +81,8 @@ class EngineRecipe:
         if self.generation_config is not None:
             model.generation_config = self.generation_config
         one_worker = self.rollout.model_copy(update={"threads": 1})  # weights swap between decode steps
-        return build_engine_from_config(one_worker, model, self.tokenizer, device="cpu", dtype=self.dtype,
-                                        seed=self.seed)
+        return build_engine_from_config(one_worker, model.to(self.device), self.tokenizer, device=self.device,
+                                        dtype=self.dtype, seed=self.seed)
 
 
 class EngineProcess:
@@ -226,7 +229,9 @@ class EngineProcess:
 
 def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, results) -> None:
     """The engine process's main function: build the engine, load ``weights`` as ``version``,
-    then answer commands until told to close."""
+    then answer commands until told to close. Ctrl-C is the trainer's to handle (it finishes its
+    step and checkpoints, then closes the engine), so this process ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     try:
         engine = recipe.build()

@@ -112,3 +112,12 @@ def test_the_loop_runs_async_through_the_placement_interface(tmp_path, tokenizer
     # queued and generate them from the newest weights
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
     assert all(r["async/dropped_stale"] == 0 for r in rows)
+
+
+def test_explain_shows_the_engine_process_of_async_mode(tmp_path):
+    from rlxf.config.explain import RoleMemory, placement_table
+
+    roles = [RoleMemory("actor", weights=100), RoleMemory("engine", weights=7)]
+    rows = placement_table(_config(tmp_path, "rollout.mode=async", "rollout.max_staleness=2"), roles)
+    assert [(r[0], r[3]) for r in rows] == [("this process", 100), ("engine process (async, max_staleness=2)", 7)]
+    assert "engine" not in rows[0][1]
