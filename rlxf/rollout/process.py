@@ -3,7 +3,7 @@
     trainer process                                   engine process (spawned, one core)
     EngineProcess.submit(request, sampling) -> id  ──▶ commands ──▶ queue of waiting requests
     EngineProcess.update_weights(params, v)        ──▶ shared-memory copy, then ("weights", v)
-    EngineProcess.ready() -> [(id, completions)]   ◀── results ◀── each group as it finishes
+    EngineProcess.ready() -> [(id, completions)]   ◀── pipe ◀── each group as it finishes
 
 The engine decodes whatever requests are waiting in one continuous batch; requests that arrive
 meanwhile wait for the next batch. Commands are read between decode steps, so new weights are
@@ -27,6 +27,7 @@ import itertools
 import logging
 import queue
 import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -160,22 +161,35 @@ class EngineProcess:
             return
         try:
             self._commands.put(("close",))
-            self._proc.join(timeout=10)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # read on, so its last messages do not block its exit
+                if self._results.poll(0.1):
+                    self._results.recv()
+                elif not self._proc.is_alive():
+                    break
+        except (EOFError, OSError):  # it closed its end: it is exiting
+            pass
         finally:
+            self._proc.join(timeout=5)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join()
             self._proc = None
+            self._results.close()
+            self._commands.cancel_join_thread()
+            self._commands.close()
 
     # -- the process -------------------------------------------------------------------------------
     def _start(self) -> None:
         self._commands = self._ctx.Queue()
-        self._results = self._ctx.Queue()
+        self._results, writer = self._ctx.Pipe(duplex=False)
         self._loaded = -1
         self._proc = self._ctx.Process(target=serve, name="rlxf-engine", daemon=True,
-                                       args=(self.recipe, self._weights, self.policy_version,
-                                             self._commands, self._results))
+                                       args=(self.recipe, self._weights, self.policy_version, self._commands, writer))
         self._proc.start()
+        # the engine now holds the only write end: if it dies, even halfway through a message,
+        # reading ends (EOF) instead of waiting forever for the rest
+        writer.close()
         for rid, (request, sampling) in self._inflight.items():
             self._commands.put(("generate", rid, request, sampling))
 
@@ -187,9 +201,9 @@ class EngineProcess:
                              f"giving up after max_restarts={self.max_restarts}")
         log.warning("the engine process died (exit code %s); starting a new one and retrying %d requests "
                     "(restart %d of %d)", code, len(self._inflight), self.restarts, self.max_restarts)
-        for q in (self._commands, self._results):  # a process killed mid-write may have left half a message
-            q.cancel_join_thread()
-            q.close()
+        self._commands.cancel_join_thread()
+        self._commands.close()
+        self._results.close()
         self._start()
 
     def _wait(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -198,20 +212,28 @@ class EngineProcess:
             left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
             if left <= 0:
                 return False
-            try:
-                self._receive(self._results.get(timeout=left))
-            except queue.Empty:
-                if not self._proc.is_alive():
-                    self._restart()
+            message = self._next_message(left)
+            if message is not None:
+                self._receive(message)
         return True
 
     def _drain(self) -> None:
         """Take in every message already sent, without waiting."""
-        while True:
-            try:
-                self._receive(self._results.get_nowait())
-            except queue.Empty:
-                return
+        while (message := self._next_message(0)) is not None:
+            self._receive(message)
+
+    def _next_message(self, timeout: float) -> tuple | None:
+        """The engine's next message, or None when none came within ``timeout`` seconds (or the
+        engine was found dead, and restarted)."""
+        try:
+            if self._results.poll(timeout):
+                return self._results.recv()
+            if self._proc.is_alive():
+                return None
+        except (EOFError, OSError):  # the engine's end closed: it died
+            self._proc.join(timeout=10)
+        self._restart()
+        return None
 
     def _receive(self, message: tuple) -> None:
         kind = message[0]
@@ -227,12 +249,13 @@ class EngineProcess:
             raise EngineLost(f"the engine process failed:\n{message[1]}")
 
 
-def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, results) -> None:
+def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, connection) -> None:
     """The engine process's main function: build the engine, load ``weights`` as ``version``,
     then answer commands until told to close. Ctrl-C is the trainer's to handle (it finishes its
     step and checkpoints, then closes the engine), so this process ignores SIGINT."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
+    results = _Outbox(connection)
     try:
         engine = recipe.build()
         engine.update_weights(weights.items(), version=version)
@@ -242,6 +265,32 @@ def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, 
         pass
     except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it
         results.put(("error", traceback.format_exc()))
+    finally:
+        results.close()
+
+
+class _Outbox:
+    """The engine's messages to the trainer, written to the pipe by a thread of their own: the
+    trainer reads only when it waits for the engine, and a full pipe must not stop decoding."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._send, name="rlxf-engine-outbox", daemon=True)
+        self.thread.start()
+
+    def put(self, message: tuple) -> None:
+        self.queue.put(message)
+
+    def _send(self) -> None:
+        while (message := self.queue.get()) is not None:
+            self.connection.send(message)
+
+    def close(self) -> None:
+        """Send what is queued, then close the pipe."""
+        self.queue.put(None)
+        self.thread.join()
+        self.connection.close()
 
 
 class _Closing(Exception):

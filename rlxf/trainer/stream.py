@@ -12,7 +12,9 @@ trainer trains. Between them is a bounded buffer of scored groups:
     producer   prompts go to the engine (``placement.stream()``) whenever the buffer has room:
                at most (k + 1) x prompts_per_step groups are in flight or waiting
     arrival    each group is scored as it comes back; with dynamic sampling (DAPO) a group whose
-               rewards all agree is dropped at once and its room goes to a new prompt
+               rewards all agree is dropped at once and its room goes to a new prompt, while
+               the step's refills last (``max_sampling_rounds - 1`` x prompts_per_step); after
+               that it fills its place in the batch but is not trained on, as in sync mode
     consumer   the trainer takes a step as soon as prompts_per_step groups are waiting
 
 The trainer is at version s - 1 when it trains step s (version = steps trained; the engine's
@@ -20,8 +22,8 @@ weights carry the same numbers). A group's staleness is s - 1 - v, where v is th
 its oldest token; a group with staleness > k = ``rollout.max_staleness`` is never trained on:
 it is dropped and counted (``async/dropped_stale``). With k = 0 no prompt of step s + 1 is
 submitted before the weights of step s are in the engine, so a run is the same, number for
-number, as ``sync`` (without dynamic sampling, which refills groups as they are dropped
-instead of in rounds). ``StalenessBuffer`` is that bookkeeping alone, free of engines and clocks.
+number, as ``sync`` (with dynamic sampling only for ``max_sampling_rounds: 1``: refills are
+sent as groups are dropped, not in rounds). ``StalenessBuffer`` is that bookkeeping alone, free of engines and clocks.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class ReadyGroup:
     order: int          # submission index: a step's groups are trained on in submission order
     version: int        # the weights version of the group's oldest token
     item: Any           # the group (its trajectories)
+    informative: bool = True  # False: its rewards agree, kept only because no refill was left (DAPO)
 
 
 @dataclass
@@ -164,14 +167,16 @@ class AsyncBatches:
             with timer("reward"):
                 for group in groups:
                     self._arrive(group)
-        trajs = []
         for i, g in enumerate(batch):  # a step's groups are numbered 0.. as in sync mode
             for t in g.item:
                 t.group = i
-            trajs += g.item
-        metrics = self._metrics(step, batch, trajs, waited, fill)
+        sampled = [t for g in batch for t in g.item] + self.discarded
+        # groups whose rewards agree are not trained on; when no group disagrees, all are (as
+        # sync: the update then changes nothing but keeps its metrics)
+        trajs = [t for g in batch if g.informative for t in g.item] or [t for g in batch for t in g.item]
+        metrics = self._metrics(step, batch, trajs, sampled, waited, fill)
         if self.reward_cfg is not None:
-            check_reward_failures(trajs + self.discarded, step, self.reward_cfg)
+            check_reward_failures(sampled, step, self.reward_cfg)
         self._reset_step()
         return trajs, metrics
 
@@ -196,24 +201,28 @@ class AsyncBatches:
                 self.failures[key] = self.failures.get(key, 0.0) + value
         # DAPO: a group whose rewards agree teaches nothing; drop it and sample another prompt,
         # at most (max_sampling_rounds - 1) x prompts_per_step times per step (as sync's rounds)
-        if self.algo.dynamic_sampling and self.discards < (self.algo.max_sampling_rounds - 1) * self.per_step:
+        informative = True
+        if self.algo.dynamic_sampling:
             rewards = torch.tensor([t.reward for t in group])
-            if not bool(dynamic_sampling_keep(rewards, torch.zeros(len(group), dtype=torch.long)).any()):
+            informative = bool(dynamic_sampling_keep(rewards, torch.zeros(len(group), dtype=torch.long)).any())
+            if not informative and self.discards < (self.algo.max_sampling_rounds - 1) * self.per_step:
                 self.discards += 1
                 self.discarded += group
                 self.buffer.arrived(None)
                 return
         oldest = min(min(t.policy_versions, default=0) for t in group)
-        self.buffer.arrived(ReadyGroup(order=group[0].group, version=oldest, item=group))
+        self.buffer.arrived(ReadyGroup(order=group[0].group, version=oldest, item=group, informative=informative))
 
-    def _metrics(self, step: int, batch: list[ReadyGroup], trajs: list[Trajectory], waited: float,
-                 fill: float) -> dict[str, float]:
+    def _metrics(self, step: int, batch: list[ReadyGroup], trajs: list[Trajectory], sampled: list[Trajectory],
+                 waited: float, fill: float) -> dict[str, float]:
         now = time.perf_counter()
         wall, self.since = max(now - self.since, 1e-9), now
-        metrics = batch_metrics_of(trajs + self.discarded) | self.failures
+        # rewards and accuracy of everything sampled: the policy's performance, not the filtered batch's
+        metrics = batch_metrics_of(sampled) | self.failures
         if self.algo.dynamic_sampling:
+            informative = sum(len(g.item) for g in batch if g.informative)
             metrics |= {"sampling/prompts_drawn": float(len(batch) + self.discards),
-                        "sampling/kept_frac": len(trajs) / max(1, len(trajs) + len(self.discarded))}
+                        "sampling/kept_frac": informative / max(1, len(sampled))}
         staleness = [step - 1 - g.version for g in batch]
         metrics |= {f"async/staleness_{j}": staleness.count(j) / len(batch) for j in range(self.buffer.max_staleness + 1)}
         metrics |= {

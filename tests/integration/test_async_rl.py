@@ -15,14 +15,18 @@ from safetensors.torch import load_file
 from rlxf.cli.main import main
 
 COMPARED = ("reward/mean", "reward/std", "policy/loss", "grad_norm", "entropy", "advantage/abs_mean",
-            "response/length_mean", "eval/accuracy", "eval/reward_mean")
+            "response/length_mean", "eval/accuracy", "eval/reward_mean", "samples", "sampling/kept_frac")
 
 
 def test_async_with_k0_is_sync_bit_for_bit(tmp_path, nano_model_dir):
+    """With the quickstart's dynamic sampling (one round: groups whose rewards agree are not
+    trained on, none refilled), so both the kept and the left-out path are compared."""
     runs = {}
     for mode in ("sync", "async"):
         cfg = write_config(tmp_path / mode, nano_model_dir, run={"name": mode, "output_dir": str(tmp_path / "runs")},
-                           train={"steps": 3}, eval={"every": 3, "num_problems": 4}, checkpoint={"every": 0})
+                           train={"steps": 3}, eval={"every": 3, "num_problems": 4}, checkpoint={"every": 0},
+                           algorithm={"dynamic_sampling": True, "max_sampling_rounds": 1},
+                           reward={"verifiers": [{"type": "custom", "name": "odd", "function": "rl_plugins:odd_length"}]})
         assert main(["train", str(cfg), f"rollout.mode={mode}", "rollout.max_staleness=0"]) == 0
         runs[mode] = tmp_path / "runs" / mode
     sync, asyn = metrics(runs["sync"]), metrics(runs["async"])
@@ -31,6 +35,7 @@ def test_async_with_k0_is_sync_bit_for_bit(tmp_path, nano_model_dir):
         assert {k: a.get(k) for k in COMPARED} == {k: b.get(k) for k in COMPARED}
         assert b["async/staleness_max"] == 0 and b["async/dropped_stale"] == 0
     assert "eval/accuracy" in sync[-1]
+    assert any(0 < r["samples"] < 16 for r in sync)  # some groups left out, some kept: both paths compared
     a = load_file(runs["sync"] / "checkpoints/step_3/model/model.safetensors")
     b = load_file(runs["async"] / "checkpoints/step_3/model/model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
