@@ -146,10 +146,6 @@ class EngineProcess:
         self._done.clear()
         return out
 
-    @property
-    def outstanding(self) -> int:
-        return len(self._inflight)
-
     def idle_seconds(self) -> float:
         """Seconds the engine has spent waiting for requests since it (last) started."""
         self._drain()
