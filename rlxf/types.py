@@ -45,8 +45,15 @@ class Completion:
     response_ids: list[int]       # (R,) sampled token ids, stop token included if one was hit
     logprobs: list[float]         # (R,) sampling log-probs, one per response id
     finish_reason: FinishReason
-    policy_version: int           # weights version that produced every token of this response
+    policy_version: int           # weights version that produced the first token (the oldest)
     error: str | None = None      # why the request failed (finish_reason == "error")
+    token_versions: list[int] | None = None  # (R,) version that produced each token, when the weights changed
+                                  # while this response was decoded (a partial rollout); None = all policy_version
+
+    def versions(self) -> list[int]:
+        """(R,) the weights version that produced each response token."""
+        return list(self.token_versions) if self.token_versions is not None \
+            else [self.policy_version] * len(self.response_ids)
 
 
 @dataclass

@@ -178,6 +178,11 @@ def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str
     """
     mem = {r.role: r.total for r in roles}
     trainer = [r.role for r in roles if r.role != "engine"]
+    if cfg.run.placement == "local" and cfg.rollout.mode == "async":
+        return [("this process", ", ".join([*trainer, "reward"]), "run.threads torch threads",
+                 sum(mem[r] for r in trainer)),
+                (f"engine process (async, max_staleness={cfg.rollout.max_staleness})",
+                 "engine (own copy of the policy, weights through shared memory)", "1 core", mem["engine"])]
     if cfg.run.placement == "local":
         return [("this process", ", ".join([*trainer, "engine", "reward"]), "all of this machine's",
                  sum(mem.values()))]

@@ -10,6 +10,19 @@ from rlxf.config.base import Section
 
 
 class RolloutConfig(Section):
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="`sync`: each step samples from the weights the previous step produced, then trains "
+        "(rollout and training take turns). `async`: the engine runs in its own process and keeps "
+        "generating while the trainer trains, up to `max_staleness` policy versions ahead "
+        "(see docs/async.md).",
+    )
+    max_staleness: int = Field(
+        0, ge=0,
+        description="Async mode: a group may be trained on only if the weights that sampled its oldest "
+        "token are at most this many versions behind the trainer (version = steps trained); older groups "
+        "are dropped and counted (`async/dropped_stale`). 0 = no overlap: the same numbers as `sync`.",
+    )
     backend: Literal["native", "hf"] = Field(
         "native",
         description="`native`: rlxf's engine (KV cache, prefix sharing, continuous batching; "

@@ -60,7 +60,26 @@ class Config(Section):
                 and self.model.lora.r > 0:
             raise ValueError("ray.learner_strategy=fsdp does not shard LoRA adapters; use ray.learner_strategy=ddp "
                              "(the adapters are small) or train without LoRA (model.lora.r=0)")
+        if self.rollout.mode == "async":
+            self._check_async()
         return self
+
+    def _check_async(self) -> None:
+        """What ``rollout.mode: async`` cannot run with, said before any work starts."""
+        if self.env is not None:
+            raise ValueError("rollout.mode=async runs single-turn rollouts only (each group is one request to "
+                             "the engine); set rollout.mode=sync for env (multi-turn) runs")
+        if self.rollout.threads not in (None, 1):
+            raise ValueError(f"rollout.mode=async runs the engine in its own process with one decode worker "
+                             f"(one core) so that weights can be swapped between decode steps; "
+                             f"rollout.threads={self.rollout.threads} is for sync mode: unset it")
+        if self.run.placement == "ray" and self.ray.mode == "colocated":
+            raise ValueError("rollout.mode=async needs the engine apart from the learner; ray.mode=colocated "
+                             "holds them in one actor: use ray.mode=disaggregated or run.placement=local")
+        if self.run.placement == "ray" and self.ray.weight_sync == "collective":
+            raise ValueError("rollout.mode=async sends weights to engine actors without waiting for them, "
+                             "which a collective broadcast cannot do (every engine must join it at once); "
+                             "use ray.weight_sync=object_store")
 
     @cached_property
     def derived(self) -> TrainDerived:

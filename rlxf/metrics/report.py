@@ -4,9 +4,9 @@ What it shows, from ``metrics.jsonl`` and ``samples.jsonl``: a headline table (l
 and the *mean* step time and throughput); every logged curve (reward, SFT or policy loss,
 accuracy with each eval source as points, KL to the reference, the policy's change per step,
 entropy, lengths, clipping, grad norm, learning rate, advantages, the kept fraction of dynamic
-sampling, the critic, the off-policy weights), smoothed with the raw curve behind; the time per
-phase; and a samples table: the best, the worst and a random response of a few steps, with their
-rewards. Plots
+sampling, the critic, the off-policy weights, async staleness, idle time and buffer), smoothed
+with the raw curve behind; the time per phase; and a samples table: the best, the worst and a
+random response of a few steps, with their rewards. Plots
 whose metrics no run logged are left out (an SFT run has no clip fraction). The page is one
 self-contained file (images inlined), so it can be mailed or attached to an issue as is.
 """
@@ -45,6 +45,12 @@ PLOTS = (
          ("off_policy/weight_mean", "off_policy/weight_max", "off_policy/ratio_max", "off_policy/ratio_min"), "weight"),
     Plot("Off-policy tokens truncated / masked", ("off_policy/truncated_frac", "off_policy/masked_frac"),
          "fraction of tokens"),
+    Plot("Staleness (rollout.mode=async)", ("async/staleness_mean", "async/staleness_max"),
+         "versions behind the trainer"),
+    Plot("Idle time (rollout.mode=async)", ("async/trainer_idle_frac", "async/engine_idle_frac"),
+         "fraction of the step"),
+    Plot("Buffer and drops (rollout.mode=async)", ("async/buffer_fill", "async/dropped_stale", "async/partial_frac"),
+         "fill fraction / groups / fraction of samples"),
 )
 EVAL_SOURCE = re.compile(r"^eval/(.+)/accuracy$")
 HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "kl", "entropy", "response/length_mean")

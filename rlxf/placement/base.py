@@ -4,6 +4,8 @@ The loop (``rlxf.trainer.loop``) holds the data and the schedule; a placement ho
 the engine, the reward and the optimizers, and does the work of each phase:
 
     generate        prompts -> unscored trajectories (n per prompt), from the engine
+    stream          the engine as a stream: submit prompts, take groups as they finish
+                    (rollout.mode: async, where sampling runs ahead of training)
     score           trajectories -> rewards, per-verifier scores, correctness (filled in place)
     make_experience trajectories -> Experience (π_old, π_ref, V, token rewards, advantages)
     update          one RL step of the actor (and critic) on an Experience -> metrics
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlxf.rollout import SamplingParams
+from rlxf.rollout.stream import GroupStream, InlineStream
 from rlxf.types import Experience, Prompt, Trajectory
 
 
@@ -50,6 +53,12 @@ class Placement(ABC):
         """Fill in each trajectory's reward, scores, correctness and error; returns the
         batch's reward metrics (means, failures). ``max_new_tokens``: the length limit the
         responses were sampled under (for overlong shaping)."""
+
+    def stream(self) -> GroupStream:
+        """The engine as a stream of groups (``rollout.mode: async``; ``rlxf.rollout.stream``).
+        By default an ``InlineStream`` over ``generate``: correct, but nothing overlaps; a
+        placement whose engine can run on its own while the learner trains returns its own."""
+        return InlineStream(self)
 
     @abstractmethod
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:

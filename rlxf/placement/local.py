@@ -1,8 +1,9 @@
 """The local placement: every role of an RL run in this process (the embedded default).
 
 This is where config names become objects (models, engine, reward, the algorithm's functions).
-The engine shares the actor's process; weight sync hands it the actor's parameters, which it
-copies (or packs) into its own buffers. No Ray import.
+The engine shares the actor's process (``rollout.mode: sync``; weight sync hands it the actor's
+parameters, which it copies or packs into its own buffers), or runs in a subprocess
+(``rollout.mode: async``, ``rlxf.rollout.process``) and decodes while the learner trains. No Ray.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
 from rlxf.rewards import build_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
+from rlxf.rollout.stream import EngineStream, GroupStream
 from rlxf.trainer.collect import EngineRollout
 from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.experience import ExperienceMaker
@@ -123,17 +125,28 @@ class LocalPlacement(Placement):
         else:
             copies = in_memory_copies(cfg, model)
             model = prepare_model(model, cfg.model)
-        # the engine first: it takes the model's full weights, which FSDP then shards (dp)
         param = next(model.parameters())
-        engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device, dtype=param.dtype,
-                                          seed=cfg.seeds.sampling)
-        learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
+        if cfg.rollout.mode == "async":  # the engine decodes in its own process while the learner trains
+            from rlxf.rollout.process import EngineProcess, EngineRecipe
+
+            learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
+            engine = EngineProcess(EngineRecipe.of(model, tokenizer, cfg.rollout, cfg.seeds.sampling),
+                                   learner.named_parameters(), version=0)
+        else:  # the engine first: it takes the model's full weights, which FSDP then shards (dp)
+            engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device, dtype=param.dtype,
+                                              seed=cfg.seeds.sampling)
+            learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
         reward = reward if reward is not None else build_reward(cfg.reward)
         return cls(learner, engine, reward, env=cfg.env)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:
         return self._rollout.generate(prompts, seeds, sampling, first_group=first_group)
+
+    def stream(self) -> GroupStream:
+        if hasattr(self.engine, "submit"):  # an EngineProcess: it decodes while the learner trains
+            return EngineStream(self.engine, self.tokenizer)
+        return super().stream()
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
         return self._rollout.score(trajs, max_new_tokens)
@@ -154,7 +167,7 @@ class LocalPlacement(Placement):
         self.learner.load(directory)
 
     def close(self) -> None:
-        for holder in (self.reward, self._rollout):
+        for holder in (self.reward, self._rollout, self.engine):
             close = getattr(holder, "close", None)
             if close is not None:
                 close()

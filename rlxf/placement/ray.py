@@ -34,6 +34,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from rlxf.config import Config
 from rlxf.placement.base import LearnerLost, Placement
 from rlxf.rollout import SamplingParams
+from rlxf.rollout.stream import GroupRequest, GroupStream
 from rlxf.types import Experience, Prompt, Trajectory
 
 log = logging.getLogger("rlxf")
@@ -187,6 +188,7 @@ class RayPlacement(Placement):
         self._weights_version = -1
         self._manifest = None      # weight_sync=collective: what rank 0 broadcasts, in order
         self._connected = False    # whether the broadcast group holds the current engines
+        self._pending_updates: list[Any] = []  # async mode: weight updates sent, not yet confirmed
         self._engines: list[Any] = []
         self.reward = None
         from rlxf.models import load_tokenizer
@@ -235,6 +237,11 @@ class RayPlacement(Placement):
                     pending[i] = self._engines[i].generate.remote(prompts[a:b], seeds[a:b], sampling, first_group + a)
         return [t for part in out for t in part]
 
+    def stream(self) -> GroupStream:
+        if self._colocated is not None:
+            return super().stream()
+        return _EngineActorStream(self)
+
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
         if self._colocated is not None:
             verdicts, metrics = self._gather([self._colocated.score.remote(trajs, max_new_tokens)])[0]
@@ -257,6 +264,13 @@ class RayPlacement(Placement):
             self._gather([self._colocated.call.remote("sync_weights", version), *self._gathering_ranks("weights")])
         elif self.cfg.ray.weight_sync == "collective":
             self._broadcast_weights(version)
+        elif self.cfg.rollout.mode == "async":
+            # an engine actor runs its calls in order: the update lands after the generate calls
+            # already sent and before the ones sent after it; the trainer does not wait for it
+            self._put_weights()
+            self._confirm_updates()
+            self._pending_updates = [(i, e.update_weights.remote(self._weights_ref, version))
+                                     for i, e in enumerate(self._engines)]
         else:
             self._put_weights()
             for i in range(len(self._engines)):
@@ -266,6 +280,16 @@ class RayPlacement(Placement):
                         break
                     except _ACTOR_LOST as e:
                         self._replace_engine(i, e, sync=False)
+
+    def _confirm_updates(self) -> None:
+        """Wait for the previous async weight updates (an engine that died meanwhile was, or will
+        be, replaced with the current weights when its generate call fails)."""
+        for _, ref in self._pending_updates:
+            try:
+                ray.get(ref)
+            except _ACTOR_LOST:
+                pass
+        self._pending_updates = []
 
     def save(self, directory: Path) -> None:
         self._on_learners("save", directory)
@@ -417,6 +441,52 @@ class RayPlacement(Placement):
                 self._put_weights()
             ray.get(self._engines[i].update_weights.remote(self._weights_ref, self._version))
         log.info("engine actor %d replaced in %.1fs", i, time.perf_counter() - t0)
+
+
+class _EngineActorStream(GroupStream):
+    """``rollout.mode: async`` on engine actors: each ``submit`` is one generate call on the
+    engine with the fewest calls in flight, and ``ready`` waits on those calls (``ray.wait``).
+    The engines sample while the learner trains; an actor swaps weights between calls, so
+    there are no partial rollouts. A call whose engine died is retried on its replacement."""
+
+    def __init__(self, placement: RayPlacement):
+        self.placement = placement
+        self.calls: dict[Any, tuple[int, list[GroupRequest], SamplingParams]] = {}
+
+    def submit(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
+        if requests:
+            load = [sum(1 for c in self.calls.values() if c[0] == i) for i in range(len(self.placement._engines))]
+            self._launch(load.index(min(load)), requests, sampling)
+
+    def _launch(self, i: int, requests: list[GroupRequest], sampling: SamplingParams) -> None:
+        engine = self.placement._engines[i]
+        ref = engine.generate.remote([r.prompt for r in requests], [r.seed for r in requests], sampling, 0)
+        self.calls[ref] = (i, requests, sampling)
+
+    def ready(self, timeout: float | None = None) -> list[list[Trajectory]]:
+        if not self.calls:
+            return []
+        done, _ = ray.wait(list(self.calls), num_returns=1, timeout=timeout)
+        if done:  # and every other call that has finished by now
+            done, _ = ray.wait(list(self.calls), num_returns=len(self.calls), timeout=0)
+        out = []
+        for ref in done:
+            i, requests, sampling = self.calls.pop(ref)
+            try:
+                trajs = ray.get(ref)
+            except _ACTOR_LOST as e:
+                self.placement._replace_engine(i, e)
+                self._launch(i, requests, sampling)
+                continue
+            groups: list[list[Trajectory]] = [[] for _ in requests]
+            for t in trajs:  # numbered by position in the call; give back the callers' ids
+                groups[t.group].append(t)
+                t.group = requests[t.group].group
+            out += groups
+        return out
+
+    def engine_stats(self) -> dict[str, float]:
+        return {"engine_restarts": float(self.placement.restarts)}
 
 
 def _pythonpath() -> str:

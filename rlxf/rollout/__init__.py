@@ -8,11 +8,11 @@
 Importing this package imports no backend; ``build_engine`` imports the one it builds.
 """
 
-from rlxf.rollout.base import Engine, EngineOptions, GenerationRequest, SamplingParams
+from rlxf.rollout.base import DecodeHooks, Engine, EngineOptions, GenerationRequest, SamplingParams
 from rlxf.rollout.gap import logprob_gap
 from rlxf.rollout.registry import BACKENDS, build_engine, build_engine_from_config
 
 __all__ = [
-    "BACKENDS", "Engine", "EngineOptions", "GenerationRequest", "SamplingParams",
+    "BACKENDS", "DecodeHooks", "Engine", "EngineOptions", "GenerationRequest", "SamplingParams",
     "build_engine", "build_engine_from_config", "logprob_gap",
 ]

@@ -20,7 +20,7 @@ still the untruncated one, as in vLLM's default.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -142,6 +142,21 @@ def validate_prompt(prompt_ids: Sequence[int], *, vocab_size: int, context_windo
 def error_completions(reason: str, n: int, version: int) -> list[Completion]:
     return [Completion(response_ids=[], logprobs=[], finish_reason="error", policy_version=version, error=reason)
             for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class DecodeHooks:
+    """What a streaming caller hears from inside one ``generate`` call (the native engine's).
+
+    ``on_group(i, completions)``: request i's n completions, as soon as its last one finishes,
+    instead of only when the whole call returns. ``between_steps()``: called before every decode
+    step; it may call ``update_weights``, so sequences still decoding continue under the new
+    weights and their later tokens carry the new version (a partial rollout). That needs one
+    decode worker: with several, the others would read weights while they are copied.
+    """
+
+    on_group: Callable[[int, list[Completion]], None] | None = None
+    between_steps: Callable[[], None] | None = None
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from rlxf.config.reward import RewardConfig
 from rlxf.data import PromptSampler
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
+from rlxf.rollout.stream import trajectories_of
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
 from rlxf.types import Prompt, Trajectory
@@ -32,19 +33,8 @@ def generate(engine, tokenizer, prompts: list[Prompt], seeds: list[int], samplin
     """n responses per prompt, as unscored trajectories (group = first_group + prompt index)."""
     requests = [GenerationRequest(p.prompt_ids, seed=s) for p, s in zip(prompts, seeds)]
     groups = engine.generate(requests, sampling)
-    trajs = []
-    for g, (prompt, completions) in enumerate(zip(prompts, groups)):
-        for c in completions:
-            if c.finish_reason == "error":
-                log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
-                continue
-            trajs.append(Trajectory(
-                prompt=prompt, group=first_group + g, response_ids=list(c.response_ids),
-                response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
-                rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
-                policy_versions=[c.policy_version] * len(c.response_ids), finish_reason=c.finish_reason,
-            ))
-    return trajs
+    return [t for g, (prompt, completions) in enumerate(zip(prompts, groups))
+            for t in trajectories_of(prompt, first_group + g, completions, tokenizer)]
 
 
 def score(reward, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:

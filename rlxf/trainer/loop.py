@@ -2,7 +2,9 @@
 
     for each step:
         rollout    the engine samples n responses per prompt; the reward scores them
-                   (DAPO's dynamic sampling keeps sampling until enough groups disagree)
+                   (DAPO's dynamic sampling keeps sampling until enough groups disagree);
+                   rollout.mode=async: the engine samples ahead while the trainer trains, and
+                   the step takes the first groups ready within the staleness bound
         experience π_old, π_ref and V where needed; rewards on tokens; advantages (registry)
         train      policy (and critic) updates over epochs and mini-batches
         sync       the new weights go to the engine
@@ -27,11 +29,12 @@ from rlxf.config import Config
 from rlxf.data import PromptSampler, build_prompt_data
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
-from rlxf.trainer.collect import collect, step_metrics
+from rlxf.trainer.collect import step_metrics
 from rlxf.trainer.diagnostics import Diagnostics
 from rlxf.trainer.evaluate import evaluate
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.state import RunState, restore, save
+from rlxf.trainer.stream import step_batches
 from rlxf.trainer.timer import PhaseTimer
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     last: dict[str, float] = {}
     diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
     checkpoint_seconds: dict[str, float] = {}
+    batches = step_batches(cfg, placement, sampler, sampling, first_step=state.step + 1)  # sync or async
     stop = StopRequest()
     try:
         if state.step == 0 and cfg.eval.at_start:
@@ -65,9 +69,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 timer = PhaseTimer()
 
                 # rollout + reward: a group of n scored responses per prompt
-                trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
-                                                 prompts_per_step=cfg.train.prompts_per_step, seed=seeds.sampling,
-                                                 step=step, timer=timer, reward=cfg.reward)
+                trajs, rollout_metrics = batches.next(step, timer)
 
                 # experience: log-probs, values, token rewards, advantages
                 with timer("experience"):

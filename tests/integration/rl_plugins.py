@@ -19,3 +19,10 @@ def nan_advantages(rewards, mask, group_ids, values, params):
     """NaN advantages: the loss turns non-finite, so the trainer must skip the step, then stop."""
     nan = torch.full_like(rewards, float("nan"))
     return nan, nan
+
+
+
+def odd_length(sample, **_):
+    """1 when the response has an odd number of characters: a coin flip per sample, so some of
+    the nano model's groups of 4 agree and most do not (dynamic sampling has both to tell apart)."""
+    return float(len(sample.response) % 2)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from rl_helpers import write_config
+from rl_helpers import metrics, write_config
 from safetensors.torch import load_file
 
 ray = pytest.importorskip("ray")
@@ -142,3 +142,14 @@ def test_two_learner_ranks_train_what_one_trains_and_resume_under_one(tmp_path, 
     assert len({r["step"] for r in rows["local"]}) == 3
     for name in ("fsdp", "ddp"):
         assert [r["response"] for r in rows[name]] == [r["response"] for r in rows["local"]], name
+
+
+def test_async_mode_streams_from_engine_actors_within_the_staleness_bound(tmp_path, nano_model_dir, local_ray,
+                                                                            one_thread):
+    cfg = _cfg(tmp_path, nano_model_dir, "async", "run.placement=ray", "ray.mode=disaggregated", "rollout.mode=async",
+               "rollout.max_staleness=1", "checkpoint.every=0")
+    _train(cfg)
+    rows = metrics(tmp_path / "runs" / "async")
+    # step 1 sent steps 1 and 2's prompts at once: step 2 trains on version-0 samples, one behind
+    assert [r["async/staleness_max"] for r in rows][:2] == [0.0, 1.0]
+    assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale"] == 0 for r in rows)

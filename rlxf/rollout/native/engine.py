@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rlxf.rollout.base import (
+    DecodeHooks,
     EngineOptions,
     RequestLike,
     SamplingParams,
@@ -158,8 +159,11 @@ class NativeEngine:
                 seeds.append(int(self._seed_rng.integers(0, 2**63 - 1)))
         return seeds
 
-    def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
-        """For each request, ``sampling.n`` completions; a bad prompt fails only its own request."""
+    def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams,
+                 hooks: DecodeHooks | None = None) -> list[list[Completion]]:
+        """For each request, ``sampling.n`` completions; a bad prompt fails only its own request.
+        ``hooks``: hear of each request as it finishes, swap weights between decode steps."""
+        hooks = hooks or DecodeHooks()
         reqs = as_requests(requests)
         seeds = self.request_seeds(reqs, sampling)
         results: list[list[Completion] | None] = [None] * len(reqs)
@@ -170,10 +174,16 @@ class NativeEngine:
                 valid.append(i)
             else:
                 results[i] = error_completions(reason, sampling.n, self.policy_version)
+                if hooks.on_group is not None:
+                    hooks.on_group(i, results[i])
         self.last_stats = RunStats()
         if valid:
             prompts = [reqs[i].prompt_ids for i in valid]
-            comps = self._run(prompts, [seeds[i] for i in valid], sampling)
+            on_done = None
+            if hooks.on_group is not None:
+                def on_done(k: int, group: list[Completion]) -> None:
+                    hooks.on_group(valid[k], group)
+            comps = self._run(prompts, [seeds[i] for i in valid], sampling, on_done, hooks.between_steps)
             for i, group in zip(valid, comps, strict=True):
                 results[i] = group
         return results  # type: ignore[return-value]
@@ -185,11 +195,15 @@ class NativeEngine:
         wanted = self.options.threads if self.options.threads is not None else torch.get_num_threads()
         return max(1, min(wanted, num_requests, self.options.max_batch_size))
 
-    def _run(self, prompts: list[Sequence[int]], seeds: list[int], sampling: SamplingParams) -> list[list[Completion]]:
+    def _run(self, prompts: list[Sequence[int]], seeds: list[int], sampling: SamplingParams,
+             on_done=None, between_steps=None) -> list[list[Completion]]:
         workers = self.workers_for(len(prompts))
+        if between_steps is not None and workers > 1:
+            raise ValueError(f"weights can be swapped between decode steps only with one decode worker "
+                             f"(EngineOptions.threads=1); this call would run {workers}")
         while len(self.caches) < workers:
             self.caches.append(KVCache(self.spec, self.device, self.dtype))
-        shared = _Shared(prompts, seeds, sampling.n)
+        shared = _Shared(prompts, seeds, sampling.n, on_done, between_steps)
         # Each worker's batch holds at most its even share of the call's sequences (in whole
         # requests): a worker admits requests while it has room, so with the whole
         # max_batch_size as room the first worker to start would take every request of a
@@ -249,7 +263,9 @@ class _Shared:
     lengths.
     """
 
-    def __init__(self, prompts: list[Sequence[int]], seeds: list[int], n: int):
+    def __init__(self, prompts: list[Sequence[int]], seeds: list[int], n: int, on_done=None, between_steps=None):
+        self.on_done = on_done              # (request, its n completions) as soon as its last one finishes
+        self.between_steps = between_steps  # before every decode step (DecodeHooks)
         self.prompts = [torch.as_tensor(list(p), dtype=torch.long) for p in prompts]
         self.plen = np.array([len(p) for p in prompts], dtype=np.int64)
         self.seeds = np.array(seeds, dtype=np.uint64)
@@ -318,6 +334,7 @@ class _Run:
         self.hidden = torch.zeros(self.g_max, spec.hidden_size, device=dev, dtype=engine.dtype)
         self.out_tok = torch.zeros(self.s_max, self.t_max, dtype=torch.long, device=dev)
         self.out_lp = torch.zeros(self.s_max, self.t_max, dtype=torch.float32, device=dev)
+        self.out_ver = np.zeros((self.s_max, self.t_max), np.int64)  # weights version of each sampled token
         stops = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(engine.eos_ids))
         self.stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=dev)
         self.matcher = engine.stop_matcher(sampling.stop_strings)
@@ -349,6 +366,8 @@ class _Run:
                 if self.queue:
                     continue
                 break
+            if self.shared.between_steps is not None:
+                self.shared.between_steps()
             self.step()
         self.stats.busy_workers = int(self.stats.generated_tokens > 0)
         self.stats.kv_cache_bytes = self.cache.peak_bytes
@@ -489,6 +508,7 @@ class _Run:
         at = torch.as_tensor(ntok, device=self.dev)
         self.out_tok[rows, at] = tokens
         self.out_lp[rows, at] = lps
+        self.out_ver[np.arange(lo, hi), ntok] = self.e.policy_version
         self.row_ntok[lo:hi] = ntok + 1
         self.stats.generated_tokens += hi - lo
         self.stats.max_live = max(self.stats.max_live, self.B)
@@ -515,19 +535,24 @@ class _Run:
         rows_t = torch.as_tensor(rows, device=self.dev)
         toks = self.out_tok[rows_t, :width].tolist()
         lps = self.out_lp[rows_t, :width].tolist()
-        version = self.e.policy_version
-        freed_slots = []
+        versions = self.out_ver[rows, :width].tolist()
+        freed_slots, done = [], []
         for i, r in enumerate(rows.tolist()):
             req, m, ln = int(self.row_req[r]), int(self.row_member[r]), int(lengths[i])
             self.results[req][m] = Completion(response_ids=toks[i][:ln], logprobs=lps[i][:ln],
-                                              finish_reason=str(reasons[i]), policy_version=version)
+                                              finish_reason=str(reasons[i]), policy_version=versions[i][0],
+                                              token_versions=versions[i][:ln])
             self.unfinished[req] -= 1
             if self.unfinished[req] == 0:
                 freed_slots.append(int(self.req_slot[req]))
                 self.req_slot[req] = -1
+                done.append(req)
         self._compact_rows(rows)
         if freed_slots:
             self._compact_slots(np.array(freed_slots, np.int64))
+        if self.shared.on_done is not None:
+            for req in done:
+                self.shared.on_done(req, self.results[req])
 
     def _compact_rows(self, dead: np.ndarray) -> None:
         b = self.B
@@ -545,6 +570,7 @@ class _Run:
             self.cache.move_gen(src, dst, width)
             self.out_tok[dst, :width] = self.out_tok[src, :width]
             self.out_lp[dst, :width] = self.out_lp[src, :width]
+            self.out_ver[holes, :width] = self.out_ver[movers, :width]
         self.B = new_b
 
     def _compact_slots(self, dead: np.ndarray) -> None:

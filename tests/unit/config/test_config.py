@@ -195,3 +195,16 @@ def test_batch_error_caused_by_an_override_blames_the_override(cfg_file):
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert "override" not in str(e.value) and f"{path}:13" in str(e.value)
+
+
+def test_async_mode_refuses_what_it_cannot_run(cfg_file):
+    cfg = load_config(cfg_file(), ["rollout.mode=async", "rollout.max_staleness=2"])
+    assert (cfg.rollout.mode, cfg.rollout.max_staleness) == ("async", 2)
+    with pytest.raises(ConfigError, match="max_staleness"):
+        load_config(cfg_file(), ["rollout.max_staleness=-1"])
+    with pytest.raises(ConfigError, match="one decode worker"):
+        load_config(cfg_file(), ["rollout.mode=async", "rollout.threads=2"])
+    with pytest.raises(ConfigError, match="ray.mode=colocated"):
+        load_config(cfg_file(), ["rollout.mode=async", "run.placement=ray"])
+    with pytest.raises(ConfigError, match="single-turn"):
+        load_config(cfg_file(), ["rollout.mode=async", "env.name=calculator"])

@@ -1,0 +1,350 @@
+"""A rollout engine in its own process: ``rollout.mode: async`` under ``run.placement: local``.
+
+    trainer process                                   engine process (spawned, one core)
+    EngineProcess.submit(request, sampling) -> id  ──▶ commands ──▶ queue of waiting requests
+    EngineProcess.update_weights(params, v)        ──▶ shared-memory copy, then ("weights", v)
+    EngineProcess.ready() -> [(id, completions)]   ◀── pipe ◀── each group as it finishes
+
+The engine decodes whatever requests are waiting in one continuous batch; requests that arrive
+meanwhile wait for the next batch. Commands are read between decode steps, so new weights are
+loaded mid-batch: the sequences still decoding continue under them and their later tokens carry
+the new version (a partial rollout, ``Completion.token_versions``). The KV cache written under
+the old weights is kept, as AReaL and slime do.
+
+Weights travel once through shared memory: the trainer copies its parameters into one
+shared buffer per tensor and sends only the version number; it writes the next version only
+after the engine has acknowledged loading the previous one, so the engine never reads a torn
+copy. Decoding in another process means it no longer competes with training for the GIL.
+
+If the engine process dies (killed, out of memory), the next call that waits on it notices,
+starts a new one from the latest weights and resubmits every request not yet answered (a seeded
+request samples the same tokens again), up to ``max_restarts`` times. No Ray is imported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from rlxf.rollout.base import DecodeHooks, RequestLike, SamplingParams, as_requests
+from rlxf.types import Completion
+
+log = logging.getLogger("rlxf")
+
+POLL_S = 0.2  # how often a waiting trainer checks that the engine process is still alive
+
+
+class EngineLost(RuntimeError):
+    """The engine process died more often than ``max_restarts`` allows, or raised an error."""
+
+
+@dataclass
+class EngineRecipe:
+    """What the engine process builds its engine from: the architecture (no weights: they
+    arrive through shared memory), the tokenizer, and the ``rollout:`` section."""
+
+    hf_config: Any              # transformers PretrainedConfig of the policy
+    generation_config: Any      # its GenerationConfig (eos ids)
+    tokenizer: Any
+    rollout: Any                # rlxf.config.rollout.RolloutConfig
+    dtype: torch.dtype
+    device: str                 # where the engine decodes (the policy's device)
+    seed: int                   # the engine's generator (seeds unseeded requests)
+
+    @classmethod
+    def of(cls, model, tokenizer, rollout, seed: int) -> EngineRecipe:
+        from rlxf.models.loading import unwrap_model
+
+        base = unwrap_model(model)
+        return cls(hf_config=base.config, generation_config=getattr(base, "generation_config", None),
+                   tokenizer=tokenizer, rollout=rollout, dtype=next(base.parameters()).dtype,
+                   device=str(next(base.parameters()).device), seed=seed)
+
+    def build(self):
+        """The engine, with freshly initialised weights (the caller loads the real ones)."""
+        from transformers import AutoModelForCausalLM
+
+        from rlxf.rollout.registry import build_engine_from_config
+
+        model = AutoModelForCausalLM.from_config(self.hf_config, dtype=self.dtype)
+        if self.generation_config is not None:
+            model.generation_config = self.generation_config
+        one_worker = self.rollout.model_copy(update={"threads": 1})  # weights swap between decode steps
+        return build_engine_from_config(one_worker, model.to(self.device), self.tokenizer, device=self.device,
+                                        dtype=self.dtype, seed=self.seed)
+
+
+class EngineProcess:
+    """The trainer's handle on an engine running in a spawned process (see the module docstring).
+
+    It is an ``Engine`` (``generate`` blocks until its requests are answered, for evaluation)
+    and a stream: ``submit`` returns at once, ``ready`` hands back the groups finished so far.
+    """
+
+    name = "process"
+
+    def __init__(self, recipe: EngineRecipe, named_tensors: Iterable[tuple[str, torch.Tensor]], *,
+                 version: int = 0, max_restarts: int = 3):
+        self.recipe = recipe
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.policy_version = int(version)   # the newest version written to the shared buffer
+        self._weights = {name: t.detach().to("cpu", copy=True).contiguous().share_memory_()
+                         for name, t in named_tensors}
+        self._ctx = mp.get_context("spawn")
+        self._ids = itertools.count()
+        self._inflight: dict[int, tuple[Any, SamplingParams]] = {}   # submitted, not yet answered
+        self._done: dict[int, list[Completion]] = {}                 # answered, not yet handed out
+        self._loaded = -1                    # the newest version the engine acknowledged loading
+        self._idle_s, self._idle_since = 0.0, None  # the engine's waiting time (its clock: monotonic)
+        self._start()
+
+    # -- the engine interface ------------------------------------------------------------------
+    def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
+        ids = [self.submit(r, sampling) for r in as_requests(requests)]
+        self._wait(lambda: all(i in self._done for i in ids))
+        return [self._done.pop(i) for i in ids]
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Write the weights into shared memory and tell the engine (it loads them between decode
+        steps). Waits first until the engine has loaded the previous version (it has, unless it
+        is in one very long decode step), so that it never copies a half-written buffer."""
+        self._wait(lambda: self._loaded >= self.policy_version)
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                self._weights[name].copy_(tensor.detach())
+        self.policy_version = int(version)
+        self._commands.put(("weights", self.policy_version))
+
+    # -- the stream interface ------------------------------------------------------------------
+    def submit(self, request: RequestLike, sampling: SamplingParams) -> int:
+        """Queue one request (n samples of one prompt); returns its id at once."""
+        (request,) = as_requests([request])
+        rid = next(self._ids)
+        self._inflight[rid] = (request, sampling)
+        self._commands.put(("generate", rid, request, sampling))
+        return rid
+
+    def ready(self, timeout: float | None = None) -> list[tuple[int, list[Completion]]]:
+        """The groups answered since the last call, as (id, completions); waits up to ``timeout``
+        seconds (None: as long as it takes) for at least one when none is there yet."""
+        self._drain()
+        self._wait(lambda: bool(self._done), timeout)
+        out = list(self._done.items())
+        self._done.clear()
+        return out
+
+    def idle_seconds(self) -> float:
+        """Seconds the engine has spent waiting for requests since it (last) started."""
+        self._drain()
+        waiting = time.monotonic() - self._idle_since if self._idle_since is not None else 0.0
+        return self._idle_s + waiting
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._commands.put(("close",))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # read on, so its last messages do not block its exit
+                if self._results.poll(0.1):
+                    self._results.recv()
+                elif not self._proc.is_alive():
+                    break
+        except (EOFError, OSError):  # it closed its end: it is exiting
+            pass
+        finally:
+            self._proc.join(timeout=5)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+            self._proc = None
+            self._results.close()
+            self._commands.cancel_join_thread()
+            self._commands.close()
+
+    # -- the process -------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._commands = self._ctx.Queue()
+        self._results, writer = self._ctx.Pipe(duplex=False)
+        self._loaded = -1
+        self._proc = self._ctx.Process(target=serve, name="rlxf-engine", daemon=True,
+                                       args=(self.recipe, self._weights, self.policy_version, self._commands, writer))
+        self._proc.start()
+        # the engine now holds the only write end: if it dies, even halfway through a message,
+        # reading ends (EOF) instead of waiting forever for the rest
+        writer.close()
+        for rid, (request, sampling) in self._inflight.items():
+            self._commands.put(("generate", rid, request, sampling))
+
+    def _restart(self) -> None:
+        code = self._proc.exitcode
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise EngineLost(f"the engine process died {self.restarts} times (last exit code {code}); "
+                             f"giving up after max_restarts={self.max_restarts}")
+        log.warning("the engine process died (exit code %s); starting a new one and retrying %d requests "
+                    "(restart %d of %d)", code, len(self._inflight), self.restarts, self.max_restarts)
+        self._commands.cancel_join_thread()
+        self._commands.close()
+        self._results.close()
+        self._start()
+
+    def _wait(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            message = self._next_message(left)
+            if message is not None:
+                self._receive(message)
+        return True
+
+    def _drain(self) -> None:
+        """Take in every message already sent, without waiting."""
+        while (message := self._next_message(0)) is not None:
+            self._receive(message)
+
+    def _next_message(self, timeout: float) -> tuple | None:
+        """The engine's next message, or None when none came within ``timeout`` seconds (or the
+        engine was found dead, and restarted)."""
+        try:
+            if self._results.poll(timeout):
+                return self._results.recv()
+            if self._proc.is_alive():
+                return None
+        except (EOFError, OSError):  # the engine's end closed: it died
+            self._proc.join(timeout=10)
+        self._restart()
+        return None
+
+    def _receive(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "group":
+            _, rid, completions = message
+            if self._inflight.pop(rid, None) is not None:
+                self._done[rid] = completions
+        elif kind == "loaded":
+            self._loaded = max(self._loaded, message[1])
+        elif kind == "idle":
+            self._idle_s, self._idle_since = message[1], message[2]
+        elif kind == "error":
+            raise EngineLost(f"the engine process failed:\n{message[1]}")
+
+
+def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, connection) -> None:
+    """The engine process's main function: build the engine, load ``weights`` as ``version``,
+    then answer commands until told to close. Ctrl-C is the trainer's to handle (it finishes its
+    step and checkpoints, then closes the engine), so this process ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    results = _Outbox(connection)
+    try:
+        engine = recipe.build()
+        engine.update_weights(weights.items(), version=version)
+        results.put(("loaded", version))
+        _Server(engine, weights, commands, results).run()
+    except _Closing:
+        pass
+    except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it
+        results.put(("error", traceback.format_exc()))
+    finally:
+        results.close()
+
+
+class _Outbox:
+    """The engine's messages to the trainer, written to the pipe by a thread of their own: the
+    trainer reads only when it waits for the engine, and a full pipe must not stop decoding."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._send, name="rlxf-engine-outbox", daemon=True)
+        self.thread.start()
+
+    def put(self, message: tuple) -> None:
+        self.queue.put(message)
+
+    def _send(self) -> None:
+        while (message := self.queue.get()) is not None:
+            self.connection.send(message)
+
+    def close(self) -> None:
+        """Send what is queued, then close the pipe."""
+        self.queue.put(None)
+        self.thread.join()
+        self.connection.close()
+
+
+class _Closing(Exception):
+    """The trainer asked the engine to close (raised out of a decode step)."""
+
+
+class _Server:
+    """The engine process's loop: wait for requests, decode the waiting ones as one batch
+    (reading commands between decode steps), send each group back as it finishes."""
+
+    def __init__(self, engine, weights: dict[str, torch.Tensor], commands, results):
+        self.engine, self.weights, self.commands, self.results = engine, weights, commands, results
+        self.waiting: deque[tuple[int, Any, SamplingParams]] = deque()
+        self.idle_s = 0.0
+        self.streams = engine.name == "native"  # the hf backend answers a batch at its end only
+
+    def run(self) -> None:
+        while True:
+            if not self.waiting:
+                t0 = time.monotonic()
+                self.results.put(("idle", self.idle_s, t0))
+                self.handle(self.commands.get())
+                self.idle_s += time.monotonic() - t0
+                self.results.put(("idle", self.idle_s, None))
+            self.drain()
+            if self.waiting:
+                self.decode()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.handle(self.commands.get_nowait())
+            except queue.Empty:
+                return
+
+    def handle(self, command: tuple) -> None:
+        kind = command[0]
+        if kind == "generate":
+            self.waiting.append(command[1:])
+        elif kind == "weights":
+            self.engine.update_weights(self.weights.items(), version=command[1])
+            self.results.put(("loaded", command[1]))
+        elif kind == "close":
+            raise _Closing
+
+    def decode(self) -> None:
+        """Every waiting request with the first one's sampling parameters, as one batch."""
+        sampling = self.waiting[0][2]
+        batch = [w for w in self.waiting if w[2] == sampling]
+        self.waiting = deque(w for w in self.waiting if w[2] != sampling)
+        ids = [w[0] for w in batch]
+
+        def send(i: int, completions: list[Completion]) -> None:
+            self.results.put(("group", ids[i], completions))
+
+        requests = [w[1] for w in batch]
+        if self.streams:
+            self.engine.generate(requests, sampling, DecodeHooks(on_group=send, between_steps=self.drain))
+        else:
+            for i, group in enumerate(self.engine.generate(requests, sampling)):
+                send(i, group)

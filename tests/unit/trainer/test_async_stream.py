@@ -1,0 +1,128 @@
+"""The async consumer: the staleness bound holds whatever order groups finish in, the buffer
+stays bounded, and the loop runs in async mode through the placement interface only."""
+
+from __future__ import annotations
+
+import json
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+from test_placement_seam import RecordingPlacement, _config
+
+from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.data import PromptSampler
+from rlxf.rollout import SamplingParams
+from rlxf.rollout.stream import GroupStream, InlineStream
+from rlxf.run_dir import RunDir
+from rlxf.trainer.loop import train
+from rlxf.trainer.stream import AsyncBatches, ReadyGroup, StalenessBuffer
+from rlxf.trainer.timer import PhaseTimer
+from rlxf.types import Prompt, Trajectory
+
+
+def test_the_buffer_drops_what_is_too_old_and_takes_in_submission_order():
+    buf = StalenessBuffer(groups_per_step=2, max_staleness=1)
+    assert buf.room() == 4
+    buf.submitted(4)
+    for order, version in [(3, 2), (0, 0), (2, 1), (1, 0)]:
+        buf.arrived(ReadyGroup(order=order, version=version, item=order))
+    # the trainer at version 2 (training step 3): versions 0 are 2 behind, more than k = 1
+    batch = buf.take(trainer_version=2)
+    assert [g.order for g in batch] == [2, 3] and buf.dropped_stale == 2
+    assert buf.outstanding == 0 and buf.room() == 4
+    buf.submitted(1)
+    buf.arrived(None)  # discarded on arrival (dynamic sampling): its room comes back
+    assert buf.room() == 4 and buf.take(trainer_version=2) is None
+
+
+class ScriptedStream(GroupStream):
+    """An engine whose groups finish when a hypothesis script says: each ready() call hands back
+    a drawn subset of what is in flight. A group's tokens carry every version from the one its
+    request met in the engine to the current one (a partial rollout spanning them)."""
+
+    def __init__(self, data, n: int):
+        self.data, self.n = data, n
+        self.version = 0
+        self.inflight: list[tuple[object, int]] = []
+
+    def submit(self, requests, sampling):
+        self.inflight += [(r, self.version) for r in requests]
+
+    def ready(self, timeout=None):
+        if not self.inflight:
+            return []
+        picks = self.data.draw(st.lists(st.sampled_from(range(len(self.inflight))), unique=True,
+                                        min_size=0 if timeout == 0 else 1))
+        out = []
+        for i in sorted(picks, reverse=True):
+            request, start = self.inflight.pop(i)
+            versions = list(range(start, self.version + 1))
+            out.append([Trajectory(prompt=request.prompt, group=request.group, response_ids=[1] * len(versions),
+                                   response_text="", rollout_logprobs=[0.0] * len(versions),
+                                   loss_mask=[1] * len(versions), policy_versions=versions, finish_reason="stop")
+                        for _ in range(self.n)])
+        return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), k=st.integers(0, 3), per_step=st.integers(1, 4), dynamic=st.booleans())
+def test_no_group_older_than_k_is_ever_trained_on(data, k, per_step, dynamic):
+    n = 2
+    stream = ScriptedStream(data, n)
+
+    def score(group, max_new_tokens):  # rewards drawn per group: some groups agree (dynamic sampling drops them)
+        agree = data.draw(st.booleans())
+        for j, t in enumerate(group):
+            t.reward = 1.0 if agree else float(j % 2)
+        return {}
+
+    prompts = [Prompt(uid=f"p{i}", prompt_ids=[1, 2], prompt_text="") for i in range(7)]
+    batches = AsyncBatches(stream, score, PromptSampler(prompts, seed=0), SamplingParams(n=n),
+                           AlgorithmConfig(dynamic_sampling=dynamic, max_sampling_rounds=3),
+                           prompts_per_step=per_step, max_staleness=k, seed=0)
+    dropped = 0.0
+    for step in range(1, 7):
+        stream.version = step - 1  # the weights of step - 1 reached the engine
+        trajs, metrics = batches.next(step, PhaseTimer())
+        oldest = [min(t.policy_versions) for t in trajs]
+        assert all(step - 1 - v <= k for v in oldest), (step, oldest)
+        groups = sorted({t.group for t in trajs})
+        assert set(groups) <= set(range(per_step)) and len(trajs) == len(groups) * n
+        if not dynamic:
+            assert groups == list(range(per_step))
+        else:  # only groups whose rewards differ are trained on, unless none does
+            differs = [len({u.reward for u in trajs if u.group == g}) > 1 for g in groups]
+            assert all(differs) or not any(differs)
+        assert metrics["async/staleness_max"] <= k
+        assert 0 <= batches.buffer.outstanding <= batches.buffer.capacity
+        assert len(stream.inflight) + len(batches.buffer.waiting) == batches.buffer.outstanding
+        dropped += metrics["async/dropped_stale"]
+    assert dropped == batches.buffer.dropped_stale
+
+
+def test_the_loop_runs_async_through_the_placement_interface(tmp_path, tokenizer_for_tests):
+    """k = 1 over an inline stream (which generates whatever is queued when asked for groups)."""
+    cfg = _config(tmp_path, "rollout.mode=async", "rollout.max_staleness=1")
+    fake = RecordingPlacement(tokenizer_for_tests)
+    assert isinstance(fake.stream(), InlineStream)
+    run = RunDir.open(cfg.run.output_dir, cfg.run.name)
+    train(cfg, run, fake)
+    updates = [c[2] for c in fake.calls if c[0] == "update"]
+    assert updates == [1, 2, 3, 4]
+    # step 1 asked for steps 1 and 2 at once (k + 1 steps of prompts), in one generate call
+    first = next(c for c in fake.calls if c[0] == "generate")
+    assert first[1] == 2 * cfg.train.prompts_per_step
+    rows = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    # step 2 trains on step 1's second half (version 0); steps 3 and 4 find their prompts
+    # queued and generate them from the newest weights
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
+    assert all(r["async/dropped_stale"] == 0 for r in rows)
+
+
+def test_explain_shows_the_engine_process_of_async_mode(tmp_path):
+    from rlxf.config.explain import RoleMemory, placement_table
+
+    roles = [RoleMemory("actor", weights=100), RoleMemory("engine", weights=7)]
+    rows = placement_table(_config(tmp_path, "rollout.mode=async", "rollout.max_staleness=2"), roles)
+    assert [(r[0], r[3]) for r in rows] == [("this process", 100), ("engine process (async, max_staleness=2)", 7)]
+    assert "engine" not in rows[0][1]
