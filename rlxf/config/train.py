@@ -42,6 +42,12 @@ class TrainConfig(Section):
         "these); capped at the mini-batch when larger."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each RL step's samples.")
+    max_seconds: float | None = Field(
+        None, gt=0,
+        description="Stop after the first step that ends this much wall time after training began "
+        "(evaluated and checkpointed as a last step), even if `steps` are not done: a time budget, "
+        "and RL and SFT compared for the same time. None = run all `steps`.",
+    )
     packing: bool = Field(
         True, description="Pack a micro-batch's sequences into one row (no padding compute)."
     )
