@@ -42,7 +42,16 @@ class _Verifier(Section):
         return self.name or self.type  # type: ignore[attr-defined]
 
 
-class MathVerifierConfig(_Verifier):
+class _AnswerVerifier(_Verifier):
+    ground_truth_marker: str | None = Field(
+        None,
+        description="Compare with the text after the last occurrence of this marker in the ground "
+        "truth, when it has one (GSM8K's answers are a worked solution ending in `#### 72`: set "
+        "`'####'`); None = the whole ground truth.",
+    )
+
+
+class MathVerifierConfig(_AnswerVerifier):
     """Mathematical equivalence via `math-verify` (LaTeX, fractions, sets, intervals, units)."""
 
     type: Literal["math"] = Field("math", description="Verifier kind.")
@@ -59,7 +68,7 @@ class MathVerifierConfig(_Verifier):
     )
 
 
-class ExactVerifierConfig(_Verifier):
+class ExactVerifierConfig(_AnswerVerifier):
     """The extracted answer equals the ground truth as a string (after normalisation)."""
 
     type: Literal["exact"] = Field("exact", description="Verifier kind.")
@@ -73,7 +82,7 @@ class ExactVerifierConfig(_Verifier):
     )
 
 
-class NumericVerifierConfig(_Verifier):
+class NumericVerifierConfig(_AnswerVerifier):
     """The extracted answer is a number within tolerance of the ground truth."""
 
     type: Literal["numeric"] = Field("numeric", description="Verifier kind.")
