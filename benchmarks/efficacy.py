@@ -128,13 +128,16 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
         "checkpoint": {"every": 0, "keep_last": 10_000},
         "eval": {"num_problems": args.start_eval_problems},
     })
-    curve: list[tuple[int, float]] = []
-    for steps in range(args.sft_eval_every, args.sft_max_steps + 1, args.sft_eval_every):
+    # an interrupted build continues from its last stretch
+    done = _metrics(out / "sft") if (out / "sft" / "metrics.jsonl").exists() else []
+    curve = [(m["step"], m["eval/accuracy"]) for m in done if "eval/accuracy" in m]
+    first = curve[-1][0] + args.sft_eval_every if curve else args.sft_eval_every
+    for steps in range(first, args.sft_max_steps + 1, args.sft_eval_every):
+        if curve and curve[-1][1] >= args.start_min:
+            break
         _rlxf("sft", cfg, out / "sft.yaml", f"sft.steps={steps}", *(["--resume"] if curve else ["--overwrite"]))
         curve.append((steps, _metrics(out / "sft")[-1]["eval/accuracy"]))
         print(f"{name}: SFT step {steps}: held-out accuracy {curve[-1][1]:.1%}", flush=True)
-        if curve[-1][1] >= args.start_min:
-            break
     model = out / "sft" / "checkpoints" / f"step_{curve[-1][0]}" / "model"
     marker.write_text(json.dumps({"model": str(model), "steps": curve[-1][0], "sft_curve": curve}, indent=2) + "\n")
     return model, curve[-1][0]
@@ -179,9 +182,22 @@ def run_task(name: str, args) -> Result:
     cfg = load_config(None, base=_merge(task, {"model": {"path": str(start)}}))
     acc = {label: _evaluate(path, {"task": cfg})["task"]
            for label, path in (("start", start), ("grpo", out / f"grpo{suffix}"), ("sft_more", more_dir))}
-    return Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
-                  grpo_rows[-1]["step"],
-                  {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m})
+    result = Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
+                    grpo_rows[-1]["step"],
+                    {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m})
+    (out / f"result{suffix}.json").write_text(json.dumps(
+        {"cpu": cpu_model(), "load_average_end": load_average(), "minutes": args.minutes,
+         "grpo_set": args.grpo_set, **asdict(result)}, indent=2) + "\n")
+    return result
+
+
+def read_result(out: Path, name: str, label: str) -> Result | None:
+    path = out / name / f"result{'-' + label if label else ''}.json"
+    if not path.exists():
+        return None
+    found = json.loads(path.read_text())
+    found["grpo_curve"] = {int(k): v for k, v in found["grpo_curve"].items()}
+    return Result(**{k: v for k, v in found.items() if k in Result.__dataclass_fields__})
 
 
 def format_table(results: list[Result], minutes: float, grpo_set: list[str]) -> str:
@@ -219,6 +235,9 @@ def main() -> None:
     ap.add_argument("--grpo-set", nargs="*", default=[], help="config overrides for GRPO (default: none)")
     ap.add_argument("--label", default="", help="names this variant's GRPO runs and results file")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: print the table of the results already in --out (e.g. of tasks run "
+                    "in parallel processes)")
     args = ap.parse_args()
     import torch
 
@@ -229,7 +248,10 @@ def main() -> None:
     load_start = load_average()
     results = []
     for name in args.tasks:   # saved after each task, so a long run can be read while it goes on
-        results.append(run_task(name, args))
+        found = read_result(args.out, name, args.label) if args.table_only else run_task(name, args)
+        if found is None:
+            continue
+        results.append(found)
         results_path.write_text(json.dumps({
             "cpu": cpu_model(), "load_average_start": load_start, "load_average_now": load_average(),
             "minutes": args.minutes, "grpo_set": args.grpo_set, "results": [asdict(r) for r in results]},
