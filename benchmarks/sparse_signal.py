@@ -35,7 +35,6 @@ RL_TASK = "data.task_options={min_digits: 3, max_digits: 3, ops: '+', zero_pad: 
 
 def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
     from rlxf.cli.quickstart import _config
-
     from rlxf.models import init_model
     from rlxf.run_dir import RunDir
     from rlxf.trainer.sft import run_sft
@@ -50,7 +49,6 @@ def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
 
 def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, every: int) -> dict:
     from rlxf.cli.quickstart import _config, _evaluate
-
     from rlxf.placement.local import build
     from rlxf.run_dir import RunDir
     from rlxf.trainer.loop import _train
