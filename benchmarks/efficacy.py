@@ -9,8 +9,9 @@ CPU cores can learn it partly):
    the start model is the first checkpoint that is "sometimes right" (held-out accuracy at
    least ``--start-min``, 10% by default), or the last one;
 3. GRPO from it with **rlxf's defaults**: the config says only what defines the task (data,
-   the task's own scorer, the answer length) and the time budget (``train.max_seconds``);
-   everything else (lr, warm-up, loss aggregation, KL, clipping, batch sizes) is the default;
+   an exact-match reward, the answer length), the time budget (``train.max_seconds``) and a
+   micro-batch size (throughput only); everything else (lr, warm-up, loss aggregation, KL,
+   clipping, group size, prompts per step) is the default;
 4. continued SFT from the same start, on the same demonstrations, for the wall time GRPO took;
 5. greedy held-out accuracy of the three models on the same ``--eval-problems`` problems.
 
@@ -83,7 +84,11 @@ def _task_config(name: str, seed: int, eval_problems: int, out: Path) -> dict:
         # a throughput setting, not a learning one: gradient accumulation makes the same update
         # from 16 micro-batches of 8 (the default) as from one of 128, which is 3x faster on CPU
         "train": {"micro_batch_size": 128},
-        "reward": {"verifiers": [{"type": "reasoning_gym", "name": "correct"}]},
+        # exact match: reasoning-gym's default score_answer pays len(answer) / len(response) when
+        # the answer is inside the response, and GRPO learns to hedge with longer strings (on
+        # count_bits at lr 1e-4 it ran every response to the length limit and greedy accuracy to
+        # 0% within 40 steps); held-out accuracy counts exact answers only
+        "reward": {"verifiers": [{"type": "exact", "name": "correct", "extract": ["answer_tag", "full"]}]},
         "eval": {"num_problems": eval_problems},
         "logging": {"progress": False},
     }

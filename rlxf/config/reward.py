@@ -134,7 +134,12 @@ class OverlongVerifierConfig(_Verifier):
 
 
 class ReasoningGymVerifierConfig(_Verifier):
-    """The task's own scorer from `reasoning-gym` (`dataset.score_answer(answer, entry)`)."""
+    """The task's own scorer from `reasoning-gym` (`dataset.score_answer(answer, entry)`).
+
+    Many datasets keep reasoning-gym's default scorer, which pays partial credit
+    len(answer) / len(response) when the answer occurs inside the response: RL can learn to
+    hedge with longer strings (benchmarks/efficacy.py saw GRPO do it on count_bits). For an
+    exact-match reward use ``{type: exact, extract: [answer_tag, full]}`` instead."""
 
     type: Literal["reasoning_gym"] = Field("reasoning_gym", description="Verifier kind.")
     answer_tag: str | None = Field(
