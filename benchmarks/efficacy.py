@@ -275,7 +275,8 @@ def main() -> None:
             "budget": _budget(args), "grpo_set": args.grpo_set, "results": [asdict(r) for r in results]},
             indent=2) + "\n")
     print(format_table(results, _budget(args), args.grpo_set))
-    print(f"load average at the start: {load_start}; results: {results_path}")
+    when = "now (the runs' own are in their result files)" if args.table_only else "at the start"
+    print(f"load average {when}: {load_start}; results: {results_path}")
 
 
 if __name__ == "__main__":
