@@ -23,7 +23,12 @@ on the same start models, e.g. ``--grpo-set train.optim.lr=1e-4 --label lr1e-4``
     python benchmarks/efficacy.py --out runs/efficacy                      # 6 tasks x 5 minutes of RL
     python benchmarks/efficacy.py --out runs/efficacy --tasks gcd products --minutes 2
 
-Writes ``<out>/efficacy[-<label>].json`` and prints the table with the CPU model and load average.
+    python benchmarks/efficacy.py --out runs/efficacy --tasks leg_counting --steps 60   # a step budget
+
+Writes ``<out>/<task>/result[-<label>].json`` per task and ``<out>/efficacy[-<label>].json``, and
+prints the table with the CPU model and load average; ``--table-only`` prints the table of
+results already there (of tasks run in parallel processes, say). benchmarks/README.md has the
+figures measured so far.
 """
 
 from __future__ import annotations
