@@ -1,8 +1,26 @@
-"""What the benchmark scripts share: the machine's measured fp32 matmul peak."""
+"""What the benchmark scripts share: the machine they ran on and its measured fp32 matmul peak."""
 
 from __future__ import annotations
 
+import os
+import platform
 import time
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), printed with every measured figure."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def load_average() -> str:
+    """1-, 5- and 15-minute load averages: how busy the (shared) machine was while measuring."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def matmul_peak(threads: int, sizes: tuple[int, ...] = (1024, 2048), reps: int = 5) -> float:

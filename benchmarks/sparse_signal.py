@@ -23,26 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import torch
+from common import cpu_model
 
 VARIANTS = {"before": (False, False), "skip": (True, False), "norm": (False, True), "after": (True, True)}
 RL_TASK = "data.task_options={min_digits: 3, max_digits: 3, ops: '+', zero_pad: true, carries: [3, 3]}"
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
-    from rlxf.trainer.quickstart import _config
-
+    from rlxf.cli.quickstart import _config
     from rlxf.models import init_model
     from rlxf.run_dir import RunDir
     from rlxf.trainer.sft import run_sft
@@ -56,8 +48,7 @@ def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
 
 
 def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, every: int) -> dict:
-    from rlxf.trainer.quickstart import _config, _evaluate
-
+    from rlxf.cli.quickstart import _config, _evaluate
     from rlxf.placement.local import build
     from rlxf.run_dir import RunDir
     from rlxf.trainer.loop import _train

@@ -15,7 +15,7 @@ from rlxf.errors import UserInputError
 
 # Fields a resumed run may change: how long it runs, what it logs and where its roles run, never
 # what it learns.
-RESUMABLE_CHANGES = ("train.steps", "logging.", "eval.", "checkpoint.", "run.threads", "run.placement", "ray.")
+RESUMABLE_CHANGES = ("train.steps", "train.max_seconds", "logging.", "eval.", "checkpoint.", "run.threads", "run.placement", "ray.")
 
 
 def _diff(a, b, prefix: str = "") -> list[str]:

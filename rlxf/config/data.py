@@ -64,6 +64,11 @@ class DataConfig(Section):
         description="File / directory / hub name of held-out data. For `hf`, default: `train_path` "
         "with `test_split`. Prompts that also occur in it are removed from training (counted).",
     )
+    hf_subset: str | None = Field(
+        None,
+        description="HF datasets: the configuration (subset) of a hub dataset that has several, "
+        "passed to `load_dataset` as its name, e.g. `main` for `openai/gsm8k`.",
+    )
     train_split: str = Field("train", description="HF datasets: split for training.")
     test_split: str | None = Field(
         "test", description="HF datasets: split for evaluation; null = no held-out split."

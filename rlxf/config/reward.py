@@ -42,7 +42,16 @@ class _Verifier(Section):
         return self.name or self.type  # type: ignore[attr-defined]
 
 
-class MathVerifierConfig(_Verifier):
+class _AnswerVerifier(_Verifier):
+    ground_truth_marker: str | None = Field(
+        None,
+        description="Compare with the text after the last occurrence of this marker in the ground "
+        "truth, when it has one (GSM8K's answers are a worked solution ending in `#### 72`: set "
+        "`'####'`); None = the whole ground truth.",
+    )
+
+
+class MathVerifierConfig(_AnswerVerifier):
     """Mathematical equivalence via `math-verify` (LaTeX, fractions, sets, intervals, units)."""
 
     type: Literal["math"] = Field("math", description="Verifier kind.")
@@ -59,7 +68,7 @@ class MathVerifierConfig(_Verifier):
     )
 
 
-class ExactVerifierConfig(_Verifier):
+class ExactVerifierConfig(_AnswerVerifier):
     """The extracted answer equals the ground truth as a string (after normalisation)."""
 
     type: Literal["exact"] = Field("exact", description="Verifier kind.")
@@ -73,7 +82,7 @@ class ExactVerifierConfig(_Verifier):
     )
 
 
-class NumericVerifierConfig(_Verifier):
+class NumericVerifierConfig(_AnswerVerifier):
     """The extracted answer is a number within tolerance of the ground truth."""
 
     type: Literal["numeric"] = Field("numeric", description="Verifier kind.")
@@ -125,7 +134,12 @@ class OverlongVerifierConfig(_Verifier):
 
 
 class ReasoningGymVerifierConfig(_Verifier):
-    """The task's own scorer from `reasoning-gym` (`dataset.score_answer(answer, entry)`)."""
+    """The task's own scorer from `reasoning-gym` (`dataset.score_answer(answer, entry)`).
+
+    Many datasets keep reasoning-gym's default scorer, which pays partial credit
+    len(answer) / len(response) when the answer occurs inside the response: RL can learn to
+    hedge with longer strings (benchmarks/efficacy.py saw GRPO do it on count_bits). For an
+    exact-match reward use ``{type: exact, extract: [answer_tag, full]}`` instead."""
 
     type: Literal["reasoning_gym"] = Field("reasoning_gym", description="Verifier kind.")
     answer_tag: str | None = Field(

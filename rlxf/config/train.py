@@ -10,11 +10,24 @@ from rlxf.config.base import Section
 
 
 class OptimConfig(Section):
-    lr: float = Field(1e-5, gt=0, description="Peak learning rate (AdamW).")
+    lr: float = Field(
+        1e-5, gt=0,
+        description="Peak learning rate (AdamW). The right value depends on the model's size more "
+        "than on anything else, so no one default suits all: 1e-5 is at the top of what GRPO recipes "
+        "use for pretrained 0.5-7B models (1e-6 to 1e-5). It barely moves a few-million-parameter "
+        "model; 1e-4 moves one fast enough to find a reward's loophole (benchmarks/README.md, efficacy). "
+        "Set it for your model.",
+    )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
+    warmup_steps: int = Field(
+        0, ge=0,
+        description="Linear warmup, in optimizer steps. AdamW's first steps move every parameter by "
+        "about lr (its second-moment estimate rests on one gradient), which a warm-up of ~10 steps "
+        "softens; RL recipes set it (the examples do). The default stays 0: the measurements so far "
+        "do not separate its effect from the lr's (benchmarks/README.md, efficacy).",
+    )
     schedule: Literal["constant", "cosine"] = Field(
         "constant", description="Learning-rate schedule after warmup."
     )
@@ -42,6 +55,12 @@ class TrainConfig(Section):
         "these); capped at the mini-batch when larger."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each RL step's samples.")
+    max_seconds: float | None = Field(
+        None, gt=0,
+        description="Stop after the first step that ends this much wall time after training began "
+        "(evaluated and checkpointed as a last step), even if `steps` are not done: a time budget, "
+        "and RL and SFT compared for the same time. None = run all `steps`.",
+    )
     packing: bool = Field(
         True, description="Pack a micro-batch's sequences into one row (no padding compute)."
     )

@@ -20,10 +20,12 @@ from rlxf.data.errors import DataError
 FORMATS = ("jsonl", "json", "parquet", "csv", "hf")
 
 
-def read_records(path: str | Path, fmt: str, split: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Records of ``path`` in format ``fmt`` (one of FORMATS); ``split`` only for ``hf``."""
+def read_records(path: str | Path, fmt: str, split: str | None = None,
+                 subset: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of ``path`` in format ``fmt`` (one of FORMATS); ``split`` and ``subset`` (the
+    dataset's configuration name, e.g. ``main`` for ``openai/gsm8k``) only for ``hf``."""
     if fmt == "hf":
-        yield from _read_hf(str(path), split or "train")
+        yield from _read_hf(str(path), split or "train", subset)
         return
     if fmt not in FORMATS:
         raise DataError(f"unknown data format {fmt!r}; valid: {', '.join(FORMATS)}")
@@ -93,18 +95,19 @@ def _read_parquet(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{p} row {i}", record
 
 
-def _read_hf(name: str, split: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def _read_hf(name: str, split: str, subset: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         import datasets
     except ImportError:
         raise DataError("data.source=hf needs the datasets package: pip install 'rlxf[datasets]'") from None
-    ds = load_hf_split(datasets, name, split)
+    ds = load_hf_split(datasets, name, split, subset)
     for i, record in enumerate(ds):
         yield f"{name}[{split}] row {i}", dict(record)
 
 
-def load_hf_split(datasets, name: str, split: str):
-    """One split of a dataset saved with ``save_to_disk``, a local data directory, or a hub name."""
+def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
+    """One split of a dataset saved with ``save_to_disk``, a local data directory, or a hub name
+    (``subset``: the configuration of a hub dataset that has several; not for ``save_to_disk``)."""
     local = Path(name).expanduser()
     if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "dataset_info.json").is_file()
                            and (local / "state.json").is_file()):
@@ -117,8 +120,10 @@ def load_hf_split(datasets, name: str, split: str):
             raise DataError(f"{name} is a single dataset (no splits); it can only be read as split 'train'")
         return loaded
     try:
-        return datasets.load_dataset(str(local) if local.is_dir() else name, split=split)
+        return datasets.load_dataset(str(local) if local.is_dir() else name, subset, split=split)
     except ValueError as e:
+        if "config name is missing" in str(e).lower():
+            raise DataError(f"{name} has several configurations; name one with data.hf_subset ({e})") from None
         if "split" in str(e).lower():
             raise DataError(f"{name}: no split {split!r} ({e})") from None
         raise DataError(f"cannot load dataset {name!r}: {e}") from None

@@ -35,7 +35,7 @@ def split_records(cfg: DataConfig, split: str) -> tuple[str, list[Record]] | Non
             return None
         path, hf_split = cfg.test_path, None
     assert path is not None  # DataConfig requires train_path for file sources
-    return source_name(path), list(read_records(path, cfg.source, split=hf_split))
+    return source_name(path), list(read_records(path, cfg.source, split=hf_split, subset=cfg.hf_subset))
 
 
 def fit_length(ids: list[int], max_len: int | None, policy: str, where: str, what: str,

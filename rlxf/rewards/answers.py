@@ -23,13 +23,18 @@ from rlxf.rewards.extract import extract_answer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
 
 
-def _ground_truth_text(x: RewardInput) -> str | None:
+def _ground_truth_text(x: RewardInput, marker: str | None = None) -> str | None:
+    """The reference answer as text: a dict's ``answer``, cut after the last ``marker`` if given
+    and present (``"####"`` turns GSM8K's ``"... so 3 + 4 = 7.\n#### 7"`` into ``"7"``)."""
     gt = x.ground_truth
     if isinstance(gt, dict):  # e.g. a reasoning-gym style entry
         gt = gt.get("answer")
-    if gt is None or (isinstance(gt, str) and not gt.strip()):
+    if gt is None:
         return None
-    return str(gt).strip()
+    gt = str(gt)
+    if marker and marker in gt:
+        gt = gt.rsplit(marker, 1)[1]
+    return gt.strip() or None
 
 
 def _verdict(ok: bool) -> RewardResult:
@@ -49,8 +54,10 @@ class MathVerifier(SyncVerifier):
     """
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
-                 answer_tag: str = "answer", float_rounding: int = 6, parse_timeout_s: int = 5):
+                 answer_tag: str = "answer", float_rounding: int = 6, parse_timeout_s: int = 5,
+                 ground_truth_marker: str | None = None):
         super().__init__(name)
+        self.ground_truth_marker = ground_truth_marker
         try:
             import math_verify  # noqa: PLC0415
         except ImportError as e:
@@ -64,7 +71,8 @@ class MathVerifier(SyncVerifier):
 
     @classmethod
     def from_config(cls, cfg: Any) -> MathVerifier:
-        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.float_rounding, cfg.parse_timeout_s)
+        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.float_rounding, cfg.parse_timeout_s,
+                   cfg.ground_truth_marker)
 
     def _timeout(self) -> int | None:
         # math-verify's timeout uses SIGALRM, which only the main thread may set
@@ -84,7 +92,7 @@ class MathVerifier(SyncVerifier):
         return self._gold_cache[text]
 
     def score(self, x: RewardInput) -> RewardResult:
-        gt = _ground_truth_text(x)
+        gt = _ground_truth_text(x, self.ground_truth_marker)
         if gt is None:
             return RewardResult.failed(_NO_GROUND_TRUTH)
         found = extract_answer(x.response, self.extract, self.answer_tag)
@@ -110,8 +118,10 @@ class ExactVerifier(SyncVerifier):
     """1.0 if the extracted answer equals the ground truth as a string (after normalisation)."""
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_line"),
-                 answer_tag: str = "answer", case_sensitive: bool = False, normalize_whitespace: bool = True):
+                 answer_tag: str = "answer", case_sensitive: bool = False, normalize_whitespace: bool = True,
+                 ground_truth_marker: str | None = None):
         super().__init__(name)
+        self.ground_truth_marker = ground_truth_marker
         self.extract = list(extract)
         self.answer_tag = answer_tag
         self.case_sensitive = case_sensitive
@@ -119,10 +129,11 @@ class ExactVerifier(SyncVerifier):
 
     @classmethod
     def from_config(cls, cfg: Any) -> ExactVerifier:
-        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.case_sensitive, cfg.normalize_whitespace)
+        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.case_sensitive, cfg.normalize_whitespace,
+                   cfg.ground_truth_marker)
 
     def score(self, x: RewardInput) -> RewardResult:
-        gt = _ground_truth_text(x)
+        gt = _ground_truth_text(x, self.ground_truth_marker)
         if gt is None:
             return RewardResult.failed(_NO_GROUND_TRUTH)
         found = extract_answer(x.response, self.extract, self.answer_tag)
@@ -138,8 +149,10 @@ class NumericVerifier(SyncVerifier):
     ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``)."""
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
-                 answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9):
+                 answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
+                 ground_truth_marker: str | None = None):
         super().__init__(name)
+        self.ground_truth_marker = ground_truth_marker
         self.extract = list(extract)
         self.answer_tag = answer_tag
         self.rel_tol = rel_tol
@@ -147,10 +160,10 @@ class NumericVerifier(SyncVerifier):
 
     @classmethod
     def from_config(cls, cfg: Any) -> NumericVerifier:
-        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.rel_tol, cfg.abs_tol)
+        return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.rel_tol, cfg.abs_tol, cfg.ground_truth_marker)
 
     def score(self, x: RewardInput) -> RewardResult:
-        gt = _ground_truth_text(x)
+        gt = _ground_truth_text(x, self.ground_truth_marker)
         if gt is None:
             return RewardResult.failed(_NO_GROUND_TRUTH)
         gold = parse_number(gt)

@@ -64,9 +64,13 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     try:
         if state.step == 0 and cfg.eval.at_start:
             state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
+        began = time.perf_counter()
         with stop, state.progress(cfg.train.steps) as progress:
             for step in range(state.step + 1, cfg.train.steps + 1):
                 timer = PhaseTimer()
+                # the last step: train.steps, or the first to end past train.max_seconds (the
+                # clock is read before the step's eval, which a last step always has)
+                final = step == cfg.train.steps
 
                 # rollout + reward: a group of n scored responses per prompt
                 trajs, rollout_metrics = batches.next(step, timer)
@@ -83,8 +87,12 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 with timer("sync"):
                     placement.sync_weights(step)
 
+                out_of_time = (cfg.train.max_seconds is not None
+                               and time.perf_counter() - began >= cfg.train.max_seconds)
+                final = final or out_of_time
+
                 # eval: held-out accuracy every eval.every steps
-                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.train.steps):
+                if cfg.eval.every and (step % cfg.eval.every == 0 or final):
                     with timer("eval"):
                         eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
                 else:
@@ -100,7 +108,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 checkpoint_seconds = {}
                 stopping = stop.signum  # read once: a signal may land while the checkpoint is written
                 if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
-                        step == cfg.train.steps and cfg.checkpoint.save_final) or stopping is not None:
+                        final and cfg.checkpoint.save_final) or stopping is not None:
                     t0 = time.perf_counter()
                     saved = save(run, placement, state, sampler, step)
                     checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
@@ -112,6 +120,9 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                         f"(see metrics.jsonl `skipped`); lower train.optim.lr, set train.optim.max_grad_norm, "
                         f"or check the rewards for inf/nan. The last good checkpoint is in {run.checkpoints}."
                     )
+                if out_of_time:
+                    log.info("step %d: train.max_seconds=%g reached; stopping", step, cfg.train.max_seconds)
+                    break
     finally:
         state.close()
     return last

@@ -86,7 +86,8 @@ class RunState:
 
     def progress(self, total: int) -> ProgressDisplay:
         self._progress = ProgressDisplay(total, start=self.step, enabled=self.cfg.logging.progress,
-                                         log_every=self.cfg.logging.log_every)
+                                         log_every=self.cfg.logging.log_every,
+                                         max_seconds=self.cfg.train.max_seconds)
         return self._progress
 
     def close(self) -> None:

@@ -76,6 +76,17 @@ def test_resume_refuses_a_different_experiment(tmp_path, nano_model_dir, capsys)
     assert main(["train", str(cfg)]) == 2  # exists: needs --resume or --overwrite
 
 
+def test_max_seconds_ends_the_run_with_an_evaluated_checkpointed_last_step(tmp_path, nano_model_dir):
+    """A time budget shorter than one step: the run stops after step 1 and treats it as the last
+    (held-out eval and the final checkpoint), not after train.steps."""
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 1000, "max_seconds": 1e-3},
+                       eval={"every": 500, "num_problems": 4}, checkpoint={"every": 0})
+    assert main(["train", str(cfg)]) == 0
+    m = metrics(tmp_path / "runs" / "t")
+    assert [r["step"] for r in m] == [1] and "eval/accuracy" in m[0]
+    assert (tmp_path / "runs/t/checkpoints/step_1/model/model.safetensors").exists()
+
+
 def test_non_finite_loss_skips_then_stops(tmp_path, nano_model_dir, capsys):
     cfg = write_config(tmp_path, nano_model_dir, train={"steps": 6, "max_skipped_steps": 2},
                        plugins=["rl_plugins"], algorithm={"advantage": "nan_for_tests"})

@@ -87,3 +87,25 @@ def test_other_bad_files(tmp_path):
     (tmp_path / "p.parquet").write_text("not parquet")
     with pytest.raises(DataError, match="cannot read as parquet"):
         list(read_records(tmp_path / "p.parquet", "parquet"))
+
+
+def _configs_repo(root):
+    """A dataset laid out as openai/gsm8k is on the hub: one folder per configuration, named in
+    the README's `configs` metadata."""
+    for config, offset in (("main", 0), ("socratic", 10)):
+        (root / config).mkdir(parents=True)
+        for split, n in (("train", 1), ("test", 2)):
+            (root / config / f"{split}.jsonl").write_text(
+                json.dumps({"question": f"{config} {split}", "answer": f"so #### {n + offset}"}) + "\n")
+    (root / "README.md").write_text("---\nconfigs:\n" + "".join(
+        f"- config_name: {c}\n  data_files:\n  - split: train\n    path: {c}/train.jsonl\n"
+        f"  - split: test\n    path: {c}/test.jsonl\n" for c in ("main", "socratic")) + "---\n")
+    return root
+
+
+def test_hf_subset_picks_a_configuration(tmp_path):
+    repo = _configs_repo(tmp_path / "gsm8k")
+    got = [r for _, r in read_records(repo, "hf", split="test", subset="socratic")]
+    assert got == [{"question": "socratic test", "answer": "so #### 12"}]
+    with pytest.raises(DataError, match="several configurations; name one with data.hf_subset"):
+        list(read_records(repo, "hf", split="test"))

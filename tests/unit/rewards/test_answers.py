@@ -90,3 +90,25 @@ def test_numeric_absolute_tolerance_near_zero():
     v = NumericVerifier("n", rel_tol=0.0, abs_tol=1e-6)
     assert v.score(sample("<answer>0.0000005</answer>", "0")).score == 1.0
     assert v.score(sample("<answer>0.00001</answer>", "0")).score == 0.0
+
+
+GSM8K_ANSWER = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+                "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
+
+
+@pytest.mark.parametrize("verifier", [
+    MathVerifier("m", ["boxed"], ground_truth_marker="####"),
+    NumericVerifier("n", ["boxed"], ground_truth_marker="####"),
+    ExactVerifier("e", ["boxed"], ground_truth_marker="####"),
+])
+def test_ground_truth_marker_compares_with_the_final_answer_of_a_worked_solution(verifier):
+    """GSM8K's answer field is a worked solution; only what follows the last #### is the answer."""
+    assert verifier.score(RewardInput("q", "so \\boxed{72}", GSM8K_ANSWER)).score == 1.0
+    assert verifier.score(RewardInput("q", "so \\boxed{24}", GSM8K_ANSWER)).score == 0.0   # an intermediate value
+    assert verifier.score(RewardInput("q", "so \\boxed{72}", "72")).score == 1.0           # no marker: all of it
+
+
+def test_without_a_marker_the_worked_solution_is_not_an_answer():
+    """Why the marker is needed: a numeric verifier cannot read the solution text as a number."""
+    r = NumericVerifier("n", ["boxed"]).score(RewardInput("q", "so \\boxed{72}", GSM8K_ANSWER))
+    assert r.error is not None and "not a number" in r.error

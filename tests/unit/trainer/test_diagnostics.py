@@ -99,3 +99,15 @@ def test_steps_without_the_metrics_are_ignored():
 def test_thresholds_reject_impossible_values(field, value):
     with pytest.raises(ValueError, match=f"DiagnosticThresholds.{field}"):
         DiagnosticThresholds(**{field: value})
+
+
+def test_every_warning_names_the_settings_to_change():
+    """A warning is only useful if it says what to do: each names at least one config field."""
+    import re
+
+    d = Diagnostics(DiagnosticThresholds(window=1, patience=1, eval_patience=1))
+    bad = {"groups/zero_variance_frac": 1.0, "rollout/logprob_gap_mean": 0.5, "policy/clipfrac_low": 0.9}
+    issued = d.observe(1, bad | {"eval/accuracy": 0.5}) + d.observe(2, bad | {"eval/accuracy": 0.1})
+    assert len(issued) == 4
+    for msg in issued:
+        assert re.search(r"\b(?:train|algorithm|rollout|data)\.[a-z_]+", msg), msg

@@ -1,0 +1,289 @@
+"""Do rlxf's defaults learn on tasks nobody tuned them for? GRPO vs continued SFT, same wall time.
+
+For each reasoning-gym dataset (small options, short answers, so a 3.4M-parameter model on two
+CPU cores can learn it partly):
+
+1. build the ``tiny`` preset model (``rlxf init-model``);
+2. SFT it on the task's question/answer pairs (``rlxf sft``, the quickstart's SFT settings),
+   evaluating the held-out split every ``--sft-eval-every`` steps with a checkpoint each time;
+   the start model is the first checkpoint that is "sometimes right" (held-out accuracy at
+   least ``--start-min``, 10% by default), or the last one;
+3. GRPO from it with **rlxf's defaults**: the config says only what defines the task (data,
+   an exact-match reward, the answer length), the time budget (``train.max_seconds``) and a
+   micro-batch size (throughput only); everything else (lr, warm-up, loss aggregation, KL,
+   clipping, group size, prompts per step) is the default;
+4. continued SFT from the same start, on the same demonstrations, for the wall time GRPO took;
+5. greedy held-out accuracy of the three models on the same ``--eval-problems`` problems.
+
+Every stage is an ordinary run whose config is written to ``<out>/<task>/<stage>.yaml`` and run
+with the ``rlxf`` command line, so each can be rerun by hand. The SFT start models are cached:
+a later run with the same ``--out`` starts at step 3 (``--grpo-set`` then compares settings
+on the same start models, e.g. ``--grpo-set train.optim.lr=1e-4 --label lr1e-4``).
+
+    python benchmarks/efficacy.py --out runs/efficacy                      # 6 tasks x 5 minutes of RL
+    python benchmarks/efficacy.py --out runs/efficacy --tasks gcd products --minutes 2
+
+    python benchmarks/efficacy.py --out runs/efficacy --tasks leg_counting --steps 60   # a step budget
+
+Writes ``<out>/<task>/result[-<label>].json`` per task and ``<out>/efficacy[-<label>].json``, and
+prints the table with the CPU model and load average; ``--table-only`` prints the table of
+results already there (of tasks run in parallel processes, say). benchmarks/README.md has the
+figures measured so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+from common import cpu_model, load_average
+
+
+@dataclass(frozen=True)
+class Task:
+    """A reasoning-gym dataset with options that keep questions short and answers a few tokens."""
+
+    options: dict
+    max_new_tokens: int   # the answer's tokens and the end-of-turn token, with room to spare
+
+
+TASKS = {
+    "basic_arithmetic": Task({"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
+                              "operators": ["+", "-"]}, 6),
+    "chain_sum": Task({"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}, 6),
+    "leg_counting": Task({"min_animals": 1, "max_animals": 2, "max_instances": 3}, 5),
+    "gcd": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 100}, 5),
+    "products": Task({"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, 6),
+    "count_bits": Task({"min_n": 1, "max_n": 4095}, 4),
+    "simple_equations": Task({"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 20}, 5),
+    "lcm": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}, 5),
+}
+DEFAULT_TASKS = ["basic_arithmetic", "chain_sum", "leg_counting", "gcd", "products", "count_bits"]
+
+
+@dataclass
+class Result:
+    task: str
+    sft_steps: int            # SFT steps of the start model
+    start: float              # greedy held-out accuracy of the start model
+    grpo: float
+    sft_more: float
+    grpo_seconds: float
+    sft_more_seconds: float
+    grpo_steps: int
+    grpo_curve: dict[int, float] = field(default_factory=dict)   # step -> held-out accuracy during GRPO
+
+
+def _task_config(name: str, seed: int, eval_problems: int, out: Path) -> dict:
+    task = TASKS[name]
+    return {
+        "run": {"output_dir": str(out), "seed": seed},
+        "data": {"task": f"reasoning_gym:{name}", "task_options": task.options, "train_size": 5000,
+                 "test_size": eval_problems, "max_prompt_len": 128},
+        "rollout": {"max_new_tokens": task.max_new_tokens},
+        # a throughput setting, not a learning one: gradient accumulation makes the same update
+        # from 16 micro-batches of 8 (the default) as from one of 128, whose fewer, larger
+        # matmuls run faster on CPU (the quickstart sets 128 too)
+        "train": {"micro_batch_size": 128},
+        # exact match: reasoning-gym's default score_answer pays len(answer) / len(response) when
+        # the answer is inside the response, and GRPO learns to hedge with longer strings (on
+        # count_bits at lr 1e-4 it ran every response to the length limit and greedy accuracy to
+        # 0% within 40 steps); held-out accuracy counts exact answers only
+        "reward": {"verifiers": [{"type": "exact", "name": "correct", "extract": ["answer_tag", "full"]}]},
+        "eval": {"num_problems": eval_problems},
+        "logging": {"progress": False},
+    }
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _rlxf(command: str, config: dict, path: Path, *args: str) -> None:
+    """Write ``config`` to ``path`` and run ``rlxf COMMAND path ARGS`` (in this process)."""
+    from rlxf.cli.main import main
+
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    code = main([command, str(path), *args])
+    if code != 0:
+        raise SystemExit(f"rlxf {command} {path} {' '.join(args)} failed with exit code {code}")
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def build_start(name: str, out: Path, args) -> tuple[Path, int]:
+    """(model directory, SFT steps) of the first SFT checkpoint that is sometimes right, built once.
+
+    SFT runs ``--sft-eval-every`` steps at a time, each stretch a resume of the same run (``rlxf
+    sft --resume`` with more ``sft.steps``: the optimizer and data order continue exactly), and
+    stops at the first end-of-stretch evaluation at or above ``--start-min``."""
+    from rlxf.models import init_model
+
+    marker = out / "start.json"
+    if marker.exists():
+        found = json.loads(marker.read_text())
+        return Path(found["model"]), found["steps"]
+    base = out / "base-model"
+    if not (base / "config.json").exists():
+        init_model("tiny", base, seed=args.seed)
+    cfg = _merge(_task_config(name, args.seed, args.eval_problems, out), {
+        "run": {"name": "sft"}, "model": {"path": str(base)},
+        "sft": {"steps": args.sft_eval_every, "batch_size": 32, "micro_batch_size": 32,
+                "optim": {"lr": 1e-3, "betas": [0.9, 0.99], "warmup_steps": 30}},
+        "checkpoint": {"every": 0, "keep_last": 10_000},
+        "eval": {"num_problems": args.start_eval_problems},
+    })
+    # an interrupted build continues from its last stretch
+    done = _metrics(out / "sft") if (out / "sft" / "metrics.jsonl").exists() else []
+    curve = [(m["step"], m["eval/accuracy"]) for m in done if "eval/accuracy" in m]
+    first = curve[-1][0] + args.sft_eval_every if curve else args.sft_eval_every
+    for steps in range(first, args.sft_max_steps + 1, args.sft_eval_every):
+        if curve and curve[-1][1] >= args.start_min:
+            break
+        _rlxf("sft", cfg, out / "sft.yaml", f"sft.steps={steps}", *(["--resume"] if curve else ["--overwrite"]))
+        curve.append((steps, _metrics(out / "sft")[-1]["eval/accuracy"]))
+        print(f"{name}: SFT step {steps}: held-out accuracy {curve[-1][1]:.1%}", flush=True)
+    model = out / "sft" / "checkpoints" / f"step_{curve[-1][0]}" / "model"
+    marker.write_text(json.dumps({"model": str(model), "steps": curve[-1][0], "sft_curve": curve}, indent=2) + "\n")
+    return model, curve[-1][0]
+
+
+def run_task(name: str, args) -> Result:
+    from rlxf.cli.quickstart import _evaluate
+    from rlxf.config import load_config
+
+    out = args.out / name
+    out.mkdir(parents=True, exist_ok=True)
+    start, sft_steps = build_start(name, out, args)
+    task = _task_config(name, args.seed, args.eval_problems, out)
+    suffix = f"-{args.label}" if args.label else ""
+
+    # GRPO with the defaults: only the task and the time budget are given
+    grpo = _merge(task, {"run": {"name": f"grpo{suffix}"}, "model": {"path": str(start)},
+                         "train": {"steps": args.steps, "max_seconds": None} if args.steps else
+                                  {"steps": 1_000_000, "max_seconds": 60 * args.minutes},
+                         "eval": {"every": args.eval_every, "at_start": False},
+                         "checkpoint": {"every": 0, "keep_last": 1}})
+    t0 = time.perf_counter()
+    _rlxf("train", grpo, out / f"grpo{suffix}.yaml", "--overwrite", *args.grpo_set)
+    grpo_seconds = time.perf_counter() - t0
+    grpo_rows = _metrics(out / f"grpo{suffix}")
+
+    # continued SFT for the same wall time: once per start model and budget (it does not depend
+    # on --grpo-set; GRPO variants of one budget take the same time to within their last step)
+    more_dir = out / (f"sft-more-{args.steps}steps" if args.steps else f"sft-more-{args.minutes:g}m")
+    more_json = more_dir.with_suffix(".json")
+    if not more_json.exists():
+        more = _merge(task, {"run": {"name": more_dir.name}, "model": {"path": str(start)},
+                             "sft": {"steps": 1_000_000, "max_seconds": round(grpo_seconds, 1), "batch_size": 32,
+                                     "micro_batch_size": 32,
+                                     "optim": {"lr": 1e-3, "betas": [0.9, 0.99], "warmup_steps": 20}},
+                             "checkpoint": {"every": 0, "keep_last": 1}})
+        t0 = time.perf_counter()
+        _rlxf("sft", more, more_dir.with_suffix(".yaml"), "--overwrite")
+        more_json.write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
+    more_seconds = json.loads(more_json.read_text())["seconds"]
+
+    # held-out greedy accuracy of the three models on the same problems
+    cfg = load_config(None, base=_merge(task, {"model": {"path": str(start)}}))
+    acc = {label: _evaluate(path, {"task": cfg})["task"]
+           for label, path in (("start", start), ("grpo", out / f"grpo{suffix}"), ("sft_more", more_dir))}
+    result = Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
+                    grpo_rows[-1]["step"],
+                    {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m})
+    (out / f"result{suffix}.json").write_text(json.dumps(
+        {"cpu": cpu_model(), "load_average_end": load_average(), "budget": _budget(args),
+         "grpo_set": args.grpo_set, **asdict(result)}, indent=2) + "\n")
+    return result
+
+
+def read_result(out: Path, name: str, label: str) -> Result | None:
+    path = out / name / f"result{'-' + label if label else ''}.json"
+    if not path.exists():
+        return None
+    found = json.loads(path.read_text())
+    found["grpo_curve"] = {int(k): v for k, v in found["grpo_curve"].items()}
+    return Result(**{k: v for k, v in found.items() if k in Result.__dataclass_fields__})
+
+
+def _budget(args) -> str:
+    return f"{args.steps} GRPO steps" if args.steps else f"{args.minutes:g} min of GRPO"
+
+
+def format_table(results: list[Result], budget: str, grpo_set: list[str]) -> str:
+    settings = " ".join(grpo_set) or "rlxf's defaults"
+    lines = [f"CPU: {cpu_model()}; load average {load_average()}; {budget} per task; "
+             f"GRPO settings: {settings}",
+             "greedy held-out accuracy (start = the SFT model RL and continued SFT both start from)",
+             f"{'task':<18} {'SFT steps':>9} {'start':>7} {'GRPO':>7} {'gain':>7} {'SFT more':>8} {'gain':>7} "
+             f"{'GRPO steps':>10} {'GRPO s':>7} {'SFT s':>6}  lowest eval during GRPO"]
+    for r in results:
+        low = min(r.grpo_curve.values(), default=r.grpo)
+        lines.append(f"{r.task:<18} {r.sft_steps:>9} {r.start:>7.1%} {r.grpo:>7.1%} {100 * (r.grpo - r.start):>+7.1f} "
+                     f"{r.sft_more:>8.1%} {100 * (r.sft_more - r.start):>+7.1f} {r.grpo_steps:>10} "
+                     f"{r.grpo_seconds:>7.0f} {r.sft_more_seconds:>6.0f}  {low:.1%}")
+    wins = sum(r.grpo - r.start >= 0.10 for r in results)
+    worst = min((100 * (r.grpo - r.start) for r in results), default=0.0)
+    lines.append(f"GRPO gained >= 10 points on {wins} of {len(results)} tasks; its worst change was {worst:+.1f} "
+                 f"points (target: >= 10 on 4 of 6, never below -2)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/efficacy"))
+    ap.add_argument("--tasks", nargs="+", default=DEFAULT_TASKS, choices=sorted(TASKS))
+    ap.add_argument("--minutes", type=float, default=5.0, help="wall time of GRPO (and of continued SFT) per task")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="run GRPO for this many steps instead of --minutes (continued SFT still gets GRPO's "
+                    "wall time): on a loaded machine a time budget buys few steps, a step budget compares "
+                    "settings on equal work")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-problems", type=int, default=300, help="held-out problems per final evaluation")
+    ap.add_argument("--eval-every", type=int, default=50, help="GRPO steps between held-out evaluations")
+    ap.add_argument("--sft-max-steps", type=int, default=1500)
+    ap.add_argument("--sft-eval-every", type=int, default=50)
+    ap.add_argument("--start-eval-problems", type=int, default=200,
+                    help="held-out problems per evaluation while choosing the start checkpoint")
+    ap.add_argument("--start-min", type=float, default=0.10, help="accuracy that makes a checkpoint the start")
+    ap.add_argument("--grpo-set", nargs="*", default=[], help="config overrides for GRPO (default: none)")
+    ap.add_argument("--label", default="", help="names this variant's GRPO runs and results file")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: print the table of the results already in --out (e.g. of tasks run "
+                    "in parallel processes)")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / f"efficacy{'-' + args.label if args.label else ''}.json"
+    load_start = load_average()
+    results = []
+    for name in args.tasks:   # saved after each task, so a long run can be read while it goes on
+        found = read_result(args.out, name, args.label) if args.table_only else run_task(name, args)
+        if found is None:
+            continue
+        results.append(found)
+        results_path.write_text(json.dumps({
+            "cpu": cpu_model(), "load_average_start": load_start, "load_average_now": load_average(),
+            "budget": _budget(args), "grpo_set": args.grpo_set, "results": [asdict(r) for r in results]},
+            indent=2) + "\n")
+    print(format_table(results, _budget(args), args.grpo_set))
+    when = "now (the runs' own are in their result files)" if args.table_only else "at the start"
+    print(f"load average {when}: {load_start}; results: {results_path}")
+
+
+if __name__ == "__main__":
+    main()
