@@ -130,6 +130,7 @@ def test_failures_end_only_their_episode_and_are_counted(tokenizer_for_tests):
     rollout = EnvRollout.__new__(EnvRollout)   # the rollout's scoring around a hand-made env factory
     rollout.engine, rollout.tokenizer, rollout.reward, rollout.use_verifiers = engine, tok, None, False
     rollout.limits, rollout.tools, rollout.make_env = EpisodeLimits(step_timeout_s=0.5), None, FlakyEnv
+    rollout.programs = None
     try:
         trajs = rollout.generate(ps, list(range(len(ps))), SamplingParams(n=1, max_new_tokens=4))
     finally:
