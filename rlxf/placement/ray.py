@@ -7,6 +7,12 @@
                     the reward (whose verifiers run in their own worker pool) and, after each
                     step, ships the learner's weights to every engine through the object store
 
+With ``env:`` (multi-turn episodes), each engine actor runs its share's episodes itself: the agent
+loop (or the agent programs and their endpoint) next to its engine, so every turn is generated
+token-in, token-out without a round trip to the driver, and an environment that misbehaves does
+so in an engine actor's threads, never in the driver or the learner. The driver scores the
+episodes (``rlxf.envs.rollout.score_episodes``).
+
 Checkpoints have the same layout as ``local`` (the learner writes them), so a run resumes under
 either placement. A dead engine actor (killed, OOM, node lost) is replaced, given the current
 weights, and its requests are retried, up to ``ray.max_restarts`` times; a dead learner ends
@@ -92,7 +98,12 @@ class _Engine:
         model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
         model.eval()
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
-        self.rollout = EngineRollout(engine, tokenizer, reward=None)
+        if cfg.env is not None:   # episodes run here, next to the engine; the driver scores them
+            from rlxf.envs.rollout import EnvRollout
+
+            self.rollout = EnvRollout(cfg.env, engine, tokenizer, generate_only=True)
+        else:
+            self.rollout = EngineRollout(engine, tokenizer, reward=None)
 
     def generate(self, prompts, seeds, sampling, first_group):
         return self.rollout.generate(prompts, seeds, sampling, first_group=first_group)
@@ -100,6 +111,11 @@ class _Engine:
     def update_weights(self, weights: dict[str, Any], version: int) -> int:
         self.rollout.engine.update_weights(weights.items(), version=version)
         return version
+
+    def close(self) -> None:
+        close = getattr(self.rollout, "close", None)   # an EnvRollout's tools and endpoint
+        if close is not None:
+            close()
 
 
 class RayPlacement(Placement):
@@ -168,6 +184,10 @@ class RayPlacement(Placement):
             for t, (reward, scores, correct, error) in zip(trajs, verdicts):
                 t.reward, t.scores, t.correct, t.reward_error = reward, scores, correct, error
             return metrics
+        if self.cfg.env is not None:
+            from rlxf.envs.rollout import score_episodes
+
+            return score_episodes(trajs, max_new_tokens, self.reward if self.cfg.env.use_verifiers else None)
         from rlxf.trainer.collect import score
 
         return score(self.reward, trajs, max_new_tokens)
@@ -211,6 +231,11 @@ class RayPlacement(Placement):
                     pass
             if self.reward is not None:
                 self.reward.close()
+            for engine in self._engines:
+                try:
+                    ray.get(engine.close.remote())
+                except _ACTOR_LOST:
+                    pass
         finally:
             for handle in [self._colocated, self._learner, *self._engines]:
                 if handle is not None:

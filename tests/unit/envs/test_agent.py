@@ -237,12 +237,3 @@ def test_single_turn_env_keeps_todays_tasks_working(tokenizer_for_tests):
         assert (t.reward, t.correct, t.scores) == (0.5, True, {"half": 0.5, "env": 0.0})
     assert reward.seen[0].metadata["conversation"][-1] == {"role": "assistant", "content": "46"}
 
-
-def test_env_with_disaggregated_ray_is_a_config_error(tmp_path):
-    from rlxf.config import Config
-
-    base = {"model": {"path": "m"}, "data": {"task": "guess_number"}, "env": {"name": "guess_number"},
-            "run": {"placement": "ray"}}
-    Config.model_validate(base)   # colocated: fine
-    with pytest.raises(ValueError, match="ray.mode is 'disaggregated'.*colocated"):
-        Config.model_validate({**base, "ray": {"mode": "disaggregated"}})
