@@ -60,6 +60,50 @@ class EpisodeLimit(ValueError):
     """The episode has used its turns or tokens; no further model turn."""
 
 
+class _Batcher:
+    """Runs the turns that arrive together as one engine call (one per sampling parameters).
+
+    Each episode of an agent program sends its turns on its own, but an engine samples a batch
+    far faster than its rows one at a time, as the built-in agent loop does. The engine runs one
+    call at a time: whoever gets it first waits ``window_s`` for company, takes every request
+    queued by then and answers them all; requests arriving while it runs form the next batch.
+    Requests carry their own seeds, so batching does not change what is sampled.
+    """
+
+    def __init__(self, engine, window_s: float = 0.005):
+        self.engine, self.window_s = engine, window_s
+        self._queue: list[tuple[GenerationRequest, SamplingParams, dict[str, Any]]] = []
+        self._queue_lock = threading.Lock()
+        self._engine_lock = threading.Lock()
+
+    def generate(self, request: GenerationRequest, sampling: SamplingParams):
+        slot: dict[str, Any] = {}
+        with self._queue_lock:
+            self._queue.append((request, sampling, slot))
+        with self._engine_lock:
+            if not slot:   # not answered by an earlier batch: run one
+                time.sleep(self.window_s)
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run(batch)
+        if "error" in slot:
+            raise slot["error"]
+        return slot["completion"]
+
+    def _run(self, batch: list[tuple[GenerationRequest, SamplingParams, dict[str, Any]]]) -> None:
+        by_sampling: dict[SamplingParams, list[tuple[GenerationRequest, dict[str, Any]]]] = {}
+        for request, sampling, slot in batch:
+            by_sampling.setdefault(sampling, []).append((request, slot))
+        for sampling, items in by_sampling.items():
+            try:
+                results = self.engine.generate([r for r, _ in items], sampling)
+                for (_, slot), (completion, *_) in zip(items, results, strict=True):
+                    slot["completion"] = completion
+            except Exception as e:  # noqa: BLE001 - every waiter of the call hears about it
+                for _, slot in items:
+                    slot["error"] = e
+
+
 class EpisodeRecorder:
     """The conversations of the episodes an agent program runs through the endpoint."""
 
@@ -73,6 +117,7 @@ class EpisodeRecorder:
         self.seeds: dict[str, int] = {}
         self.ended: dict[str, str] = {}   # episode -> the limit that ended it (max_turns | max_total_tokens)
         self._lock = threading.Lock()
+        self._batcher = _Batcher(engine)
 
     def open(self, episode: str, seed: int) -> None:
         """Expect ``episode``, whose turn k samples with ``derive_seed(seed, k)``."""
@@ -116,10 +161,13 @@ class EpisodeRecorder:
                                    f"{self.max_total_tokens}: no room for another turn")
             if episode in self.seeds:
                 seed = derive_seed(self.seeds[episode], turn)
+            request = GenerationRequest(list(conv.ids), seed=seed)
             sampling = replace(base, n=1, max_new_tokens=budget)
-            [[c]] = self.engine.generate([GenerationRequest(conv.ids, seed=seed)], sampling)
-            if c.finish_reason == "error":
-                raise RuntimeError(f"engine: {c.error}")
+        # outside the lock: the turns of other episodes sent meanwhile join this engine call
+        c = self._batcher.generate(request, sampling)
+        if c.finish_reason == "error":
+            raise RuntimeError(f"engine: {c.error}")
+        with self._lock:
             text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
                                        stopped=c.finish_reason == "stop")
             return text, "length" if c.finish_reason == "length" else "stop", len(c.response_ids), len(conv.ids)

@@ -184,6 +184,35 @@ def test_failing_programs_end_only_their_episode(tokenizer_for_tests):
     assert m["env/episode_errors"] == 4 and m["env/step_timeouts"] == 1
 
 
+class SlowEcho(Echo):
+    """Echo taking 0.2 s per engine call, recording each call's batch size."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.batches = []
+
+    def generate(self, requests, sampling):
+        import time
+
+        self.batches.append(len(requests))
+        time.sleep(0.2)
+        return super().generate(requests, sampling)
+
+
+def test_concurrent_episodes_share_engine_calls(tokenizer_for_tests):
+    tok = tokenizer_for_tests
+    engine = SlowEcho(tok)
+    programs = ProgramEpisodes(flaky_agent, engine, tok, EpisodeLimits(max_turns=3, max_total_tokens=256),
+                               timeout_s=60)
+    prompts = [Prompt(uid=f"e{i}", prompt_ids=[1], prompt_text="", metadata={"mode": "endless"}) for i in range(4)]
+    try:
+        trajs = programs.run(prompts, [0, 1, 2, 3], SamplingParams(n=2, max_new_tokens=4))
+    finally:
+        programs.close()
+    assert all(t.episode["turns"] == 3 and t.episode["error"] is None for t in trajs)
+    assert sum(engine.batches) == 8 * 3 and len(engine.batches) < 8 * 3 and max(engine.batches) > 1
+
+
 AGENT_SCRIPT = """
 import json, os, sys, urllib.request
 task = json.loads(os.environ["RLXF_TASK"])
