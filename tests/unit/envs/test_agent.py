@@ -237,3 +237,19 @@ def test_single_turn_env_keeps_todays_tasks_working(tokenizer_for_tests):
         assert (t.reward, t.correct, t.scores) == (0.5, True, {"half": 0.5, "env": 0.0})
     assert reward.seen[0].metadata["conversation"][-1] == {"role": "assistant", "content": "46"}
 
+
+
+def test_env_config_takes_one_driver_and_agent_errors_name_it(tokenizer_for_tests):
+    from pydantic import ValidationError
+
+    from rlxf.envs.base import EnvError
+
+    for bad in ({}, {"name": "guess_number", "agent": "m:f"}, {"agent": "m:f", "agent_command": ["python", "a.py"]}):
+        with pytest.raises(ValidationError, match="exactly one of env.name"):
+            EnvConfig(**bad)
+    with pytest.raises(ValidationError, match="an agent program runs its own tools"):
+        EnvConfig(agent="m:f", tools=["calculator"])
+    with pytest.raises(EnvError, match="env.agent='no_such_module_x:run'.*cannot import"):
+        EnvRollout(EnvConfig(agent="no_such_module_x:run"), None, tokenizer_for_tests)
+    with pytest.raises(EnvError, match="env.agent='env_plugins:HANG' is not callable"):
+        EnvRollout(EnvConfig(agent="env_plugins:HANG"), None, tokenizer_for_tests)
