@@ -13,7 +13,8 @@ from rlxf.config.base import Section
 class EnvConfig(Section):
     name: str | None = Field(
         None,
-        description="The environment: a built-in name (`guess_number`, `tool_arithmetic`, `single_turn`) or "
+        description="The environment: a built-in name (`guess_number`, `tool_arithmetic`, `single_turn`, "
+        "`gymnasium` for another package's text environment: options {id, kwargs}) or "
         "your own class as `package.module:Class` (see rlxf.envs.base.Env). Each episode gets a fresh one. "
         "Leave it unset when an agent program runs the episodes (`agent` / `agent_command`).",
     )
