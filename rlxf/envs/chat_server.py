@@ -108,10 +108,11 @@ class EpisodeRecorder:
     """The conversations of the episodes an agent program runs through the endpoint."""
 
     def __init__(self, engine, tokenizer, *, max_total_tokens: int = 1024, default_max_tokens: int = 128,
-                 max_turns: int | None = None, sampling: SamplingParams | None = None):
+                 max_turns: int | None = None, sampling: SamplingParams | None = None, only_opened: bool = False):
         self.engine, self.tokenizer = engine, tokenizer
         self.max_total_tokens, self.default_max_tokens, self.max_turns = max_total_tokens, default_max_tokens, max_turns
         self.sampling = sampling          # training: every turn samples with these (see the module docstring)
+        self.only_opened = only_opened    # refuse episodes not opened (a program still running after its timeout)
         self.episodes: dict[str, Conversation] = {}
         self.rewards: dict[str, float] = {}
         self.seeds: dict[str, int] = {}
@@ -139,6 +140,8 @@ class EpisodeRecorder:
         the turn's tokens, the episode's tokens)."""
         with self._lock:
             conv = self.episodes.get(episode)
+            if conv is None and self.only_opened and episode not in self.seeds:
+                raise HistoryMismatch(f"episode {episode!r} is not open: it has ended (or never started)")
             if conv is None:
                 conv = Conversation.start(self.tokenizer, [_plain(m) for m in messages])
                 self.episodes[episode] = conv

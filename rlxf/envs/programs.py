@@ -99,7 +99,7 @@ class ProgramEpisodes:
     def __init__(self, agent: AgentFunction, engine, tokenizer, limits: EpisodeLimits, timeout_s: float):
         self.agent, self.tokenizer, self.limits, self.timeout_s = agent, tokenizer, limits, timeout_s
         self.recorder = EpisodeRecorder(engine, tokenizer, max_total_tokens=limits.max_total_tokens,
-                                        max_turns=limits.max_turns)
+                                        max_turns=limits.max_turns, only_opened=True)
         self._server: ChatServer | None = None
         self._calls = 0
 

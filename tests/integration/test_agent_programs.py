@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -164,6 +165,9 @@ def test_failing_programs_end_only_their_episode(tokenizer_for_tests):
                                timeout_s=3)
     try:
         trajs = programs.run(prompts, list(range(len(modes))), SamplingParams(n=1, max_new_tokens=4))
+        RELEASE.set()          # the abandoned "hangs" program wakes up and asks again: refused, nothing recorded
+        time.sleep(0.5)
+        assert programs.recorder.episodes == {}
     finally:
         RELEASE.set()
         programs.close()
