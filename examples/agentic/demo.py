@@ -19,9 +19,9 @@ purpose, so that what RL has to find is visible.
 - guess_number (1-16, 6 turns): half the turns guess the midpoint of the interval the hints left
   open (binary search, which needs at most 5 guesses), half are wasted ("Let me think.", no
   number; the environment asks for one); the sloppy player runs out of turns about half the time.
-- tool_arithmetic (5-6 digit products and sums): half the demonstrations call the calculator in
-  the documented ``<tool_call>`` JSON format and copy its result; half answer at once with a
-  made-up number of the right length ("in the head"), which is wrong.
+- tool_arithmetic (products and sums of 2-3 digit numbers, 2 turns): 70% of the demonstrations
+  call the calculator in the documented ``<tool_call>`` JSON format and copy its result; 30%
+  answer at once with a made-up number of the right length ("in the head"), which is wrong.
 
 ``summary.json`` holds held-out success before / after (greedy, and one sample at T=1), the
 per-turn reward of the first and last steps, and the wall times. The README table is made from
@@ -44,7 +44,6 @@ from rlxf.envs.tools import ToolSet
 from rlxf.metrics.sinks import read_jsonl
 
 HERE = Path(__file__).resolve().parent
-SLOPPY = 0.5   # the fraction of demonstrated turns that are not the best play
 WASTED = "Let me think."
 
 GAMES = {
@@ -53,24 +52,26 @@ GAMES = {
         "data": ["data.task_options.low=1", "data.task_options.high=16"],
         "env": ["env.options.low=1", "env.options.high=16", "env.options.turn_penalty=0", "env.max_turns=6",
                 "env.max_total_tokens=256", "rollout.max_new_tokens=6"],
-        "preset": "nano", "sft_steps": 300, "sft_lr": 3e-3, "rl_steps": 60, "rl_lr": 1e-3,
+        "preset": "nano", "sft_steps": 300, "sft_batch": 32, "sft_lr": 3e-3, "rl_steps": 60, "rl_lr": 1e-3,
+        "sloppy": 0.5,
     },
     "tool_arithmetic": {
         "config": HERE / "tool_arithmetic.yaml",
-        "data": ["data.task_options.min_digits=3", "data.task_options.max_digits=4"],
+        "data": ["data.task_options.min_digits=2", "data.task_options.max_digits=3"],
         "env": ["env.max_turns=2", "env.max_total_tokens=400", "rollout.max_new_tokens=64"],
-        "preset": "nano", "sft_steps": 400, "sft_lr": 3e-3, "rl_steps": 60, "rl_lr": 1e-3,
+        "preset": "nano", "sft_steps": 1000, "sft_batch": 16, "sft_lr": 3e-3, "rl_steps": 60, "rl_lr": 1e-3,
+        "sloppy": 0.3,
     },
 }
 
 
-def guess_demo(env, task: EnvTask, rng: random.Random) -> list[list[dict]]:
+def guess_demo(env, task: EnvTask, rng: random.Random, sloppy: float) -> list[list[dict]]:
     """One game played by the sloppy binary searcher; each assistant turn's conversation."""
     messages = env.reset(task)
     low, high = env.low, env.high
     out = []
     for _ in range(12):
-        if rng.random() < SLOPPY:   # a wasted turn: no guess (the environment asks for a number)
+        if rng.random() < sloppy:   # a wasted turn: no guess (the environment asks for a number)
             messages = messages + [{"role": "assistant", "content": WASTED}]
             out.append(messages)
             messages = messages + env.step(WASTED).observation
@@ -86,10 +87,10 @@ def guess_demo(env, task: EnvTask, rng: random.Random) -> list[list[dict]]:
     return out
 
 
-def arithmetic_demo(env, task: EnvTask, rng: random.Random) -> list[list[dict]]:
+def arithmetic_demo(env, task: EnvTask, rng: random.Random, sloppy: float) -> list[list[dict]]:
     """One problem: calculator call and copied result, or a made-up answer of the right length."""
     messages = env.reset(task)
-    if rng.random() < SLOPPY:
+    if rng.random() < sloppy:
         answer = str(task.ground_truth)
         digits = "".join(str(rng.randint(0, 9)) for _ in range(len(answer.lstrip("-"))))
         made_up = str(int(digits) + (1 if int(digits) == int(answer) else 0))
@@ -102,7 +103,7 @@ def arithmetic_demo(env, task: EnvTask, rng: random.Random) -> list[list[dict]]:
     return [first, second]
 
 
-def write_demos(game: str, cfg, tokenizer, path: Path, seed: int, count: int) -> int:
+def write_demos(game: str, cfg, tokenizer, path: Path, seed: int, count: int, sloppy: float) -> int:
     """``count`` training prompts of the game played by the scripted player, as chat records."""
     from rlxf.data import build_prompt_data
 
@@ -117,7 +118,7 @@ def write_demos(game: str, cfg, tokenizer, path: Path, seed: int, count: int) ->
             env = build_env(cfg.env.name, options)
             task = EnvTask(uid=p.uid, prompt=p.prompt_text, ground_truth=p.ground_truth, metadata=dict(p.metadata))
             play = guess_demo if game == "guess_number" else arithmetic_demo
-            for messages in play(env, task, rng):
+            for messages in play(env, task, rng, sloppy):
                 answer = messages[-1]["content"]
                 f.write(json.dumps({"messages": messages[:-1], "response": answer, "answer": answer}) + "\n")
                 n += 1
@@ -232,13 +233,14 @@ def main() -> None:
     base = init_model(game["preset"], out / "base-model", seed=args.seed, overwrite=True)
     rl_cfg = load_config(game["config"], [*common, f"model.path={out / 'sft'}"])
     demos = out / "demos.jsonl"
-    n_demos = write_demos(args.game, rl_cfg, load_tokenizer(base), demos, args.seed, count=4000)
+    n_demos = write_demos(args.game, rl_cfg, load_tokenizer(base), demos, args.seed, count=4000,
+                          sloppy=game["sloppy"])
 
     sft_cfg = load_config(game["config"], [
         *common, "run.name=sft", f"model.path={base}", "data.source=jsonl", f"data.train_path={demos}",
         "data.test_path=null", "data.fields.messages=messages", "data.fields.prompt=null", "data.fields.response=response",
         "eval.num_problems=1", "data.max_prompt_len=400",
-        f"sft.steps={args.sft_steps or game['sft_steps']}", "sft.batch_size=32", "sft.micro_batch_size=32",
+        f"sft.steps={args.sft_steps or game['sft_steps']}", f"sft.batch_size={game['sft_batch']}", f"sft.micro_batch_size={game['sft_batch']}",
         f"sft.optim.lr={game['sft_lr']}", "sft.optim.warmup_steps=20", "checkpoint.every=0", "logging.log_every=50"])
     t_sft = time.perf_counter()
     run_sft(sft_cfg, RunDir.open(out, "sft", overwrite=True))
