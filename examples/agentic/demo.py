@@ -95,8 +95,8 @@ def arithmetic_demo(env, task: EnvTask, rng: random.Random, sloppy: float) -> li
         digits = "".join(str(rng.randint(0, 9)) for _ in range(len(answer.lstrip("-"))))
         made_up = str(int(digits) + (1 if int(digits) == int(answer) else 0))
         return [messages + [{"role": "assistant", "content": made_up}]]
-    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "%s"}}</tool_call>' % (
-        task.metadata["expression"])
+    arguments = json.dumps({"name": "calculator", "arguments": {"expression": task.metadata["expression"]}})
+    call = f"<tool_call>{arguments}</tool_call>"
     first = messages + [{"role": "assistant", "content": call}]
     result = env.step(call)
     second = first + result.observation + [{"role": "assistant", "content": result.observation[0]["content"]}]
