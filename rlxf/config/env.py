@@ -1,19 +1,42 @@
-"""Multi-turn environments (``env:``): when set, every rollout is an episode of an environment."""
+"""Multi-turn environments (``env:``): when set, every rollout is an episode of an environment,
+or of an agent program talking to the policy through an OpenAI-compatible endpoint."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlxf.config.base import Section
 
 
 class EnvConfig(Section):
-    name: str = Field(
-        ...,
-        description="The environment: a built-in name (`guess_number`, `tool_arithmetic`, `single_turn`) or "
-        "your own class as `package.module:Class` (see rlxf.envs.base.Env). Each episode gets a fresh one.",
+    name: str | None = Field(
+        None,
+        description="The environment: a built-in name (`guess_number`, `tool_arithmetic`, `single_turn`, "
+        "`gymnasium` for another package's text environment: options {id, kwargs}) or "
+        "your own class as `package.module:Class` (see rlxf.envs.base.Env). Each episode gets a fresh one. "
+        "Leave it unset when an agent program runs the episodes (`agent` / `agent_command`).",
+    )
+    agent: str | None = Field(
+        None,
+        description="An agent program that runs each episode itself, as `package.module:function` called "
+        "`function(base_url, task) -> reward` in a thread per episode: it talks to the policy with any OpenAI "
+        "client at `base_url` (the episode's own /v1 on loopback), `task` is a rlxf.envs.EnvTask, and it returns "
+        "the episode's reward (a number, or a dict with `reward` and optionally `success` and other infos). "
+        "rlxf records every model turn's exact token ids, log-probs and versions (rlxf.envs.programs).",
+    )
+    agent_command: list[str] | None = Field(
+        None,
+        description="An agent program as a command run once per episode (e.g. [python, my_agent.py]), with "
+        "OPENAI_BASE_URL (the episode's own endpoint), OPENAI_API_KEY and RLXF_TASK (the task as JSON) in its "
+        "environment; the last line of its stdout is the reward (a number, or a JSON object as for `agent`). "
+        "A nonzero exit or a timeout ends the episode with a recorded error.",
+    )
+    agent_timeout_s: float = Field(
+        300.0, gt=0,
+        description="Longest one episode of an agent program may take; past it the episode ends with a recorded "
+        "error (a command is killed; a function's thread is abandoned).",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of the environment's constructor."
@@ -47,3 +70,13 @@ class EnvConfig(Section):
         description="Also score each episode's last model turn with the `reward:` verifiers and add their "
         "reward to the episode return (they see the whole conversation in metadata['conversation']).",
     )
+
+    @model_validator(mode="after")
+    def _one_driver(self) -> EnvConfig:
+        drivers = [k for k in ("name", "agent", "agent_command") if getattr(self, k)]
+        if len(drivers) != 1:
+            raise ValueError("set exactly one of env.name (an environment), env.agent (a Python agent program) "
+                             f"and env.agent_command (an agent program as a command); got {drivers or 'none'}")
+        if self.tools and self.name is None:
+            raise ValueError("env.tools are offered by an environment (env.name); an agent program runs its own tools")
+        return self

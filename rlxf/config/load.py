@@ -265,8 +265,11 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     # reward.url: the verifiers are the server's, imported there
     custom = [] if cfg.reward.url or given_rewards else [(i, v.function) for i, v in enumerate(cfg.reward.verifiers)
                                         if v.type == "custom"]
+    # an environment, tool or agent program of one's own (`package.module:name`) imports the same way
+    own_env = cfg.env is not None and any(":" in spec for spec in (cfg.env.name or "", cfg.env.agent or "",
+                                                                   *cfg.env.tools))
     for extra in (Path.cwd(), config_dir):
-        if (cfg.plugins or custom) and extra is not None and str(extra) not in sys.path:
+        if (cfg.plugins or custom or own_env) and extra is not None and str(extra) not in sys.path:
             sys.path.append(str(extra))
     where = f"the working directory or {config_dir}" if config_dir else "the working directory"
     for module in cfg.plugins:

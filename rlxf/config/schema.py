@@ -53,9 +53,6 @@ class Config(Section):
         check_divisible(samples, mini, min(self.train.micro_batch_size, mini))
         if self.algorithm.dynamic_sampling and self.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
-        if self.env is not None and self.run.placement == "ray" and self.ray.mode == "disaggregated":
-            raise ValueError("env is set but ray.mode is 'disaggregated', whose engine actors run single-turn "
-                             "rollouts only; use ray.mode=colocated or run.placement=local for environments")
         if self.run.placement == "ray" and self.ray.learners > 1 and self.ray.learner_strategy == "fsdp" \
                 and self.model.lora.r > 0:
             raise ValueError("ray.learner_strategy=fsdp does not shard LoRA adapters; use ray.learner_strategy=ddp "

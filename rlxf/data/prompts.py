@@ -56,7 +56,8 @@ def _task_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter) -> tup
                                  use_chat_template=cfg.apply_chat_template)
         raw = [(f"task {task.name} {split} item {i}", f"{task.name}:{split}:{i}", ids, text,
                 it.ground_truth if it.ground_truth is not None else it.answer,
-                {"task": task.name, "task_options": task.options, "answer": it.answer, **it.metadata})
+                {"task": task.name, "task_options": task.options, "question": it.question, "answer": it.answer,
+                 **it.metadata})
                for i, (it, (ids, text)) in enumerate(zip(items, encoded, strict=True))]
         splits.append(_finish(raw, split, cfg, tokenizer, counts))
     return splits[0], splits[1]

@@ -72,12 +72,14 @@ class _Episode:
         log.warning("episode %s (group %d) failed: %s", self.task.uid, self.group, reason)
 
 
-def _call_all(calls: list[Callable[[], Any]], timeout: float) -> list[tuple[bool, Any]]:
+def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.step_timeout_s") -> list[tuple[bool, Any]]:
     """Run the calls concurrently, each in a daemon thread; (True, value) or (False, why) each.
 
     All share one deadline: a step never takes longer than ``timeout`` however many episodes run.
+    ``what`` names the limit in the message of a call that did not return.
     """
-    results: list[tuple[bool, Any]] = [(False, f"did not return within {timeout:g} s (env.step_timeout_s)")] * len(calls)
+    late = f"did not return within {timeout:g} s ({what})"
+    results: list[tuple[bool, Any]] = [(False, late)] * len(calls)
 
     def run(i: int, fn: Callable[[], Any]) -> None:
         try:
@@ -92,8 +94,7 @@ def _call_all(calls: list[Callable[[], Any]], timeout: float) -> list[tuple[bool
     deadline = time.monotonic() + timeout
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
-    return [r if not t.is_alive() else (False, f"did not return within {timeout:g} s (env.step_timeout_s)")
-            for r, t in zip(results, threads)]
+    return [r if not t.is_alive() else (False, late) for r, t in zip(results, threads)]
 
 
 def _check_messages(obs: Any, what: str) -> str | None:
@@ -113,6 +114,13 @@ def _check_step(result: Any) -> str | None:
     return _check_messages(result.observation, "step() observation")
 
 
+def episode_task(prompt: Prompt, seed: int) -> EnvTask:
+    """The ``EnvTask`` of one episode of ``prompt``: its question as the task's text (a task's
+    question before the chat template; a file prompt's templated text, the only text it keeps)."""
+    return EnvTask(uid=prompt.uid, prompt=str(prompt.metadata.get("question", prompt.prompt_text)),
+                   ground_truth=prompt.ground_truth, metadata=dict(prompt.metadata), seed=seed)
+
+
 def _reset(make_env: Callable[[], Env], task: EnvTask) -> tuple[Env, list]:
     env = make_env()
     return env, env.reset(task)
@@ -125,13 +133,9 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
     Each trajectory's ``reward`` is the episode return Σ_k r_k; ``episode`` holds the per-turn
     rewards, the end, the error if any, the environment's infos and the whole conversation.
     """
-    episodes = [
-        _Episode(prompt=p, group=first_group + i, task=EnvTask(
-            uid=p.uid, prompt=p.prompt_text, ground_truth=p.ground_truth, metadata=dict(p.metadata),
-            seed=derive_seed(seed, j)))
-        for i, (p, seed) in enumerate(zip(prompts, seeds, strict=True)) for j in range(sampling.n)
-    ]
-    for e, (ok, value) in zip(episodes, _call_all([lambda e=e: _reset(make_env, e.task) for e in episodes],
+    episodes = [_Episode(prompt=p, group=first_group + i, task=episode_task(p, derive_seed(seed, j)))
+                for i, (p, seed) in enumerate(zip(prompts, seeds, strict=True)) for j in range(sampling.n)]
+    for e, (ok, value) in zip(episodes, call_all([lambda e=e: _reset(make_env, e.task) for e in episodes],
                                                   limits.step_timeout_s)):
         if not ok:
             e.fail(f"reset: {value}")
@@ -156,7 +160,7 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
             break
         _model_turns(engine, live, sampling, limits, turn)
         stepping = [e for e in live if e.end is None]
-        outcomes = _call_all([lambda e=e: e.env.step(e.conv.messages[-1]["content"]) for e in stepping],
+        outcomes = call_all([lambda e=e: e.env.step(e.conv.messages[-1]["content"]) for e in stepping],
                              limits.step_timeout_s)
         for e, (ok, result) in zip(stepping, outcomes):
             _apply_step(e, ok, result, turn, limits)
@@ -247,6 +251,18 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
         reward=sum(rewards), token_rewards=token_rewards,
         episode=_json_safe({**episode, "messages": conv.messages if conv is not None else []}),
     )
+
+
+def turn_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """``env/turns_mean`` and ``env/turn_reward/K``: the mean reward of turn K (1-based) over the
+    episodes that played it, i.e. where in an episode its return is earned (the report plots it)."""
+    by_turn: dict[int, list[float]] = {}
+    for t in trajs:
+        for k, r in enumerate(t.episode["turn_rewards"], start=1):
+            by_turn.setdefault(k, []).append(r)
+    out = {"env/turns_mean": sum(t.episode["turns"] for t in trajs) / max(1, len(trajs))}
+    out |= {f"env/turn_reward/{k}": sum(rs) / len(rs) for k, rs in sorted(by_turn.items())}
+    return out
 
 
 def _json_safe(record: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Built-in environments: a guessing game, tool-use arithmetic, and any single-turn task.
+"""Built-in environments: a guessing game, tool-use arithmetic, any single-turn task, and an
+adapter for text environments of other packages (Gymnasium API).
 
     env:  {name: guess_number}                          # data.task: guess_number
     env:  {name: tool_arithmetic, tools: [calculator]}  # data.task: arithmetic
@@ -98,3 +99,49 @@ class SingleTurnEnv:
 
     def step(self, action: str) -> StepResult:
         return StepResult([], reward=0.0, terminated=True)
+
+
+@register_env("gymnasium")
+class GymnasiumEnv:
+    """An environment of another package, through the Gymnasium API, whose observations and
+    actions are text (optional extra ``rlxf[gym]``).
+
+        env: {name: gymnasium, options: {id: "my_package/Wordle-v0", kwargs: {word_length: 5}}}
+
+    ``reset`` calls ``env.reset(seed=task.seed, options={"prompt", "ground_truth", "metadata"})``
+    (an environment that draws its own puzzle ignores the options); ``step`` passes the model's
+    text as the action. An observation is a string (a user message) or a list of chat messages;
+    Gymnasium's ``(obs, reward, terminated, truncated, info)`` maps onto ``StepResult`` one to one,
+    so ``info["success"]`` counts as the episode's verdict here too.
+    """
+
+    def __init__(self, id: str, kwargs: dict | None = None):  # noqa: A002 - Gymnasium's own name
+        try:
+            import gymnasium
+        except ImportError:
+            raise EnvError("env.name=gymnasium needs the gymnasium package: pip install 'rlxf[gym]'") from None
+        try:
+            # the passive checker expects array observations; text environments would only warn
+            self.env = gymnasium.make(id, disable_env_checker=True, **dict(kwargs or {}))
+        except gymnasium.error.Error as e:
+            raise EnvError(f"env.options.id={id!r}: {e} (is the package that registers it imported, "
+                           f"e.g. through `plugins:`?)") from None
+
+    def reset(self, task: EnvTask) -> list[Message]:
+        obs, _ = self.env.reset(seed=task.seed, options={"prompt": task.prompt, "ground_truth": task.ground_truth,
+                                                         "metadata": task.metadata})
+        return _as_messages(obs)
+
+    def step(self, action: str) -> StepResult:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        done = bool(terminated or truncated)
+        return StepResult([] if done else _as_messages(obs), reward=float(reward), terminated=bool(terminated),
+                          truncated=bool(truncated), info=dict(info))
+
+
+def _as_messages(obs) -> list[Message]:
+    if isinstance(obs, str):
+        return [{"role": "user", "content": obs}]
+    if isinstance(obs, list):
+        return obs   # chat messages; the agent loop checks their shape
+    raise ValueError(f"a gymnasium observation must be text or chat messages, got {type(obs).__name__}")

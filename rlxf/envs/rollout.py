@@ -1,8 +1,12 @@
-"""``Rollout`` over environments: what the local placement uses when ``env:`` is configured.
+"""``Rollout`` over environments: what the placements use when ``env:`` is configured.
 
-``generate`` runs episodes (``rlxf.envs.agent``) instead of single responses, and ``score`` turns
-each episode's return into its reward, adding the ``reward:`` verifiers' score of the last model
-turn when ``env.use_verifiers`` is set. The loop and ``collect`` see ordinary trajectories.
+``generate`` runs episodes instead of single responses: of an environment through the agent loop
+(``rlxf.envs.agent``), or of an agent program through the chat endpoint (``rlxf.envs.programs``).
+``score`` turns each episode's return into its reward, adding the ``reward:`` verifiers' score of
+the last model turn when ``env.use_verifiers`` is set. The loop and ``collect`` see ordinary
+trajectories. The local placement and Ray's colocated actor hold one ``EnvRollout``; under Ray's
+disaggregated mode each engine actor generates with its own and the driver scores with
+``score_episodes``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from rlxf.config.env import EnvConfig
 from rlxf.envs.agent import EpisodeLimits, run_episodes
 from rlxf.envs.base import EnvError, build_env, env_factory
+from rlxf.envs.programs import ProgramEpisodes, load_agent
 from rlxf.envs.tools import ToolSet
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import SamplingParams
@@ -21,16 +26,24 @@ from rlxf.types import Prompt, Trajectory
 
 
 class EnvRollout:
-    """Episodes of one configured environment, sampled from ``engine``."""
+    """Episodes of the configured environment or agent program, sampled from ``engine``.
 
-    def __init__(self, cfg: EnvConfig, engine, tokenizer, reward=None):
+    ``reward``: the verifiers, needed only to score with ``env.use_verifiers``; a rollout that only
+    generates (a Ray engine actor) is built with ``generate_only``."""
+
+    def __init__(self, cfg: EnvConfig, engine, tokenizer, reward=None, *, generate_only: bool = False):
         self.engine, self.tokenizer, self.reward = engine, tokenizer, reward
         self.use_verifiers = cfg.use_verifiers
-        if cfg.use_verifiers and reward is None:
+        if cfg.use_verifiers and reward is None and not generate_only:
             raise EnvError("env.use_verifiers is true but no reward function is configured")
         self.limits = EpisodeLimits(max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens,
                                     step_timeout_s=cfg.step_timeout_s, credit=cfg.credit)
         self.tools = ToolSet(cfg.tools) if cfg.tools else None
+        self.programs: ProgramEpisodes | None = None
+        if cfg.name is None:   # an agent program runs the episodes
+            agent = load_agent(cfg.agent, cfg.agent_command, cfg.agent_timeout_s)
+            self.programs = ProgramEpisodes(agent, engine, tokenizer, self.limits, cfg.agent_timeout_s)
+            return
         options = dict(cfg.options)
         if self.tools is not None:
             params = inspect.signature(env_factory(cfg.name)).parameters
@@ -42,44 +55,54 @@ class EnvRollout:
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:
+        if self.programs is not None:
+            return self.programs.run(prompts, seeds, sampling, first_group=first_group)
         return run_episodes(self.engine, self.tokenizer, self.make_env, prompts, seeds, sampling, self.limits,
                             first_group=first_group)
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
-        """Reward = episode return (+ verifiers); correct = the environment's last ``info["success"]``
-        where it says, else the verifiers' verdict."""
-        metrics: dict[str, float] = {}
-        verdicts: list[Any] = [None] * len(trajs)
-        if self.use_verifiers:
-            inputs = [RewardInput(prompt=t.prompt.prompt_text, response=t.response_text,
-                                  ground_truth=t.prompt.ground_truth,
-                                  metadata={**t.prompt.metadata, "conversation": t.episode["messages"]},
-                                  response_tokens=len(t.response_ids), max_new_tokens=max_new_tokens,
-                                  uid=t.prompt.uid) for t in trajs]
-            scored = self.reward.score(inputs)
-            metrics |= batch_metrics(scored)
-            for i, (t, s) in enumerate(zip(trajs, scored)):
-                t.scores, t.reward_error, verdicts[i] = dict(s.scores), s.error, s.correct
-                if t.loss_mask and any(t.loss_mask):
-                    t.reward += s.reward
-                    if t.token_rewards is not None:  # the verifier judges the final answer: its last model token
-                        last = max(i for i, m in enumerate(t.loss_mask) if m)
-                        t.token_rewards[last] += s.reward
-        for t, verdict in zip(trajs, verdicts):
-            ep = t.episode
-            t.scores["env"] = float(sum(ep["turn_rewards"]))
-            success = next((info["success"] for info in reversed(ep["infos"]) if "success" in info), None)
-            t.correct = bool(success) if success is not None else verdict
-        tool_errors = sum(info.get("tool_errors", 0) for t in trajs for info in t.episode["infos"])
-        timeouts = sum(1 for t in trajs if "did not return within" in (t.episode["error"] or ""))
-        metrics |= {
-            # keys ending in errors / timeouts are summed over sampling rounds by collect
-            "env/episode_errors": float(sum(t.episode["end"] == "error" for t in trajs)),
-            "env/step_timeouts": float(timeouts),
-            "env/tool_call_errors": float(tool_errors),
-        }
-        return metrics
+        return score_episodes(trajs, max_new_tokens, self.reward if self.use_verifiers else None)
 
     def close(self) -> None:
         if self.tools is not None:
             self.tools.close()
+        if self.programs is not None:
+            self.programs.close()
+
+
+def score_episodes(trajs: list[Trajectory], max_new_tokens: int, reward=None) -> dict[str, float]:
+    """Reward = episode return (+ the ``reward`` verifiers' score of the last model turn, when
+    given); correct = the episode's last ``info["success"]`` where it says, else the verifiers'
+    verdict. Returns the step's episode metrics (errors, timeouts, tool errors, per-turn reward)."""
+    metrics: dict[str, float] = {}
+    verdicts: list[Any] = [None] * len(trajs)
+    if reward is not None:
+        inputs = [RewardInput(prompt=t.prompt.prompt_text, response=t.response_text,
+                              ground_truth=t.prompt.ground_truth,
+                              metadata={**t.prompt.metadata, "conversation": t.episode["messages"]},
+                              response_tokens=len(t.response_ids), max_new_tokens=max_new_tokens,
+                              uid=t.prompt.uid) for t in trajs]
+        scored = reward.score(inputs)
+        metrics |= batch_metrics(scored)
+        for i, (t, s) in enumerate(zip(trajs, scored)):
+            t.scores, t.reward_error, verdicts[i] = dict(s.scores), s.error, s.correct
+            if t.loss_mask and any(t.loss_mask):
+                t.reward += s.reward
+                if t.token_rewards is not None:  # the verifier judges the final answer: its last model token
+                    last = max(i for i, m in enumerate(t.loss_mask) if m)
+                    t.token_rewards[last] += s.reward
+    for t, verdict in zip(trajs, verdicts):
+        ep = t.episode
+        t.scores["env"] = float(sum(ep["turn_rewards"]))
+        success = next((info["success"] for info in reversed(ep["infos"]) if "success" in info), None)
+        t.correct = bool(success) if success is not None else verdict
+    tool_errors = sum(info.get("tool_errors", 0) for t in trajs for info in t.episode["infos"])
+    timeouts = sum(1 for t in trajs if "did not return within" in (t.episode["error"] or ""))
+    metrics |= {
+        # keys ending in errors / timeouts are summed over sampling rounds by collect
+        "env/episode_errors": float(sum(t.episode["end"] == "error" for t in trajs)),
+        "env/step_timeouts": float(timeouts),
+        "env/tool_call_errors": float(tool_errors),
+    }
+    return metrics
+

@@ -53,6 +53,7 @@ PLOTS = (
          "fill fraction / groups / fraction of samples"),
 )
 EVAL_SOURCE = re.compile(r"^eval/(.+)/accuracy$")
+TURN_REWARD = re.compile(r"^env/turn_reward/(\d+)$")
 HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "kl", "entropy", "response/length_mean")
 HEADLINE_MEAN = ("time/step", "throughput/tokens_per_s")
 SAMPLE_STEPS = 6          # steps shown in the samples table, evenly spread, first and last included
@@ -95,10 +96,14 @@ def default_output(run_dirs: list[Path]) -> Path:
 
 
 def plots_for(runs: list[RunMetrics]) -> list[Plot]:
-    """The plots some run has data for; each eval source's accuracy joins the accuracy plot."""
+    """The plots some run has data for; each eval source's accuracy joins the accuracy plot, and a
+    multi-turn run gets the mean reward of each turn of its episodes (``env/turn_reward/K``)."""
     keys = set().union(*(r.keys() for r in runs))
     sources = tuple(sorted(k for k in keys if EVAL_SOURCE.match(k)))
     plots = [Plot(p.title, p.keys + sources, p.ylabel) if p.title == "Accuracy" else p for p in PLOTS]
+    turns = tuple(sorted((k for k in keys if TURN_REWARD.match(k)), key=lambda k: int(TURN_REWARD.match(k)[1])))
+    if turns:
+        plots.insert(1, Plot("Reward per turn (mean reward of turn K)", turns, "mean reward"))
     return [p for p in plots if any(k in keys for k in p.keys)]
 
 

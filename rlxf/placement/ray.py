@@ -13,6 +13,12 @@ With ``ray.learners`` = N the learner is N actors, ranks of one torch.distribute
 engine and reward. Every learner call goes to all ranks with the same arguments (under FSDP
 every forward and every weight gather is a collective, so all must take part); rank 0 answers.
 
+With ``env:`` (multi-turn episodes), each engine actor runs its share's episodes itself: the agent
+loop (or the agent programs and their endpoint) next to its engine, so every turn is generated
+token-in, token-out without a round trip to the driver, and an environment that misbehaves does
+so in an engine actor's threads, never in the driver or the learner. The driver scores the
+episodes (``rlxf.envs.rollout.score_episodes``).
+
 Checkpoints have the same layout as ``local`` (learner rank 0 writes them), so a run resumes
 under either placement and any N. A dead engine actor (killed, OOM, node lost) is replaced,
 given the current weights, and its requests are retried, up to ``ray.max_restarts`` times; a
@@ -147,7 +153,12 @@ class _Engine:
         model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
         model.eval()
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
-        self.rollout = EngineRollout(engine, tokenizer, reward=None)
+        if cfg.env is not None:   # episodes run here, next to the engine; the driver scores them
+            from rlxf.envs.rollout import EnvRollout
+
+            self.rollout = EnvRollout(cfg.env, engine, tokenizer, generate_only=True)
+        else:
+            self.rollout = EngineRollout(engine, tokenizer, reward=None)
         self.cfg = cfg
         self.group = None
 
@@ -168,6 +179,11 @@ class _Engine:
 
     def receive_weights(self, manifest, version: int) -> int:
         return self.update_weights(self.group.receive(manifest), version)
+
+    def close(self) -> None:
+        close = getattr(self.rollout, "close", None)   # an EnvRollout's tools and endpoint
+        if close is not None:
+            close()
 
 
 class RayPlacement(Placement):
@@ -248,6 +264,10 @@ class RayPlacement(Placement):
             for t, (reward, scores, correct, error) in zip(trajs, verdicts):
                 t.reward, t.scores, t.correct, t.reward_error = reward, scores, correct, error
             return metrics
+        if self.cfg.env is not None:
+            from rlxf.envs.rollout import score_episodes
+
+            return score_episodes(trajs, max_new_tokens, self.reward if self.cfg.env.use_verifiers else None)
         from rlxf.trainer.collect import score
 
         return score(self.reward, trajs, max_new_tokens)
@@ -306,6 +326,11 @@ class RayPlacement(Placement):
                     pass
             if self.reward is not None:
                 self.reward.close()
+            for engine in self._engines:
+                try:
+                    ray.get(engine.close.remote())
+                except _ACTOR_LOST:
+                    pass
         finally:
             for handle in [*self._learners, *self._engines]:
                 ray.kill(handle)

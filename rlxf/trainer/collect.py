@@ -158,6 +158,10 @@ def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
     verdicts = [t.correct for t in trajs if t.correct is not None]
     if verdicts:
         out["accuracy"] = sum(verdicts) / len(verdicts)
+    if all(t.episode is not None for t in trajs):   # multi-turn episodes: turns and per-turn reward
+        from rlxf.envs.agent import turn_metrics
+
+        out |= turn_metrics(trajs)
     return out
 
 

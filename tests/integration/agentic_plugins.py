@@ -38,3 +38,41 @@ class BrokenEnv(DigitsEnv):
         if self.fault == 3:
             return {"reward": 1.0}
         return super().step(action)
+
+
+def guess_agent(base_url: str, task: EnvTask) -> dict:
+    """An agent program written against the official OpenAI client only: it plays the guessing
+    game (the game's rules are its own business, here borrowed from rlxf's environment)."""
+    from openai import OpenAI
+
+    from rlxf.envs import build_env
+
+    env = build_env("guess_number", {"low": 1, "high": 8})
+    messages = env.reset(task)
+    client = OpenAI(base_url=base_url, api_key="rlxf", max_retries=0)
+    total = 0.0
+    for _ in range(3):
+        reply = client.chat.completions.create(model="rlxf-policy", messages=messages, max_tokens=6,
+                                               temperature=0.0)   # the rollout's sampling wins in training
+        text = reply.choices[0].message.content
+        messages.append({"role": "assistant", "content": text})
+        result = env.step(text)
+        total += result.reward
+        if result.terminated:
+            return {"reward": total, "success": True}
+        messages += result.observation
+    return {"reward": total, "success": False}
+
+
+def digits_agent(base_url: str, task: EnvTask) -> float:
+    """Two turns through the OpenAI client; the reward is the fraction of digits the model wrote."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base_url, api_key="rlxf", max_retries=0)
+    messages = [{"role": "user", "content": f"Say numbers ({task.uid})."}]
+    said = ""
+    for _ in range(2):
+        text = client.chat.completions.create(model="m", messages=messages).choices[0].message.content
+        said += text
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "More numbers."}]
+    return sum(c.isdigit() for c in said) / max(1, len(said))

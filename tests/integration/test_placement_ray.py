@@ -153,3 +153,19 @@ def test_async_mode_streams_from_engine_actors_within_the_staleness_bound(tmp_pa
     # step 1 sent steps 1 and 2's prompts at once: step 2 trains on version-0 samples, one behind
     assert [r["async/staleness_max"] for r in rows][:2] == [0.0, 1.0]
     assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale"] == 0 for r in rows)
+
+
+def test_env_episodes_on_disaggregated_engines_train_as_local(tmp_path, nano_model_dir, local_ray, one_thread):
+    """Multi-turn episodes run inside the engine actor (agent loop next to its engine), scored on the
+    driver: the same trajectories, so the same weights, as the local placement."""
+    env = ["env={name: 'agentic_plugins:DigitsEnv', max_turns: 2, max_total_tokens: 96}", "rollout.max_new_tokens=4",
+           "train.steps=2", "train.prompts_per_step=2", "logging.samples_fraction=1.0"]
+    _train(_cfg(tmp_path, nano_model_dir, "env-local", *env))
+    _train(_cfg(tmp_path, nano_model_dir, "env-split", *env, "run.placement=ray", "ray.mode=disaggregated"))
+    local, split = _weights(tmp_path, "env-local", 2), _weights(tmp_path, "env-split", 2)
+    base = load_file(nano_model_dir / "model.safetensors")
+    assert any(not torch.equal(local[k], base[k]) for k in local)
+    assert max(float((local[k] - split[k]).abs().max()) for k in local) <= 1e-6
+    runs = tmp_path / "runs"
+    samples = [(runs / name / "samples.jsonl").read_text() for name in ("env-local", "env-split")]
+    assert samples[0] == samples[1] and '"turns": 2' in samples[0]     # the episodes themselves, step by step

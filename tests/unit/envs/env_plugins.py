@@ -47,3 +47,4 @@ def hang(x: int) -> int:
 
 def undocumented(x):
     return x
+

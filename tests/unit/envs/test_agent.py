@@ -130,6 +130,7 @@ def test_failures_end_only_their_episode_and_are_counted(tokenizer_for_tests):
     rollout = EnvRollout.__new__(EnvRollout)   # the rollout's scoring around a hand-made env factory
     rollout.engine, rollout.tokenizer, rollout.reward, rollout.use_verifiers = engine, tok, None, False
     rollout.limits, rollout.tools, rollout.make_env = EpisodeLimits(step_timeout_s=0.5), None, FlakyEnv
+    rollout.programs = None
     try:
         trajs = rollout.generate(ps, list(range(len(ps))), SamplingParams(n=1, max_new_tokens=4))
     finally:
@@ -237,11 +238,37 @@ def test_single_turn_env_keeps_todays_tasks_working(tokenizer_for_tests):
     assert reward.seen[0].metadata["conversation"][-1] == {"role": "assistant", "content": "46"}
 
 
-def test_env_with_disaggregated_ray_is_a_config_error(tmp_path):
-    from rlxf.config import Config
 
-    base = {"model": {"path": "m"}, "data": {"task": "guess_number"}, "env": {"name": "guess_number"},
-            "run": {"placement": "ray"}}
-    Config.model_validate(base)   # colocated: fine
-    with pytest.raises(ValueError, match="ray.mode is 'disaggregated'.*colocated"):
-        Config.model_validate({**base, "ray": {"mode": "disaggregated"}})
+def test_env_config_takes_one_driver_and_agent_errors_name_it(tokenizer_for_tests):
+    from pydantic import ValidationError
+
+    from rlxf.envs.base import EnvError
+
+    for bad in ({}, {"name": "guess_number", "agent": "m:f"}, {"agent": "m:f", "agent_command": ["python", "a.py"]}):
+        with pytest.raises(ValidationError, match="exactly one of env.name"):
+            EnvConfig(**bad)
+    with pytest.raises(ValidationError, match="an agent program runs its own tools"):
+        EnvConfig(agent="m:f", tools=["calculator"])
+    with pytest.raises(EnvError, match="env.agent='no_such_module_x:run'.*cannot import"):
+        EnvRollout(EnvConfig(agent="no_such_module_x:run"), None, tokenizer_for_tests)
+    with pytest.raises(EnvError, match="env.agent='env_plugins:HANG' is not callable"):
+        EnvRollout(EnvConfig(agent="env_plugins:HANG"), None, tokenizer_for_tests)
+
+
+def test_gymnasium_text_environments_through_the_adapter(tokenizer_for_tests):
+    gymnasium = pytest.importorskip("gymnasium")
+    from rlxf.envs.base import EnvError
+
+    if "rlxf_test/SecretWord-v0" not in gymnasium.registry:
+        gymnasium.register(id="rlxf_test/SecretWord-v0", entry_point="gym_plugins:SecretWord")
+    with pytest.raises(EnvError, match="env.options.id='rlxf_test/Nope-v0'"):
+        build_env("gymnasium", {"id": "rlxf_test/Nope-v0"})
+    engine = ScriptedEngine(tokenizer_for_tests, lambda text, seed: "apple" if "No, again" in text else "pear")
+    ps = [Prompt(uid=f"w:{i}", prompt_ids=[1], prompt_text="", ground_truth=w) for i, w in enumerate(("apple", "kiwi"))]
+    make = lambda: build_env("gymnasium", {"id": "rlxf_test/SecretWord-v0", "kwargs": {"tries": 2}})  # noqa: E731
+    won, lost = run_episodes(engine, tokenizer_for_tests, make, ps, [0, 1], SamplingParams(n=1, max_new_tokens=4),
+                             EpisodeLimits(max_turns=4))
+    assert [m["content"] for m in won.episode["messages"]] == ["Say the word.", "pear", "No, again.", "apple"]
+    assert won.episode["turn_rewards"] == [0.0, 1.0] and won.episode["end"] == "terminated"
+    assert won.episode["infos"][-1] == {"success": True}
+    assert lost.episode["end"] == "truncated" and lost.reward == 0.0 and lost.episode["turns"] == 2

@@ -216,6 +216,19 @@ def test_long_curves_are_smoothed_over_the_raw_and_eval_sources_are_points():
         assert labels[src].get_marker() == "o" and list(labels[src].get_xdata()) == [50, 100]
 
 
+def test_multi_turn_runs_plot_the_reward_of_each_turn():
+    from rlxf.metrics.report import RunMetrics, plots_for
+
+    records = [{"step": s, "reward/mean": 0.5, "env/turn_reward/1": 0.1, "env/turn_reward/2": 0.3,
+                "env/turn_reward/10": 0.9} for s in range(1, 4)]
+    titles = [p.title for p in plots_for([RunMetrics("r", records)])]
+    assert titles[:2] == ["Reward", "Reward per turn (mean reward of turn K)"]
+    (turns,) = [p for p in plots_for([RunMetrics("r", records)]) if p.title.startswith("Reward per turn")]
+    assert turns.keys == ("env/turn_reward/1", "env/turn_reward/2", "env/turn_reward/10")   # by turn, not text
+    single_turn = RunMetrics("r", [{"step": 1, "reward/mean": 1.0}])
+    assert not any(p.title.startswith("Reward per turn") for p in plots_for([single_turn]))
+
+
 def test_samples_table_best_worst_random_per_step(tmp_path):
     from rlxf.metrics.report import load_run, sample_rows
 

@@ -1,0 +1,151 @@
+"""Agent programs drive rollouts: rlxf serves the policy, the program runs the episode.
+
+    # my_agent.py -- knows nothing of rlxf but the task it gets
+    from openai import OpenAI
+
+    def run(base_url, task):
+        client = OpenAI(base_url=base_url, api_key="rlxf")
+        messages = [{"role": "user", "content": task.prompt}]
+        reply = client.chat.completions.create(model="rlxf-policy", messages=messages)
+        ...                                         # tools, more turns, whatever the program does
+        return 1.0 if solved else 0.0
+
+    # config:  env: {agent: my_agent:run}   or   env: {agent_command: [python, my_agent.py]}
+
+This is the server-based rollout of AReaL and slime: during ``generate`` an OpenAI-compatible
+endpoint (``rlxf.envs.chat_server``) runs on loopback, and each episode gets its own base URL
+(``.../episodes/ID/v1``), so a program needs no rlxf-specific field to say which episode it is
+in. The endpoint appends every request to the episode's token sequence exactly as the built-in
+agent loop does (model tokens: the engine's ids, log-probs and version, loss_mask 1; everything
+else through the chat template, loss_mask 0) and samples each turn with the rollout's parameters
+and the built-in loop's seeds, so for the same seeded episode both paths give the same
+trajectory. The program's return value is the episode's reward (on the last model token).
+
+Episodes run concurrently, one thread each (a command: one process each, killed at the
+timeout). A program that raises, exits nonzero, hangs past ``env.agent_timeout_s``, returns
+something that is not a reward, or never calls the model ends its own episode with
+``episode["error"]`` and loss_mask 0, as a broken environment does; the run goes on. A program
+whose request is refused because the episode reached ``env.max_turns`` / ``env.max_total_tokens``
+may fail on that refusal: its episode then ends for that limit, with reward 0, and trains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from rlxf.envs.agent import EpisodeLimits, call_all, conversation_trajectory, episode_task
+from rlxf.envs.base import EnvError, EnvTask, import_object
+from rlxf.envs.chat_server import ChatServer, EpisodeRecorder
+from rlxf.rollout import SamplingParams
+from rlxf.trainer.seeds import derive_seed
+from rlxf.types import Prompt, Trajectory
+
+AgentFunction = Callable[[str, EnvTask], Any]   # (base_url, task) -> reward | {"reward": ..., ...}
+
+
+def command_agent(command: list[str], timeout_s: float) -> AgentFunction:
+    """An agent program run as ``command`` once per episode (see ``EnvConfig.agent_command``)."""
+    def run(base_url: str, task: EnvTask) -> Any:
+        env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "rlxf",
+               "RLXF_TASK": json.dumps(asdict(task), default=repr)}
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{command[0]} did not return within {timeout_s:g} s (env.agent_timeout_s)") from None
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()[-300:]}")
+        lines = done.stdout.strip().splitlines()
+        if not lines:
+            raise ValueError(f"{' '.join(command)} printed nothing; its last stdout line must be the reward")
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            raise ValueError(f"the last stdout line of {' '.join(command)} is {lines[-1][:80]!r}, not a reward "
+                             f"(a number or a JSON object)") from None
+    return run
+
+
+def load_agent(agent: str | None, command: list[str] | None, timeout_s: float) -> AgentFunction:
+    """The configured agent program as one callable ``(base_url, task) -> reward``."""
+    if command:
+        return command_agent(command, timeout_s)
+    assert agent is not None
+    fn = import_object(agent, "agent program", "env.agent")
+    if not callable(fn):
+        raise EnvError(f"env.agent={agent!r} is not callable (got {type(fn).__name__})")
+    return fn
+
+
+def _outcome(value: Any) -> tuple[float, dict[str, Any]] | str:
+    """(reward, info) from what a program returned, or why it is not a reward."""
+    info: dict[str, Any] = {}
+    if isinstance(value, dict):
+        info = {k: v for k, v in value.items() if k != "reward"}
+        value = value.get("reward")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"the agent program returned {value!r:.80}; it must return a finite reward (or {{'reward': ...}})"
+    return float(value), info
+
+
+class ProgramEpisodes:
+    """Runs the configured agent program's episodes against an engine, served on loopback."""
+
+    def __init__(self, agent: AgentFunction, engine, tokenizer, limits: EpisodeLimits, timeout_s: float):
+        self.agent, self.tokenizer, self.limits, self.timeout_s = agent, tokenizer, limits, timeout_s
+        self.recorder = EpisodeRecorder(engine, tokenizer, max_total_tokens=limits.max_total_tokens,
+                                        max_turns=limits.max_turns, only_opened=True)
+        self._server: ChatServer | None = None
+        self._calls = 0
+
+    def run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
+            first_group: int = 0) -> list[Trajectory]:
+        """``sampling.n`` episodes per prompt, as the agent loop's ``run_episodes`` makes them."""
+        if self._server is None:   # started on first use: constructing the rollout serves nothing yet
+            self._server = ChatServer(self.recorder)
+        self.recorder.sampling = sampling
+        self._calls += 1
+        episodes = []
+        for i, (p, seed) in enumerate(zip(prompts, seeds, strict=True)):
+            for j in range(sampling.n):
+                name = f"c{self._calls}-g{first_group + i}-e{j}"
+                task = episode_task(p, derive_seed(seed, j))
+                self.recorder.open(name, task.seed)
+                episodes.append((name, p, first_group + i, task))
+        outcomes = call_all([lambda n=n, t=t: self.agent(self._server.episode_url(n), t)
+                             for n, _, _, t in episodes], self.timeout_s, what="env.agent_timeout_s")
+        trajs = []
+        for (name, prompt, group, _), (ok, value) in zip(episodes, outcomes):
+            ended = self.recorder.ended.get(name)
+            conv = self.recorder.take(name)
+            reward, info, error = 0.0, {}, None
+            if ok:
+                got = _outcome(value)
+                if isinstance(got, str):
+                    error = got
+                else:
+                    reward, info = got
+            elif ended is None:
+                error = f"agent program: {value}"
+            if conv is None and error is None:
+                error = "the agent program made no model call"
+            if error is not None:   # a broken episode says nothing about the policy
+                reward, info = 0.0, {}
+            end = "error" if error else ended or "terminated"
+            last_model = max((k for k, m in enumerate(conv.loss_mask) if m), default=None) if conv else None
+            trajs.append(conversation_trajectory(
+                conv, prompt, group, self.tokenizer, rewards=[reward], reward_at=[last_model],
+                credit=self.limits.credit, failed=error is not None,
+                episode={"turns": len(conv.turn_ends) if conv else 0, "turn_rewards": [reward], "end": end,
+                         "error": error, "infos": [info]}))
+        return trajs
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
