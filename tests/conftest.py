@@ -10,11 +10,9 @@ import pytest
 _TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(autouse=True)
-def _isolated_registries():
-    """Plugins a test registers (e.g. the `nan_for_tests` advantage) vanish after it: the
-    registries are restored, and test-local plugin modules are forgotten so the next test that
-    names them imports (and registers) them afresh."""
+def _registries_kept():
+    """Restore the algorithm registries as they are now when the caller resumes, and forget the
+    test-local plugin modules imported meanwhile, so the next user imports (registers) afresh."""
     from rlxf.algorithms import registry
 
     saved = {kind: dict(fns) for kind, fns in registry._REGISTRIES.items()}
@@ -27,6 +25,19 @@ def _isolated_registries():
         path = getattr(sys.modules[name], "__file__", None) or ""
         if path and Path(path).resolve().is_relative_to(_TESTS):
             del sys.modules[name]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _isolated_registries_per_module():
+    """What a module-scoped fixture registers (a baseline run importing `rl_plugins`, say) is
+    gone after the module: the per-test restore below would keep it, as it was there before."""
+    yield from _registries_kept()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_registries():
+    """Plugins a test registers (e.g. the `nan_for_tests` advantage) vanish after it."""
+    yield from _registries_kept()
 
 
 @pytest.fixture(scope="session")
