@@ -41,7 +41,7 @@ def _evaluate(model_dir: Path, cfgs: dict[str, Config]) -> dict[str, float]:
     """Greedy accuracy of ``model_dir`` on the held-out split of each config's task."""
     from rlxf.data import build_prompt_data
     from rlxf.models import load_model, load_tokenizer
-    from rlxf.rewards import build_reward
+    from rlxf.rewards import build_run_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
     from rlxf.trainer.evaluate import evaluate_prompts
 
@@ -50,7 +50,7 @@ def _evaluate(model_dir: Path, cfgs: dict[str, Config]) -> dict[str, float]:
     for name, cfg in cfgs.items():
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
         prompts = build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test[: cfg.eval.num_problems]
-        reward = build_reward(cfg.reward)
+        reward = build_run_reward(cfg)
         try:
             metrics = evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
                                        seed=cfg.run.seed)

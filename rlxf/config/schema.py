@@ -56,6 +56,13 @@ class Config(Section):
         if self.env is not None and self.run.placement == "ray" and self.ray.mode == "disaggregated":
             raise ValueError("env is set but ray.mode is 'disaggregated', whose engine actors run single-turn "
                              "rollouts only; use ray.mode=colocated or run.placement=local for environments")
+        if self.algorithm.ptx_coef > 0 and self.data.ptx is None:
+            raise ValueError(f"algorithm.ptx_coef is {self.algorithm.ptx_coef:g} but data.ptx is not set; give the "
+                             f"demonstrations (e.g. data.ptx.task=arithmetic, or data.ptx.source=jsonl with "
+                             f"data.ptx.train_path) or set algorithm.ptx_coef=0")
+        if self.reward.url and any(s.verifiers is not None for s in self.data.sources):
+            raise ValueError("data.sources[].verifiers is set but reward.url scores remotely with the server's "
+                             "verifiers; drop reward.url or the per-source verifiers")
         return self
 
     @cached_property

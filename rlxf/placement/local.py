@@ -16,7 +16,7 @@ from rlxf.config.env import EnvConfig
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
-from rlxf.rewards import build_reward
+from rlxf.rewards import build_run_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
 from rlxf.trainer.collect import EngineRollout
 from rlxf.trainer.experience import ExperienceMaker
@@ -109,7 +109,7 @@ class LocalPlacement(Placement):
 
         ``model`` and ``tokenizer``: an in-memory policy (a transformers causal LM, trained in
         place) instead of loading ``model.path``; the reference and the critic's trunk start
-        as copies of it. ``reward``: a built reward function instead of ``build_reward(cfg.reward)``.
+        as copies of it. ``reward``: a built reward function instead of ``build_run_reward(cfg)``.
         """
         copies = {}
         if model is None:
@@ -120,7 +120,7 @@ class LocalPlacement(Placement):
         learner = build_learner(cfg, model, tokenizer, **copies)
         engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=learner.actor.device,
                                           dtype=learner.actor.dtype, seed=cfg.seeds.sampling)
-        reward = reward if reward is not None else build_reward(cfg.reward)
+        reward = reward if reward is not None else build_run_reward(cfg)
         return cls(learner, engine, reward, env=cfg.env)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,

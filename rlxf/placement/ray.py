@@ -130,12 +130,12 @@ class RayPlacement(Placement):
                 num_cpus=rc.learner_cpus, num_gpus=rc.learner_gpus, **self._options).remote(cfg, rc.learner_cpus)
             ray.get(self._colocated.call.remote("sync_weights", 0))
         else:
-            from rlxf.rewards import build_reward
+            from rlxf.rewards import build_run_reward
 
             self._learner = ray.remote(_Learner).options(
                 num_cpus=rc.learner_cpus, num_gpus=rc.learner_gpus, **self._options).remote(cfg, rc.learner_cpus)
             self._engines = [self._new_engine() for _ in range(rc.engines)]
-            self.reward = build_reward(cfg.reward)
+            self.reward = build_run_reward(cfg)
             self.sync_weights(0)
 
     # -- placement interface --------------------------------------------------------------

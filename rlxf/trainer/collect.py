@@ -17,7 +17,7 @@ import torch
 from rlxf.algorithms import dynamic_sampling_keep
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.reward import RewardConfig
-from rlxf.data import PromptSampler
+from rlxf.data import Sampler
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
@@ -107,7 +107,7 @@ def check_reward_failures(trajs: list[Trajectory], step: int, reward: RewardConf
     )
 
 
-def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, algo: AlgorithmConfig, *,
+def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: AlgorithmConfig, *,
             prompts_per_step: int, seed: int, step: int, timer: PhaseTimer,
             reward: RewardConfig | None = None) -> tuple[list[Trajectory], dict[str, float]]:
     """This step's scored groups: ``prompts_per_step`` prompts x ``sampling.n`` samples.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlxf.config import Config
-from rlxf.data import PromptSampler, build_prompt_data
+from rlxf.data import build_prompt_data, build_sampler
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import collect, step_metrics
@@ -50,7 +50,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     torch.manual_seed(seeds.init)
     data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)
     log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
-    sampler = PromptSampler(data.train, seed=seeds.data, shuffle=cfg.data.shuffle)
+    sampler = build_sampler(data.train, data.weights, seed=seeds.data, shuffle=cfg.data.shuffle)
     sampling = SamplingParams.from_config(cfg.rollout)
     state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}

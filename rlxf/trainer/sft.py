@@ -80,9 +80,9 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     (HF format, the layout RL runs use, so the run directory itself is a valid ``model.path``)
     every ``checkpoint.every`` steps and at the end; ``resume`` continues from the run's last one."""
     from rlxf.config import dump_config
-    from rlxf.rewards import build_reward
+    from rlxf.rewards import build_run_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
-    from rlxf.trainer.evaluate import evaluate_prompts
+    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
 
     run.config.write_text(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model)
@@ -93,8 +93,8 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                        config=cfg.model_dump(mode="json"))
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
-    prompts = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test[: cfg.eval.num_problems]
-    reward = build_reward(cfg.reward) if prompts else None
+    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)
+    reward = build_run_reward(cfg) if prompts else None
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling) if prompts else None
     sampling = SamplingParams.from_config(cfg.rollout)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlxf.config import Config, dump_config
-from rlxf.data import PromptSampler
+from rlxf.data import Sampler
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
 from rlxf.run_dir import RunDir
@@ -94,7 +94,7 @@ class RunState:
         self.samples.close()
 
 
-def save(run: RunDir, placement: Placement, state: RunState, sampler: PromptSampler, step: int) -> Path:
+def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, step: int) -> Path:
     """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
     state, and the loop's own (data position, counters, RNG)."""
     path = save_checkpoint(run.checkpoints, step, write=placement.save,
@@ -125,7 +125,7 @@ def intact_checkpoint(root: Path) -> Path | None:
     return None
 
 
-def restore(run: RunDir, cfg: Config, placement: Placement, sampler: PromptSampler) -> RunState:
+def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler) -> RunState:
     """Reload the newest intact checkpoint; outputs are cut back to its step."""
     ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:  # killed before the first checkpoint: start over, keeping nothing half-done
