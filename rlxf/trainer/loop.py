@@ -25,6 +25,7 @@ import torch
 
 from rlxf.config import Config
 from rlxf.data import build_prompt_data, build_sampler
+from rlxf.data.curriculum import Curriculum
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import collect, step_metrics
@@ -51,8 +52,10 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)
     log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
     sampler = build_sampler(data.train, data.weights, seed=seeds.data, shuffle=cfg.data.shuffle)
+    curriculum = (Curriculum(cfg.data.curriculum, seed=seeds.data, num_prompts=len(data.train))
+                  if cfg.data.curriculum.enabled else None)
     sampling = SamplingParams.from_config(cfg.rollout)
-    state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
+    state = restore(run, cfg, placement, sampler, curriculum) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
     diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
     checkpoint_seconds: dict[str, float] = {}
@@ -67,7 +70,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 # rollout + reward: a group of n scored responses per prompt
                 trajs, rollout_metrics = collect(placement, sampler, sampling, cfg.algorithm,
                                                  prompts_per_step=cfg.train.prompts_per_step, seed=seeds.sampling,
-                                                 step=step, timer=timer, reward=cfg.reward)
+                                                 step=step, timer=timer, reward=cfg.reward, curriculum=curriculum)
 
                 # experience: log-probs, values, token rewards, advantages
                 with timer("experience"):
@@ -100,7 +103,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
                         step == cfg.train.steps and cfg.checkpoint.save_final) or stopping is not None:
                     t0 = time.perf_counter()
-                    saved = save(run, placement, state, sampler, step)
+                    saved = save(run, placement, state, sampler, step, curriculum)
                     checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
                 if stopping is not None:
                     raise TrainingInterrupted(stopping, step, saved)

@@ -11,6 +11,7 @@ import torch
 
 from rlxf.config import Config, dump_config
 from rlxf.data import Sampler
+from rlxf.data.curriculum import Curriculum
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
 from rlxf.run_dir import RunDir
@@ -94,11 +95,14 @@ class RunState:
         self.samples.close()
 
 
-def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, step: int) -> Path:
+def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, step: int,
+         curriculum: Curriculum | None = None) -> Path:
     """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
-    state, and the loop's own (data position, counters, RNG)."""
-    path = save_checkpoint(run.checkpoints, step, write=placement.save,
-                           state={"sampler": sampler.state_dict(), "skipped": state.skipped},
+    state, and the loop's own (data position, curriculum records, counters, RNG)."""
+    loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped}
+    if curriculum is not None:
+        loop_state["curriculum"] = curriculum.state_dict()
+    path = save_checkpoint(run.checkpoints, step, write=placement.save, state=loop_state,
                            keep_last=state.cfg.checkpoint.keep_last)
     log.info("saved checkpoint %s", path)
     return path
@@ -125,7 +129,8 @@ def intact_checkpoint(root: Path) -> Path | None:
     return None
 
 
-def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler) -> RunState:
+def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
+            curriculum: Curriculum | None = None) -> RunState:
     """Reload the newest intact checkpoint; outputs are cut back to its step."""
     ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:  # killed before the first checkpoint: start over, keeping nothing half-done
@@ -138,6 +143,10 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler) ->
     placement.load(ckpt)
     placement.sync_weights(step)
     sampler.load_state_dict(trainer_state["sampler"])
+    if curriculum is not None:
+        if "curriculum" not in trainer_state:
+            raise CheckpointDamaged(f"{ckpt} was saved without data.curriculum; resume with the same data config")
+        curriculum.load_state_dict(trainer_state["curriculum"])
     set_rng_state(trainer_state["rng"])
     dropped = sum(truncate_after_step(p, step) for p in (run.metrics, run.samples))
     log.info("resumed from %s (step %d); dropped %d records written after it", ckpt, step, dropped)
