@@ -37,6 +37,7 @@ class PromptData:
     test: list[Prompt]
     report: dict[str, int] = field(default_factory=dict)
     weights: dict[str, float] | None = None   # a mixture: source name -> sampling weight (None: one source)
+    held_out: frozenset[str] = frozenset()    # content_key of every held-out prompt (kept out of PPO-ptx too)
 
 
 @dataclass
@@ -187,7 +188,7 @@ def build_prompt_data(cfg: DataConfig, tokenizer, seed: int) -> PromptData:
     report["max_prompt_tokens"] = max((len(p.prompt_ids) for p in (*train, *test)), default=0)
     log_report("prompt", report)
     weights = {s.label: s.weight for s in cfg.sources} if cfg.mixture else None
-    return PromptData(train, test, report, weights)
+    return PromptData(train, test, report, weights, frozenset(held_out))
 
 
 def read_task_records(cfg: DataConfig, seed: int) -> dict[str, list[Record]]:

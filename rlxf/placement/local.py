@@ -13,6 +13,7 @@ from pathlib import Path
 from rlxf.algorithms import make_kl_controller, registry
 from rlxf.config import Config
 from rlxf.config.env import EnvConfig
+from rlxf.data import SFTExample
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
@@ -42,7 +43,8 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps
     actor = Actor(model, PolicyObjective.from_config(cfg.algorithm, cfg.rollout.max_new_tokens),
-                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size)
+                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size,
+                  ptx_coef=cfg.algorithm.ptx_coef)
 
     reference = None
     if cfg.algorithm.kl_coef > 0 and reference_model is not None:
@@ -133,8 +135,8 @@ class LocalPlacement(Placement):
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.learner.make_experience(trajs)
 
-    def update(self, exp: Experience, step: int) -> dict[str, float]:
-        return self.learner.update(exp, step)
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
+        return self.learner.update(exp, step, demos)
 
     def sync_weights(self, version: int) -> None:
         self.engine.update_weights(self.learner.named_parameters(), version=version)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
@@ -27,6 +27,9 @@ from rlxf.config import Config
 from rlxf.placement.base import LearnerLost, Placement
 from rlxf.rollout import SamplingParams
 from rlxf.types import Experience, Prompt, Trajectory
+
+if TYPE_CHECKING:
+    from rlxf.data import SFTExample
 
 log = logging.getLogger("rlxf")
 
@@ -175,8 +178,8 @@ class RayPlacement(Placement):
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self._on_learner("make_experience", trajs)
 
-    def update(self, exp: Experience, step: int) -> dict[str, float]:
-        return self._on_learner("update", exp, step)
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
+        return self._on_learner("update", exp, step, demos)
 
     def sync_weights(self, version: int) -> None:
         self._version = version

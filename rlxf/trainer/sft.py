@@ -10,36 +10,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
-from torch import Tensor
-
-from rlxf.algorithms import masked_sum
 from rlxf.config import Config
 from rlxf.config.train import SFTConfig
 from rlxf.data import PromptSampler, SFTExample, build_prompt_data, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config
-from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint, save_checkpoint
-from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.roles import nll_shares
 from rlxf.trainer.trainable import TrainableModel, resume_trainable
 
 log = logging.getLogger("rlxf")
-
-
-def _nll_shares(model, batch: list[SFTExample], micro_batch_size: int, tokens: int,
-                seen: list[float]) -> Iterator[Tensor]:
-    """Each micro-batch's summed NLL over the batch's ``tokens`` (its share of the token mean);
-    the values go to ``seen`` for the step's loss metric."""
-    for idx in micro_batches(len(batch), micro_batch_size):
-        mb = [batch[i] for i in idx]
-        out = sequence_logprobs(model, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
-        nll = -masked_sum(out.logprobs, out.mask) / tokens
-        seen.append(float(nll.detach()))
-        yield nll
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
@@ -63,7 +47,7 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         batch = list(batches())
         tokens = sum(len(e.response_ids) for e in batch)
         nlls: list[float] = []
-        step_metrics = core.train_step(_nll_shares(model, batch, cfg.micro_batch_size, tokens, nlls))
+        step_metrics = core.train_step(nll_shares(model, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
         if on_step is not None:
             dt = time.perf_counter() - t0
