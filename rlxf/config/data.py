@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlxf.config.base import Section
-from rlxf.config.reward import VerifierConfig
+from rlxf.config.reward import VerifierConfig, expand_custom_shorthand
 
 
 class FieldMap(Section):
@@ -114,15 +114,24 @@ class MixtureSource(SourceFields):
         description="Generator seed of this source's task; default run.data_seed. Held-out prompts stay out "
         "of training by content even where seeds overlap (reasoning-gym seeds item i with seed + i).",
     )
-    verifiers: list[VerifierConfig] | None = Field(
-        None,
-        description="Verifiers for this source's prompts instead of reward.verifiers (same syntax); null = "
+    verifiers: list[VerifierConfig] = Field(
+        default_factory=list,
+        description="Verifiers for this source's prompts instead of reward.verifiers (same syntax); empty = "
         "reward.verifiers. The accuracy verifier is the first of this list.",
     )
+
+    @field_validator("verifiers", mode="before")
+    @classmethod
+    def _custom_shorthand(cls, value: Any) -> Any:
+        return expand_custom_shorthand(value)
 
     @model_validator(mode="after")
     def _source_needs(self) -> MixtureSource:
         self._check_source("data.sources[]")
+        names = [v.label for v in self.verifiers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"data.sources[{self.label}].verifiers: names {dup} repeat; give each a distinct `name`")
         if ":" in self.label or "/" in self.label:
             raise ValueError(f"data.sources[].name {self.label!r} may not contain ':' or '/' (it starts uids and "
                              f"metric names); set `name`")

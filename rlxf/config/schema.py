@@ -60,7 +60,7 @@ class Config(Section):
             raise ValueError(f"algorithm.ptx_coef is {self.algorithm.ptx_coef:g} but data.ptx is not set; give the "
                              f"demonstrations (e.g. data.ptx.task=arithmetic, or data.ptx.source=jsonl with "
                              f"data.ptx.train_path) or set algorithm.ptx_coef=0")
-        if self.reward.url and any(s.verifiers is not None for s in self.data.sources):
+        if self.reward.url and any(s.verifiers for s in self.data.sources):
             raise ValueError("data.sources[].verifiers is set but reward.url scores remotely with the server's "
                              "verifiers; drop reward.url or the per-source verifiers")
         return self

@@ -30,7 +30,7 @@ def source_reward_configs(data: DataConfig, reward: RewardConfig) -> dict[str, R
     """``reward`` with each mixture source's own verifiers (the sources that set them), by name.
     The accuracy verifier of a source is the first of its list."""
     return {s.label: reward.model_copy(update={"verifiers": list(s.verifiers), "accuracy": None})
-            for s in data.sources if s.verifiers is not None}
+            for s in data.sources if s.verifiers}
 
 
 class SourceRoutedReward:
