@@ -111,8 +111,8 @@ class MixtureSampler:
 
     The i-th prompt comes from the source furthest behind its share (``_next_source``), and
     from that source's own ``PromptSampler`` (its own shuffled epochs). A batch of 16 from
-    weights 3:1 holds 12 and 4, every time, where independent draws would spread the share of
-    the second source from 0 to 9. The state is the per-source samplers' and counts, so a
+    weights 3:1 holds 12 and 4, every time, where independent draws would give the second
+    source a binomial count (mean 4, standard deviation 1.7). The state is the per-source samplers' and counts, so a
     resumed run continues the same sequence mid-mixture.
     """
 
