@@ -157,4 +157,7 @@ def run(out: Path, *, seed: int, overwrite: bool, rl_steps: int | None, sft_step
                              sft_steps=sft_steps, remedy=remedy)
     print()
     print(format_table(results))
+    if remedy:
+        print("\nGRPO's batches mix easy problems (a quarter of each) with the hard ones, so RL keeps what SFT "
+              "taught; --no-remedy trains on the hard ones alone.")
     print(f"\nruns, metrics and models: {out}/   report: {out / 'grpo' / 'report.html'}")

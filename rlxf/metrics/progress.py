@@ -63,14 +63,15 @@ class ProgressDisplay:
         return line + self._eval_part(metrics)
 
     def _eval_part(self, metrics: dict[str, Any]) -> str:
-        """The latest held-out accuracy, per source in a mixture (``eval mean 0.61 [a 0.70 b 0.52]``),
+        """The latest held-out accuracy, per source in a mixture (``eval mean 0.61 (a 0.70, b 0.52)``),
         kept on the line between evals so forgetting shows on every line, not once per eval."""
         if "eval/accuracy" in metrics:
             sources = {k[len("eval/"):-len("/accuracy")]: v for k, v in metrics.items()
                        if k.startswith("eval/") and k.endswith("/accuracy") and k.count("/") == 2}
             if sources:
-                per = " ".join(f"{name} {v:.2f}" for name, v in sorted(sources.items()))
-                self._last_eval = f"  eval mean {metrics['eval/source_mean_accuracy']:.3f} [{per}]"
+                per = ", ".join(f"{name} {v:.2f}" for name, v in sorted(sources.items()))
+                # parentheses, not brackets: rich would read "[a 0.70]" as a style tag and drop it
+                self._last_eval = f"  eval mean {metrics['eval/source_mean_accuracy']:.3f} ({per})"
             else:
                 self._last_eval = f"  eval acc {metrics['eval/accuracy']:.3f}"
         if any(label == "eval acc" for label, _, _ in self.fields):
