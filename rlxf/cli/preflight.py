@@ -20,9 +20,8 @@ def check_inputs(cfg: Config, *, prompts: bool = True) -> None:
     ``prompts``: the data are RL prompts (check ``record_prompt``'s fields); SFT data are checked
     when they are read, as their fields depend on the format.
     """
-    from rlxf.models.loading import tokenizer_from_config
-
     from rlxf.data.prompts import source_config
+    from rlxf.models.loading import tokenizer_from_config
 
     tokenizer_from_config(cfg.model)
     # each source of a mixture, or the one source; PPO-ptx's demonstrations are SFT data
