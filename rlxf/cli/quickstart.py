@@ -6,9 +6,9 @@ The demo is built so that RL earns its keep, and shows the baseline that would s
 2. SFT it on 3-digit additions that carry at most once (recipes/quickstart_sft.yaml);
 3. GRPO on additions that carry two or three times, which no demonstration shows; the reward
    is exact, the model starts out sometimes right (recipes/quickstart_grpo.yaml). A quarter of
-   each batch are easy additions (a data mixture), so RL keeps what SFT taught instead of
-   trading it for the hard ones; ``--no-remedy`` trains on the hard problems alone, to see
-   the forgetting the mixture prevents;
+   each batch are easy additions (a data mixture), the usual remedy for RL trading what SFT
+   taught for the hard problems; it kept the easy ones on seed 0 but not on seed 2 (README).
+   ``--no-remedy`` trains on the hard ones alone;
 4. continue the SFT instead, on the same demonstrations, for the same wall time as GRPO;
 5. evaluate all three models greedily on 500 held-out hard problems (and 500 easy ones), print
    the table and write ``report.html`` for the GRPO run.
@@ -158,6 +158,6 @@ def run(out: Path, *, seed: int, overwrite: bool, rl_steps: int | None, sft_step
     print()
     print(format_table(results))
     if remedy:
-        print("\nGRPO's batches mix easy problems (a quarter of each) with the hard ones, so RL keeps what SFT "
-              "taught; --no-remedy trains on the hard ones alone.")
+        print("\nGRPO's batches mix easy problems (a quarter of each) with the hard ones, to keep what SFT "
+              "taught (see the easy column); --no-remedy trains on the hard ones alone.")
     print(f"\nruns, metrics and models: {out}/   report: {out / 'grpo' / 'report.html'}")
