@@ -19,6 +19,11 @@ import torch
 FinishReason = Literal["stop", "stop_string", "length", "error"]
 
 
+def source_of(uid: str) -> str:
+    """The source a prompt came from: its uid's first part (``<source>:<split>:<index>``)."""
+    return uid.split(":", 1)[0]
+
+
 @dataclass
 class Prompt:
     """One prompt, templated and tokenized, with what its verifier needs.

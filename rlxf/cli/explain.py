@@ -83,6 +83,28 @@ def _print_tables(console: Console, cfg) -> None:
         table.add_row(*row)
     console.print(table)
 
+    from rlxf.config.explain import mixture_table
+
+    mixture = mixture_table(cfg)
+    if mixture:
+        console.rule("data mixture")
+        table = Table(show_header=True, header_style="bold")
+        for col in ("source", "weight", "prompts per step", "verifiers"):
+            table.add_column(col)
+        for row in mixture:
+            table.add_row(*row)
+        console.print(table)
+        console.print("Held-out prompts of every source are removed from every source's training prompts by "
+                      "content; the counts are in the run log's `prompt data` line.", highlight=False)
+    if cfg.algorithm.ptx_coef > 0 and cfg.data.ptx is not None:
+        console.print(f"PPO-ptx: + {cfg.algorithm.ptx_coef:g} x NLL of {cfg.data.ptx.batch_size} demonstrations "
+                      f"({cfg.data.ptx.task or cfg.data.ptx.train_path}) per optimizer step", highlight=False)
+    if cfg.data.curriculum.enabled:
+        c = cfg.data.curriculum
+        what = " and ".join(w for w, on in (("solved", c.skip_solved), ("unsolved", c.skip_unsolved)) if on)
+        console.print(f"curriculum: prompts {what} in their last {c.window} groups are skipped"
+                      + (f" ({c.keep_fraction:g} of them kept)" if c.keep_fraction else ""), highlight=False)
+
     console.rule("memory estimate (GiB, rough upper bound)")
     try:
         dims = _model_dims(cfg.model.path, cfg.model.trust_remote_code)

@@ -20,10 +20,19 @@ def check_inputs(cfg: Config, *, prompts: bool = True) -> None:
     ``prompts``: the data are RL prompts (check ``record_prompt``'s fields); SFT data are checked
     when they are read, as their fields depend on the format.
     """
+    from rlxf.data.prompts import source_config
     from rlxf.models.loading import tokenizer_from_config
 
     tokenizer_from_config(cfg.model)
-    data = cfg.data
+    # each source of a mixture, or the one source; PPO-ptx's demonstrations are SFT data
+    sources = [source_config(cfg.data, s) for s in cfg.data.sources] or [cfg.data]
+    for data in sources:
+        _check_source(data, prompts)
+    if cfg.data.ptx is not None and cfg.algorithm.ptx_coef > 0:
+        _check_source(source_config(cfg.data, cfg.data.ptx), prompts=False)
+
+
+def _check_source(data, prompts: bool) -> None:
     if data.source == "task":
         from rlxf.data.tasks.base import get_task
 

@@ -97,6 +97,12 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(
         0.0, ge=0, description="KL penalty coefficient β toward the reference model; 0 loads no reference."
     )
+    ptx_coef: float = Field(
+        0.0, ge=0,
+        description="PPO-ptx (InstructGPT, Ouyang et al. 2022): add ptx_coef x the mean NLL per token of a "
+        "batch of demonstrations from data.ptx to each optimizer step's policy loss, so skills the RL "
+        "prompts do not reward are kept. 0 = off (data.ptx is then not read).",
+    )
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3", description="KL estimator (Schulman 2020): k1 = log-ratio, k2 = squared/2, k3 = unbiased, positive."
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlxf.config.base import Section
+from rlxf.config.reward import VerifierConfig, expand_custom_shorthand
 
 
 class FieldMap(Section):
@@ -36,7 +37,13 @@ class FieldMap(Section):
     )
 
 
-class DataConfig(Section):
+class SourceFields(Section):
+    """Where one source's prompts come from: a procedural task, files, or a Hugging Face dataset.
+
+    ``data`` itself is one source; each entry of ``data.sources`` (a mixture) and ``data.ptx``
+    (demonstrations) is another, with the same fields.
+    """
+
     source: Literal["task", "jsonl", "json", "parquet", "csv", "hf"] = Field(
         "task",
         description="`task`: a procedural task (built-in or reasoning-gym); the others read files "
@@ -74,6 +81,112 @@ class DataConfig(Section):
         "test", description="HF datasets: split for evaluation; null = no held-out split."
     )
     fields: FieldMap = Field(default_factory=FieldMap, description="Record keys for prompt, answer, etc.")
+
+    def _check_source(self, where: str) -> None:
+        if self.source == "task" and not self.task:
+            raise ValueError(f"{where}.source is 'task' but {where}.task is not set; e.g. {where}.task=arithmetic")
+        if self.source != "task" and not self.train_path:
+            raise ValueError(f"{where}.source is {self.source!r} but {where}.train_path is not set")
+        if self.fields.prompt is None and self.fields.messages is None:
+            raise ValueError(f"{where}.fields.prompt and {where}.fields.messages are both null; set one of them")
+
+    @property
+    def default_name(self) -> str:
+        """A task's name (a reasoning-gym dataset's own name), or the training file's stem."""
+        if self.source == "task":
+            return str(self.task).rpartition(":")[2]
+        from pathlib import Path  # noqa: PLC0415 - only for the stem
+
+        path = Path(str(self.train_path))
+        return (path.stem if path.suffix else path.name) or str(self.train_path)
+
+
+class MixtureSource(SourceFields):
+    """One entry of ``data.sources``: a source, its share of the training prompts, its verifiers."""
+
+    name: str | None = Field(
+        None,
+        description="Name in uids (`<name>:<split>:<i>`), per-source metrics (`eval/<name>/accuracy`) and "
+        "logs; default the task's name (a reasoning-gym dataset's own name) or the training file's stem.",
+    )
+    weight: float = Field(
+        1.0, gt=0,
+        description="Share of the training prompts drawn from this source: weight / sum of the weights. "
+        "Every batch holds each source's share to within one prompt.",
+    )
+    seed: int | None = Field(
+        None,
+        description="Generator seed of this source's task; default run.data_seed. Held-out prompts stay out "
+        "of training by content even where seeds overlap (reasoning-gym seeds item i with seed + i).",
+    )
+    verifiers: list[VerifierConfig] = Field(
+        default_factory=list,
+        description="Verifiers for this source's prompts instead of reward.verifiers (same syntax); empty = "
+        "reward.verifiers. The accuracy verifier is the first of this list.",
+    )
+
+    @field_validator("verifiers", mode="before")
+    @classmethod
+    def _custom_shorthand(cls, value: Any) -> Any:
+        return expand_custom_shorthand(value)
+
+    @model_validator(mode="after")
+    def _source_needs(self) -> MixtureSource:
+        self._check_source("data.sources[]")
+        names = [v.label for v in self.verifiers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"data.sources[{self.label}].verifiers: names {dup} repeat; give each a distinct `name`")
+        if ":" in self.label or "/" in self.label:
+            raise ValueError(f"data.sources[].name {self.label!r} may not contain ':' or '/' (it starts uids and "
+                             f"metric names); set `name`")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.default_name
+
+
+class PtxConfig(SourceFields):
+    """Demonstrations for PPO-ptx (``algorithm.ptx_coef``): prompt + response pairs, read as
+    ``rlxf sft`` reads its data (a task gives question and answer)."""
+
+    batch_size: int = Field(16, ge=1, description="Demonstrations in the supervised loss of each optimizer step.")
+    test_size: int = Field(1, ge=1, description="Procedural tasks: demonstrations held back (not trained on).")
+    seed: int | None = Field(
+        None,
+        description="Generator seed of the demonstrations' task; default run.data_seed. Demonstrations whose "
+        "prompt is a held-out prompt of the run are removed.",
+    )
+
+    @model_validator(mode="after")
+    def _source_needs(self) -> PtxConfig:
+        self._check_source("data.ptx")
+        return self
+
+
+class CurriculumConfig(Section):
+    """Online difficulty filtering (as in DAPO / Polaris): a prompt whose last ``window`` groups
+    were all solved (every sample correct) or all unsolved (none correct) gives GRPO no signal,
+    so it is skipped when drawn (or kept only ``keep_fraction`` of the time)."""
+
+    skip_solved: bool = Field(False, description="Skip prompts whose last `window` groups were all fully solved.")
+    skip_unsolved: bool = Field(False, description="Skip prompts whose last `window` groups had no correct sample.")
+    window: int = Field(
+        2, ge=1, description="How many of a prompt's most recent groups must agree before it is skipped."
+    )
+    keep_fraction: float = Field(
+        0.0, ge=0, lt=1,
+        description="Fraction of the flagged prompts still trained on (drawn by a hash of seed, prompt and "
+        "draw, so resume repeats it): 0 skips them, 0.25 down-weights them to a quarter.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.skip_solved or self.skip_unsolved
+
+
+class DataConfig(SourceFields):
     system_prompt: str | None = Field(
         None, description="System message prepended to every prompt that has none."
     )
@@ -95,12 +208,33 @@ class DataConfig(Section):
     )
     shuffle: bool = Field(True, description="Shuffle the training prompts each epoch (seeded by run.data_seed).")
 
+    sources: list[MixtureSource] = Field(
+        default_factory=list,
+        description="A mixture: several sources, each with a weight (and optionally its own verifiers), "
+        "instead of the single source above (leave data.task / data.train_path unset). Held-out prompts "
+        "of every source are removed from every source's training prompts by content.",
+    )
+    ptx: PtxConfig | None = Field(
+        None, description="PPO-ptx demonstrations, mixed into the policy loss with algorithm.ptx_coef."
+    )
+    curriculum: CurriculumConfig = Field(
+        default_factory=CurriculumConfig, description="Skip prompts the policy always or never solves."
+    )
+
     @model_validator(mode="after")
     def _source_needs(self) -> DataConfig:
-        if self.source == "task" and not self.task:
-            raise ValueError("data.source is 'task' but data.task is not set; e.g. data.task=arithmetic")
-        if self.source != "task" and not self.train_path:
-            raise ValueError(f"data.source is {self.source!r} but data.train_path is not set")
-        if self.fields.prompt is None and self.fields.messages is None:
-            raise ValueError("data.fields.prompt and data.fields.messages are both null; set one of them")
+        if not self.sources:
+            self._check_source("data")
+            return self
+        if self.task or self.train_path:
+            raise ValueError("data.sources is set, and so is data.task / data.train_path: a mixture's sources "
+                             "are its entries; move the single source into data.sources")
+        names = [s.label for s in self.sources]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"data.sources: names {dup} repeat; give each entry a distinct `name`")
         return self
+
+    @property
+    def mixture(self) -> bool:
+        return bool(self.sources)

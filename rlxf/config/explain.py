@@ -169,6 +169,26 @@ def algorithm_table(cfg: Config) -> list[tuple[str, str, str]]:
     ]
 
 
+def mixture_table(cfg: Config) -> list[tuple[str, str, str, str]]:
+    """(source, weight, prompts per step, verifiers) of a data mixture; [] for one source.
+
+    Prompts per step is the source's share of ``train.prompts_per_step`` (each batch holds it to
+    within one prompt). Held-out prompts removed from training are counted when the data are
+    built (the ``prompt data`` line of the run's log: ``<source>/train_removed_held_out``).
+    """
+    data = cfg.data
+    if not data.mixture:
+        return []
+    total = sum(s.weight for s in data.sources)
+    rows = []
+    for s in data.sources:
+        what = s.task if s.source == "task" else f"{s.source} {s.train_path}"
+        verifiers = ", ".join(v.label for v in (s.verifiers or cfg.reward.verifiers))
+        rows.append((f"{s.label} ({what})", f"{s.weight:g}", f"{cfg.train.prompts_per_step * s.weight / total:.1f}",
+                     verifiers + ("" if s.verifiers else " (reward.verifiers)")))
+    return rows
+
+
 def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str, str, int | None]]:
     """(process, roles it holds, CPUs / GPUs, estimated bytes or None) for ``run.placement``.
 

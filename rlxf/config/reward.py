@@ -310,6 +310,18 @@ VERIFIER_TYPES = ("math", "exact", "numeric", "format", "overlong", "reasoning_g
                   "judge", "custom")
 
 
+def expand_custom_shorthand(value: Any) -> Any:
+    """A verifier list with `type: pkg.mod:fn` read as `type: custom, function: pkg.mod:fn`."""
+    if not isinstance(value, list):
+        return value
+    out = []
+    for item in value:
+        if isinstance(item, dict) and ":" in str(item.get("type", "")):
+            item = {**item, "type": "custom", "function": item["type"]}
+        out.append(item)
+    return out
+
+
 class RewardServerConfig(Section):
     max_batch_size: int = Field(4096, ge=1, description="Largest batch one request may carry (413 above).")
     max_concurrent_batches: int = Field(
@@ -376,15 +388,7 @@ class RewardConfig(Section):
     @field_validator("verifiers", mode="before")
     @classmethod
     def _custom_shorthand(cls, value: Any) -> Any:
-        """`type: pkg.mod:fn` is short for `type: custom, function: pkg.mod:fn`."""
-        if not isinstance(value, list):
-            return value
-        out = []
-        for item in value:
-            if isinstance(item, dict) and ":" in str(item.get("type", "")):
-                item = {**item, "type": "custom", "function": item["type"]}
-            out.append(item)
-        return out
+        return expand_custom_shorthand(value)
 
     @model_validator(mode="after")
     def _names_unique(self) -> RewardConfig:

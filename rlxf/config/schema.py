@@ -53,6 +53,16 @@ class Config(Section):
         check_divisible(samples, mini, min(self.train.micro_batch_size, mini))
         if self.algorithm.dynamic_sampling and self.rollout.n < 2:
             raise ValueError("algorithm.dynamic_sampling needs rollout.n >= 2")
+        if self.algorithm.ptx_coef > 0 and self.data.ptx is None:
+            raise ValueError(f"algorithm.ptx_coef is {self.algorithm.ptx_coef:g} but data.ptx is not set; give the "
+                             f"demonstrations (e.g. data.ptx.task=arithmetic, or data.ptx.source=jsonl with "
+                             f"data.ptx.train_path) or set algorithm.ptx_coef=0")
+        if self.reward.url and any(s.verifiers for s in self.data.sources):
+            raise ValueError("data.sources[].verifiers is set but reward.url scores remotely with the server's "
+                             "verifiers; drop reward.url or the per-source verifiers")
+        if self.algorithm.ptx_coef > 0 and self.run.placement == "ray" and self.ray.learners > 1:
+            raise ValueError("algorithm.ptx_coef > 0 runs on one learner rank: the demonstrations are not yet "
+                             "sharded over ray.learners; set ray.learners=1 or algorithm.ptx_coef=0")
         if self.run.placement == "ray" and self.ray.learners > 1 and self.ray.learner_strategy == "fsdp" \
                 and self.model.lora.r > 0:
             raise ValueError("ray.learner_strategy=fsdp does not shard LoRA adapters; use ray.learner_strategy=ddp "
@@ -73,6 +83,10 @@ class Config(Section):
         if self.run.placement == "ray" and self.ray.mode == "colocated":
             raise ValueError("rollout.mode=async needs the engine apart from the learner; ray.mode=colocated "
                              "holds them in one actor: use ray.mode=disaggregated or run.placement=local")
+        if self.data.curriculum.enabled:
+            raise ValueError("data.curriculum skips prompts by the pass rates of the steps before, which async "
+                             "mode has not scored yet when it draws; set rollout.mode=sync or turn the "
+                             "curriculum off")
         if self.run.placement == "ray" and self.ray.weight_sync == "collective":
             raise ValueError("rollout.mode=async sends weights to engine actors without waiting for them, "
                              "which a collective broadcast cannot do (every engine must join it at once); "

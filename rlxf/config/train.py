@@ -80,7 +80,8 @@ class CriticConfig(Section):
 class EvalConfig(Section):
     every: int = Field(0, ge=0, description="Evaluate on the held-out split every N steps (0 = never during training).")
     at_start: bool = Field(False, description="Also evaluate before the first step.")
-    num_problems: int = Field(500, ge=1, description="Held-out problems per evaluation (at most the split's size).")
+    num_problems: int = Field(500, ge=1, description="Held-out problems per evaluation (at most the split's size); in a "
+                              "mixture, per source (the first this many of each source's held-out split).")
     pass_k: int = Field(
         0, ge=0, description="Also sample k responses per problem (temperature of rollout) for pass@k; 0 = greedy only."
     )

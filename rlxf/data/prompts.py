@@ -4,6 +4,12 @@
     data.train, data.test      # lists of rlxf.types.Prompt
     data.report                # counts: read, dropped as too long, truncated, removed as test overlap
 
+A mixture (``data.sources``) builds every source the same way, names each prompt's uid after
+its source (``<name>:<split>:<i>``) and gives ``weights`` per source for the sampler. Held-out
+prompts are kept out of training by content, across every source of the run: any training
+prompt whose normalised text (``content_key``) is some source's held-out prompt is removed and
+counted (``train_removed_held_out``), whatever the generators' seeds did.
+
 Each Prompt carries what its verifier needs: ``ground_truth`` (the answer; for reasoning-gym
 the whole entry, scored by the dataset's own ``score_answer``) and ``metadata`` (for tasks:
 ``task`` and ``task_options``, plus the task's own fields; for files: the record's other keys).
@@ -11,11 +17,13 @@ the whole entry, scored by the dataset's own ``score_answer``) and ``metadata`` 
 
 from __future__ import annotations
 
+import hashlib
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlxf.config.data import DataConfig
+from rlxf.config.data import DataConfig, SourceFields
 from rlxf.data.errors import DataError
 from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
 from rlxf.data.tasks import check_disjoint, get_task
@@ -28,6 +36,27 @@ class PromptData:
     train: list[Prompt]
     test: list[Prompt]
     report: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, float] | None = None   # a mixture: source name -> sampling weight (None: one source)
+    held_out: frozenset[str] = frozenset()    # content_key of every held-out prompt (kept out of PPO-ptx too)
+
+
+@dataclass
+class SourcePrompts:
+    """One source's prompts, with each prompt's ``content_key`` by uid (for held-out removal)."""
+
+    train: list[Prompt]
+    test: list[Prompt]
+    keys: dict[str, str]
+
+
+def content_key(prompt: str | list[dict[str, Any]]) -> str:
+    """A hash of a prompt's text as written (before any template), Unicode-NFKC-normalised with
+    whitespace runs collapsed: two sources that render the same question with a different
+    system prompt, spacing or seed still share a key. Chat messages hash their roles and contents."""
+    if not isinstance(prompt, str):
+        prompt = "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+    text = " ".join(unicodedata.normalize("NFKC", prompt).split())
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _finish(raw: list[tuple[str, str, list[int], str, Any, dict[str, Any]]], split: str, cfg: DataConfig,
@@ -44,23 +73,25 @@ def _finish(raw: list[tuple[str, str, list[int], str, Any, dict[str, Any]]], spl
     return out
 
 
-def _task_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter) -> tuple[list[Prompt], list[Prompt]]:
+def _task_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter, name: str | None) -> SourcePrompts:
     assert cfg.task is not None
     task = get_task(cfg.task, cfg.task_options)
     train_items, test_items = task.splits(cfg.train_size, cfg.test_size, seed)
     check_disjoint(train_items, test_items, task.name)
-    splits = []
+    splits, keys = [], {}
     for split, items in (("train", train_items), ("test", test_items)):
         counts[f"{split}_read"] = len(items)
         encoded = encode_prompts(tokenizer, [it.question for it in items], system_prompt=cfg.system_prompt,
                                  use_chat_template=cfg.apply_chat_template)
-        raw = [(f"task {task.name} {split} item {i}", f"{task.name}:{split}:{i}", ids, text,
+        uids = [f"{name or task.name}:{split}:{i}" for i in range(len(items))]
+        keys.update((uid, content_key(it.question)) for uid, it in zip(uids, items, strict=True))
+        raw = [(f"task {task.name} {split} item {i}", uid, ids, text,
                 it.ground_truth if it.ground_truth is not None else it.answer,
                 {"task": task.name, "task_options": task.options, "question": it.question, "answer": it.answer,
                  **it.metadata})
-               for i, (it, (ids, text)) in enumerate(zip(items, encoded, strict=True))]
+               for i, (uid, it, (ids, text)) in enumerate(zip(uids, items, encoded, strict=True))]
         splits.append(_finish(raw, split, cfg, tokenizer, counts))
-    return splits[0], splits[1]
+    return SourcePrompts(splits[0], splits[1], keys)
 
 
 def record_prompt(record: dict[str, Any], where: str, cfg: DataConfig) -> tuple[str | list, Any, dict[str, Any]]:
@@ -83,47 +114,82 @@ def record_prompt(record: dict[str, Any], where: str, cfg: DataConfig) -> tuple[
     return prompt, gt, meta
 
 
-def _file_prompts(cfg: DataConfig, tokenizer, counts: Counter) -> tuple[list[Prompt], list[Prompt]]:
+def _file_prompts(cfg: DataConfig, tokenizer, counts: Counter, name: str | None) -> SourcePrompts:
     splits: list[list[Prompt]] = []
+    keys: dict[str, str] = {}
     for split in ("train", "test"):
         found = split_records(cfg, split)
         if found is None:
             splits.append([])
             continue
-        name, records = found
+        file_name, records = found
         counts[f"{split}_read"] = len(records)
         parsed = [record_prompt(rec, where, cfg) for where, rec in records]
         encoded = encode_prompts(tokenizer, [p for p, _, _ in parsed], system_prompt=cfg.system_prompt,
                                  use_chat_template=cfg.apply_chat_template)
-        raw = [(where, f"{name}:{split}:{i}", ids, text, gt, meta)
-               for i, ((where, _), (_, gt, meta), (ids, text)) in enumerate(zip(records, parsed, encoded, strict=True))]
+        uids = [f"{name or file_name}:{split}:{i}" for i in range(len(records))]
+        keys.update((uid, content_key(p)) for uid, (p, _, _) in zip(uids, parsed, strict=True))
+        raw = [(where, uid, ids, text, gt, meta)
+               for uid, (where, _), (_, gt, meta), (ids, text) in zip(uids, records, parsed, encoded, strict=True)]
         splits.append(_finish(raw, split, cfg, tokenizer, counts))
-    train, test = splits
-    held_out = {tuple(p.prompt_ids) for p in test}
-    if held_out:
-        before = len(train)
-        train = [p for p in train if tuple(p.prompt_ids) not in held_out]
-        counts["train_removed_in_test"] = before - len(train)
-    return train, test
+    return SourcePrompts(splits[0], splits[1], keys)
+
+
+def _source_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter, name: str | None = None) -> SourcePrompts:
+    if cfg.source == "task":
+        return _task_prompts(cfg, tokenizer, seed, counts, name)
+    return _file_prompts(cfg, tokenizer, counts, name)
+
+
+def source_config(cfg: DataConfig, source: SourceFields) -> DataConfig:
+    """``cfg`` (its templating and length limits) with one source's fields in place of its own."""
+    return cfg.model_copy(update={k: getattr(source, k) for k in SourceFields.model_fields} | {"sources": []})
+
+
+def source_seed(source: SourceFields, seed: int) -> int:
+    """The generator seed of a mixture source or the ptx data: its own ``seed``, else the run's."""
+    own = getattr(source, "seed", None)
+    return seed if own is None else own
 
 
 def build_prompt_data(cfg: DataConfig, tokenizer, seed: int) -> PromptData:
-    """Train and test prompts per ``cfg``; raises DataError before any training if none are left.
+    """Train and test prompts per ``cfg`` (one source, or the mixture ``cfg.sources``); raises
+    DataError before any training if a source has none left.
 
     Nothing is skipped silently: every drop, truncation and overlap removal is counted in
-    ``report`` (and logged).
+    ``report`` (per source in a mixture: ``<name>/train``, ...) and logged.
     """
     counts: Counter = Counter()
-    if cfg.source == "task":
-        train, test = _task_prompts(cfg, tokenizer, seed, counts)
+    if not cfg.mixture:
+        built = {None: _source_prompts(cfg, tokenizer, seed, counts)}
+        source_counts = {None: counts}
     else:
-        train, test = _file_prompts(cfg, tokenizer, counts)
-    require_some(len(train), "train", counts, cfg)
-    report = dict(sorted(counts.items()))
-    report["train"], report["test"] = len(train), len(test)
+        source_counts = {s.label: Counter() for s in cfg.sources}
+        built = {s.label: _source_prompts(source_config(cfg, s), tokenizer, source_seed(s, seed),
+                                          source_counts[s.label], s.label)
+                 for s in cfg.sources}
+    held_out = {parts.keys[p.uid] for parts in built.values() for p in parts.test}
+    for name, parts in built.items():
+        removed = [p for p in parts.train if parts.keys[p.uid] in held_out]
+        if removed:
+            parts.train = [p for p in parts.train if parts.keys[p.uid] not in held_out]
+            # one source keeps the name its report always had
+            source_counts[name]["train_removed_in_test" if name is None else "train_removed_held_out"] = len(removed)
+        require_some(len(parts.train), "train", source_counts[name], cfg)
+    report: dict[str, int] = {}
+    for name, parts in built.items():
+        prefix = "" if name is None else f"{name}/"
+        source_counts[name].update(train=len(parts.train), test=len(parts.test))
+        report |= {f"{prefix}{k}": v for k, v in sorted(source_counts[name].items())}
+    train = [p for parts in built.values() for p in parts.train]
+    test = [p for parts in built.values() for p in parts.test]
+    if cfg.mixture:
+        report["train"], report["test"] = len(train), len(test)
+        report["train_removed_held_out"] = sum(c["train_removed_held_out"] for c in source_counts.values())
     report["max_prompt_tokens"] = max((len(p.prompt_ids) for p in (*train, *test)), default=0)
     log_report("prompt", report)
-    return PromptData(train, test, report)
+    weights = {s.label: s.weight for s in cfg.sources} if cfg.mixture else None
+    return PromptData(train, test, report, weights, frozenset(held_out))
 
 
 def read_task_records(cfg: DataConfig, seed: int) -> dict[str, list[Record]]:

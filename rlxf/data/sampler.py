@@ -7,6 +7,9 @@
 
 Epoch e visits every prompt once in the order of a permutation drawn from ``(seed, e)``, so
 the order depends only on the seed and the prompt list, never on the run's history.
+
+A mixture (``build_sampler`` with ``PromptData.weights``) keeps one ``PromptSampler`` per
+source and ``MixtureSampler`` picks which source gives each next prompt, by weight.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlxf.data.errors import DataError
-from rlxf.types import Prompt
+from rlxf.types import Prompt, source_of
 
 
 def fingerprint(prompts: Sequence[Prompt]) -> str:
@@ -32,9 +35,10 @@ def fingerprint(prompts: Sequence[Prompt]) -> str:
 
 
 class PromptSampler:
-    def __init__(self, prompts: Sequence[Prompt], seed: int, shuffle: bool = True):
+    def __init__(self, prompts: Sequence[Prompt], seed: int, shuffle: bool = True, stream: str = ""):
         if not prompts:
             raise DataError("PromptSampler got no prompts; the training data is empty")
+        self.stream = stream   # a mixture source's name: its own permutations, independent of the others
         self.prompts = list(prompts)
         self.seed = seed
         self.shuffle = shuffle
@@ -46,7 +50,8 @@ class PromptSampler:
     def _epoch_order(self, epoch: int) -> list[int]:
         order = list(range(len(self.prompts)))
         if self.shuffle:
-            random.Random(f"rlxf-sampler:{self.seed}:{epoch}").shuffle(order)
+            key = f"rlxf-sampler:{self.seed}:{epoch}" + (f":{self.stream}" if self.stream else "")
+            random.Random(key).shuffle(order)
         return order
 
     @property
@@ -82,3 +87,85 @@ class PromptSampler:
             )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._epoch_order(self.epoch)
+
+
+def mixture_counts(weights: Sequence[float], n: int) -> list[int]:
+    """How many of the first ``n`` draws each source gives under ``MixtureSampler``'s rule."""
+    counts = [0] * len(weights)
+    for k in range(n):
+        counts[_next_source(weights, counts, k)] += 1
+    return counts
+
+
+def _next_source(weights: Sequence[float], counts: Sequence[int], k: int) -> int:
+    """The source furthest behind its share after ``k`` draws: argmax_i (k+1)·w_i/W - counts_i,
+    the lowest index on a tie. Every prefix of the draws then holds each source's share to
+    within one prompt (a weighted round robin), so no batch's mix drifts from the weights."""
+    total = sum(weights)
+    deficits = [(k + 1) * w / total - c for w, c in zip(weights, counts)]
+    return max(range(len(weights)), key=lambda i: (deficits[i], -i))
+
+
+class MixtureSampler:
+    """Prompts from several sources in proportion to their weights, deterministically.
+
+    The i-th prompt comes from the source furthest behind its share (``_next_source``), and
+    from that source's own ``PromptSampler`` (its own shuffled epochs). A batch of 16 from
+    weights 3:1 holds 12 and 4, every time, where independent draws would give the second
+    source a binomial count (mean 4, standard deviation 1.7). The state is the per-source samplers' and counts, so a
+    resumed run continues the same sequence mid-mixture.
+    """
+
+    def __init__(self, prompts: Sequence[Prompt], weights: dict[str, float], seed: int, shuffle: bool = True):
+        by_source: dict[str, list[Prompt]] = {name: [] for name in weights}
+        for p in prompts:
+            name = source_of(p.uid)
+            if name not in by_source:
+                raise DataError(f"prompt {p.uid} is from source {name!r}, which has no weight in the mixture "
+                                f"({', '.join(weights)})")
+            by_source[name].append(p)
+        empty = [name for name, ps in by_source.items() if not ps]
+        if empty:
+            raise DataError(f"mixture sources {empty} have no training prompts")
+        self.names = list(weights)
+        self.weights = [float(weights[n]) for n in self.names]
+        self.samplers = [PromptSampler(by_source[n], seed, shuffle, stream=n) for n in self.names]
+        self.counts = [0] * len(self.names)
+
+    @property
+    def consumed(self) -> int:
+        return sum(self.counts)
+
+    def next_batch(self, n: int) -> list[Prompt]:
+        out = []
+        for _ in range(n):
+            i = _next_source(self.weights, self.counts, self.consumed)
+            self.counts[i] += 1
+            out += self.samplers[i].next_batch(1)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mixture": {name: {"weight": w, "drawn": c, "sampler": s.state_dict()}
+                            for name, w, c, s in zip(self.names, self.weights, self.counts, self.samplers)}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` left off; refuses a state saved for another mixture."""
+        saved = state.get("mixture")
+        if saved is None or list(saved) != self.names or [saved[n]["weight"] for n in self.names] != self.weights:
+            was = {n: v["weight"] for n, v in saved.items()} if saved else "a single source"
+            raise DataError(f"cannot resume the prompt order: the checkpoint's mixture ({was}) differs from this "
+                            f"run's ({dict(zip(self.names, self.weights))}); resume with the same data.sources")
+        for i, name in enumerate(self.names):
+            self.samplers[i].load_state_dict(saved[name]["sampler"])
+            self.counts[i] = int(saved[name]["drawn"])
+
+
+Sampler = PromptSampler | MixtureSampler
+
+
+def build_sampler(prompts: Sequence[Prompt], weights: dict[str, float] | None, seed: int,
+                  shuffle: bool = True) -> PromptSampler | MixtureSampler:
+    """The training prompt order: one source's ``PromptSampler``, or a ``MixtureSampler``."""
+    if weights is None:
+        return PromptSampler(prompts, seed, shuffle)
+    return MixtureSampler(prompts, weights, seed, shuffle)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
-from rlxf.data.prompts import read_task_records
+from rlxf.data.prompts import content_key, read_task_records
 from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
 from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
 
@@ -61,9 +61,14 @@ def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, 
 
 
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
-              counts: Counter) -> list[SFTExample]:
+              counts: Counter, exclude: frozenset[str] = frozenset()) -> list[SFTExample]:
     counts[f"{split}_read"] = len(records)
     pairs = [record_pair(rec, where, cfg) for where, rec in records]
+    if exclude:
+        kept = [i for i, (prompt, _) in enumerate(pairs) if content_key(prompt) not in exclude]
+        if len(kept) < len(pairs):
+            counts[f"{split}_removed_held_out"] = len(pairs) - len(kept)
+        records, pairs = [records[i] for i in kept], [pairs[i] for i in kept]
     prompts = encode_prompts(tokenizer, [p for p, _ in pairs], system_prompt=cfg.system_prompt,
                              use_chat_template=cfg.apply_chat_template)
     out = []
@@ -79,8 +84,16 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
     return out
 
 
-def build_sft_data(cfg: DataConfig, tokenizer, seed: int) -> SFTData:
-    """Train/test SFT examples per ``cfg``; DataError before training if none are left."""
+def build_sft_data(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str] = frozenset()) -> SFTData:
+    """Train/test SFT examples per ``cfg``; DataError before training if none are left.
+
+    ``exclude``: ``content_key``s of prompts that must not be trained on (an RL run's held-out
+    prompts, for PPO-ptx demonstrations); training examples with such a prompt are removed and
+    counted (``train_removed_held_out``).
+    """
+    if cfg.mixture:
+        raise DataError("SFT data come from one source: data.sources (a mixture) is for RL prompts; set "
+                        "data.task or data.train_path")
     counts: Counter = Counter()
     splits: dict[str, list[SFTExample]] = {"train": [], "test": []}
     if cfg.source == "task":
@@ -88,12 +101,14 @@ def build_sft_data(cfg: DataConfig, tokenizer, seed: int) -> SFTData:
         sft_cfg = cfg.model_copy(update={"fields": cfg.fields.model_copy(
             update={"prompt": "prompt", "messages": None, "response": "response"})})
         for split, records in task_records.items():
-            splits[split] = _examples(str(cfg.task), split, records, sft_cfg, tokenizer, counts)
+            splits[split] = _examples(str(cfg.task), split, records, sft_cfg, tokenizer, counts,
+                                      exclude if split == "train" else frozenset())
     else:
         for split in ("train", "test"):
             found = split_records(cfg, split)
             if found is not None:
-                splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts)
+                splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts,
+                                          exclude if split == "train" else frozenset())
     require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))
     report["train"], report["test"] = len(splits["train"]), len(splits["test"])

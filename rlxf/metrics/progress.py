@@ -38,6 +38,7 @@ class ProgressDisplay:
                  console: Console | None = None, fields: tuple[tuple[str, str, str], ...] | None = None,
                  max_seconds: float | None = None):
         self.max_seconds = max_seconds  # a time limit ends the work first when it is the nearer end
+        self._last_eval = ""
         self.fields = fields or self.FIELDS
         self.console = console or Console(stderr=True)
         self.total = total
@@ -58,7 +59,24 @@ class ProgressDisplay:
             self._progress.start()
 
     def summary(self, metrics: dict[str, Any]) -> str:
-        return "  ".join(f"{label} {_fmt(metrics, key, spec)}" for label, key, spec in self.fields)
+        line = "  ".join(f"{label} {_fmt(metrics, key, spec)}" for label, key, spec in self.fields)
+        return line + self._eval_part(metrics)
+
+    def _eval_part(self, metrics: dict[str, Any]) -> str:
+        """The latest held-out accuracy, per source in a mixture (``eval mean 0.61 (a 0.70, b 0.52)``),
+        kept on the line between evals so forgetting shows on every line, not once per eval."""
+        if "eval/accuracy" in metrics:
+            sources = {k[len("eval/"):-len("/accuracy")]: v for k, v in metrics.items()
+                       if k.startswith("eval/") and k.endswith("/accuracy") and k.count("/") == 2}
+            if sources:
+                per = ", ".join(f"{name} {v:.2f}" for name, v in sorted(sources.items()))
+                # parentheses, not brackets: rich would read "[a 0.70]" as a style tag and drop it
+                self._last_eval = f"  eval mean {metrics['eval/source_mean_accuracy']:.3f} ({per})"
+            else:
+                self._last_eval = f"  eval acc {metrics['eval/accuracy']:.3f}"
+        if any(label == "eval acc" for label, _, _ in self.fields):
+            return ""  # the fields show it already (SFT)
+        return self._last_eval
 
     def update(self, step: int, metrics: dict[str, Any]) -> None:
         if self._progress is not None:

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupStream, InlineStream
 from rlxf.types import Experience, Prompt, Trajectory
+
+if TYPE_CHECKING:
+    from rlxf.data import SFTExample
 
 
 class LearnerLost(RuntimeError):
@@ -65,10 +68,11 @@ class Placement(ABC):
         """The training batch of these scored trajectories, for the configured algorithm."""
 
     @abstractmethod
-    def update(self, exp: Experience, step: int) -> dict[str, float]:
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
         """One RL step on ``exp`` (epochs x mini-batches of the actor, and the critic where
         there is one); returns the training and drift metrics (``skipped`` counts optimizer
-        steps skipped for a non-finite loss or gradient)."""
+        steps skipped for a non-finite loss or gradient). ``demos``: PPO-ptx demonstrations,
+        one batch per optimizer step (``algorithm.ptx_coef`` > 0); the loop passes them only then."""
 
     @abstractmethod
     def sync_weights(self, version: int) -> None:

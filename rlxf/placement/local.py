@@ -14,10 +14,11 @@ from pathlib import Path
 from rlxf.algorithms import make_kl_controller, registry
 from rlxf.config import Config
 from rlxf.config.env import EnvConfig
+from rlxf.data import SFTExample
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
 from rlxf.placement.base import Placement
-from rlxf.rewards import build_reward
+from rlxf.rewards import build_run_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
 from rlxf.rollout.stream import EngineStream, GroupStream
 from rlxf.trainer.collect import EngineRollout
@@ -48,7 +49,8 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps
     actor = Actor(model, PolicyObjective.from_config(cfg.algorithm, cfg.rollout.max_new_tokens),
-                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size, dp=dp)
+                  cfg.train.optim, total_optimizer_steps, spec, mini_batch_size=d.mini_batch_size, dp=dp,
+                  ptx_coef=cfg.algorithm.ptx_coef)
 
     reference = None
     if cfg.algorithm.kl_coef > 0 and reference_model is not None:
@@ -116,7 +118,7 @@ class LocalPlacement(Placement):
 
         ``model`` and ``tokenizer``: an in-memory policy (a transformers causal LM, trained in
         place) instead of loading ``model.path``; the reference and the critic's trunk start
-        as copies of it. ``reward``: a built reward function instead of ``build_reward(cfg.reward)``.
+        as copies of it. ``reward``: a built reward function instead of ``build_run_reward(cfg)``.
         ``dp``: the learner's rank, when this placement is rank 0 of several (Ray, colocated).
         """
         copies = {}
@@ -136,7 +138,7 @@ class LocalPlacement(Placement):
             engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device, dtype=param.dtype,
                                               seed=cfg.seeds.sampling)
             learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
-        reward = reward if reward is not None else build_reward(cfg.reward)
+        reward = reward if reward is not None else build_run_reward(cfg)
         return cls(learner, engine, reward, env=cfg.env)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
@@ -154,8 +156,8 @@ class LocalPlacement(Placement):
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.learner.make_experience(trajs)
 
-    def update(self, exp: Experience, step: int) -> dict[str, float]:
-        return self.learner.update(exp, step)
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
+        return self.learner.update(exp, step, demos)
 
     def sync_weights(self, version: int) -> None:
         self.engine.update_weights(self.learner.named_parameters(), version=version)

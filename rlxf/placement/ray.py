@@ -32,7 +32,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
@@ -42,6 +42,9 @@ from rlxf.placement.base import LearnerLost, Placement
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupRequest, GroupStream
 from rlxf.types import Experience, Prompt, Trajectory
+
+if TYPE_CHECKING:
+    from rlxf.data import SFTExample
 
 log = logging.getLogger("rlxf")
 
@@ -217,10 +220,10 @@ class RayPlacement(Placement):
         address, port = ray.get(self._learners[0].address.remote()) if rc.learners > 1 else (None, None)
         self._gather([h.start.remote(rank, rc.learners, address, port) for rank, h in enumerate(self._learners)])
         if rc.mode == "disaggregated":
-            from rlxf.rewards import build_reward
+            from rlxf.rewards import build_run_reward
 
             self._engines = [self._new_engine() for _ in range(rc.engines)]
-            self.reward = build_reward(cfg.reward)
+            self.reward = build_run_reward(cfg)
         self.sync_weights(0)
 
     @property
@@ -275,8 +278,8 @@ class RayPlacement(Placement):
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self._on_learners("make_experience", trajs)
 
-    def update(self, exp: Experience, step: int) -> dict[str, float]:
-        return self._on_learners("update", exp, step)
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
+        return self._on_learners("update", exp, step, demos)
 
     def sync_weights(self, version: int) -> None:
         self._version = version

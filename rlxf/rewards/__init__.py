@@ -14,6 +14,7 @@ custom. The HTTP server lives in ``rlxf.rewards.server`` and is imported only by
 
 from rlxf.rewards.base import AsyncVerifier, SyncVerifier, Verifier, build_verifier, run_sync
 from rlxf.rewards.pool import VerifierPool
+from rlxf.rewards.routed import SourceRoutedReward, build_run_reward
 from rlxf.rewards.scorer import LocalReward, RemoteReward, RewardFunction, build_reward, combine
 from rlxf.rewards.types import (
     RewardInput,
@@ -25,6 +26,6 @@ from rlxf.rewards.types import (
 
 __all__ = [
     "AsyncVerifier", "LocalReward", "RemoteReward", "RewardFunction", "RewardInput", "RewardResult",
-    "ScoredSample", "SyncVerifier", "Verifier", "VerifierFailure", "VerifierPool", "batch_metrics",
-    "build_reward", "build_verifier", "combine", "run_sync",
+    "ScoredSample", "SourceRoutedReward", "SyncVerifier", "Verifier", "VerifierFailure", "VerifierPool", "batch_metrics",
+    "build_reward", "build_run_reward", "build_verifier", "combine", "run_sync",
 ]

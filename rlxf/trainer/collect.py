@@ -17,7 +17,8 @@ import torch
 from rlxf.algorithms import dynamic_sampling_keep
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.reward import RewardConfig
-from rlxf.data import PromptSampler
+from rlxf.data import Sampler
+from rlxf.data.curriculum import Curriculum
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.rollout.stream import trajectories_of
@@ -97,11 +98,14 @@ def check_reward_failures(trajs: list[Trajectory], step: int, reward: RewardConf
     )
 
 
-def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, algo: AlgorithmConfig, *,
+def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: AlgorithmConfig, *,
             prompts_per_step: int, seed: int, step: int, timer: PhaseTimer,
-            reward: RewardConfig | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+            reward: RewardConfig | None = None,
+            curriculum: Curriculum | None = None) -> tuple[list[Trajectory], dict[str, float]]:
     """This step's scored groups: ``prompts_per_step`` prompts x ``sampling.n`` samples.
-    With ``reward``, too many failed rewards stop the run (``check_reward_failures``)."""
+    With ``reward``, too many failed rewards stop the run (``check_reward_failures``). With
+    ``curriculum``, prompts it flags are skipped when drawn, and every group's pass rate is
+    recorded (before dynamic sampling filters it)."""
     need = prompts_per_step
     n = sampling.n
     kept: list[Trajectory] = []
@@ -110,7 +114,7 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
     drawn = 0
     for rnd in range(algo.max_sampling_rounds if algo.dynamic_sampling else 1):
         missing = need - len(kept) // n
-        prompts = sampler.next_batch(missing)
+        prompts = curriculum.draw(sampler, missing) if curriculum is not None else sampler.next_batch(missing)
         seeds = [derive_seed(seed, step, rnd, i) for i in range(len(prompts))]
         with timer("rollout"):
             trajs = rollout.generate(prompts, seeds, sampling, first_group=drawn)
@@ -120,6 +124,8 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
                 if key.endswith(("errors", "timeouts", "crashes")):
                     failures[key] = failures.get(key, 0.0) + value
         generated += trajs
+        if curriculum is not None:
+            curriculum.observe(trajs)
         if algo.dynamic_sampling:
             rewards = torch.tensor([t.reward for t in trajs])
             groups = torch.tensor([t.group for t in trajs])
@@ -142,6 +148,8 @@ def collect(rollout: Rollout, sampler: PromptSampler, sampling: SamplingParams, 
         metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
                     "sampling/kept_frac": min(informative, need * n) / max(1, len(generated))}
     metrics |= failures
+    if curriculum is not None:
+        metrics |= curriculum.step_metrics()
     return kept, metrics
 
 

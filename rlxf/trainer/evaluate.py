@@ -8,7 +8,7 @@ from rlxf.config.train import EvalConfig
 from rlxf.rollout import SamplingParams
 from rlxf.trainer.collect import EngineRollout, Rollout
 from rlxf.trainer.seeds import derive_seed
-from rlxf.types import Prompt
+from rlxf.types import Prompt, source_of
 
 
 def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, *,
@@ -18,7 +18,9 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
     ``<prefix>accuracy``: fraction answered correctly with greedy decoding (one response each).
     ``<prefix>pass@k``: fraction with at least one correct answer among k samples drawn at
     ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0).
-    ``<prefix><source>/accuracy``: greedy accuracy per data source, when there are several.
+    ``<prefix><source>/accuracy``: greedy accuracy per data source, when there are several, and
+    ``<prefix>source_mean_accuracy``, their unweighted mean (each source counts once, however
+    many held-out problems it has).
     """
     if pass_k > 0 and sampling.temperature <= 0:
         raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
@@ -44,15 +46,29 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
 
 
 def _per_source_accuracy(trajs, prefix: str) -> dict[str, float]:
-    """``<prefix><source>/accuracy`` for each data source (the part of a prompt's uid before the
-    first ":"), when the held-out prompts come from more than one: a mixture's average hides
-    which task moved."""
+    """``<prefix><source>/accuracy`` for each data source (``source_of`` the prompt's uid) and
+    their mean, when the held-out prompts come from more than one: a mixture's average hides
+    which task moved (RL on one source can cost another its accuracy)."""
     by_source: dict[str, list[bool]] = {}
     for t in trajs:
-        by_source.setdefault(t.prompt.uid.split(":", 1)[0], []).append(bool(t.correct))
+        by_source.setdefault(source_of(t.prompt.uid), []).append(bool(t.correct))
     if len(by_source) < 2:
         return {}
-    return {f"{prefix}{source}/accuracy": sum(c) / len(c) for source, c in sorted(by_source.items())}
+    out = {f"{prefix}{source}/accuracy": sum(c) / len(c) for source, c in sorted(by_source.items())}
+    out[f"{prefix}source_mean_accuracy"] = sum(out.values()) / len(out)
+    return out
+
+
+def held_out_prompts(test: list[Prompt], num_problems: int) -> list[Prompt]:
+    """The first ``num_problems`` held-out prompts of each source (one source: of the split)."""
+    taken: dict[str, int] = {}
+    out = []
+    for p in test:
+        source = source_of(p.uid)
+        if taken.get(source, 0) < num_problems:
+            taken[source] = taken.get(source, 0) + 1
+            out.append(p)
+    return out
 
 
 def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling: SamplingParams, *,
@@ -67,4 +83,4 @@ def evaluate(rollout: Rollout, test: list[Prompt], cfg: EvalConfig, sampling: Sa
     """Evaluate the current policy (the engine's weights) on the held-out split ``test``."""
     if cfg.max_new_tokens is not None:
         sampling = replace(sampling, max_new_tokens=cfg.max_new_tokens)
-    return evaluate_rollout(rollout, test[: cfg.num_problems], sampling, pass_k=cfg.pass_k, seed=seed)
+    return evaluate_rollout(rollout, held_out_prompts(test, cfg.num_problems), sampling, pass_k=cfg.pass_k, seed=seed)

@@ -75,7 +75,7 @@ def run_label(cfg: Config, run: RunDir) -> dict[str, dict[str, float]]:
     from rlxf.config import dump_config
     from rlxf.data import build_prompt_data
     from rlxf.models import load_from_config
-    from rlxf.rewards import build_reward
+    from rlxf.rewards import build_run_reward
     from rlxf.rollout import build_engine_from_config
     from rlxf.trainer.collect import EngineRollout
 
@@ -86,7 +86,7 @@ def run_label(cfg: Config, run: RunDir) -> dict[str, dict[str, float]]:
     model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
     data = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
-    reward = build_reward(cfg.reward)
+    reward = build_run_reward(cfg)
     sampling = SamplingParams.from_config(cfg.rollout)
     out: dict[str, dict[str, float]] = {}
     try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,9 @@ from rlxf.trainer.experience import ExperienceMaker, drift_metrics
 from rlxf.trainer.roles import Actor, Critic, Reference
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Experience, Trajectory
+
+if TYPE_CHECKING:
+    from rlxf.data import SFTExample
 
 log = logging.getLogger("rlxf")
 
@@ -69,9 +72,9 @@ class Learner:
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.experience(trajs, self.actor, self.reference, self.critic, self.kl.value)
 
-    def update(self, exp: Experience, step: int) -> dict[str, float]:
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
         plan = mini_batch_plan(len(exp), self.mini_batch_size, self.ppo_epochs, self.seed, step)
-        metrics, first_logprobs = self.actor.update(exp, plan, self.kl.value)
+        metrics, first_logprobs = self.actor.update(exp, plan, self.kl.value, demos)
         if self.critic is not None:
             metrics |= self.critic.update(exp, plan)
         old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs

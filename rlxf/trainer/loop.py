@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlxf.config import Config
-from rlxf.data import PromptSampler, build_prompt_data
+from rlxf.data import build_prompt_data, build_sampler
+from rlxf.data.curriculum import Curriculum
+from rlxf.data.demos import build_demonstrations
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import step_metrics
@@ -53,13 +55,17 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     torch.manual_seed(seeds.init)
     data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)
     log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
-    sampler = PromptSampler(data.train, seed=seeds.data, shuffle=cfg.data.shuffle)
+    sampler = build_sampler(data.train, data.weights, seed=seeds.data, shuffle=cfg.data.shuffle)
+    curriculum = (Curriculum(cfg.data.curriculum, seed=seeds.data, num_prompts=len(data.train))
+                  if cfg.data.curriculum.enabled else None)
+    demos = build_demonstrations(cfg, placement.tokenizer, held_out=data.held_out)  # PPO-ptx, or None
+    extra = {name: obj for name, obj in (("curriculum", curriculum), ("ptx", demos)) if obj is not None}
     sampling = SamplingParams.from_config(cfg.rollout)
-    state = restore(run, cfg, placement, sampler) if resume else RunState.fresh(run, cfg)
+    state = restore(run, cfg, placement, sampler, extra) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
     diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
     checkpoint_seconds: dict[str, float] = {}
-    batches = step_batches(cfg, placement, sampler, sampling, first_step=state.step + 1)  # sync or async
+    batches = step_batches(cfg, placement, sampler, sampling, first_step=state.step + 1, curriculum=curriculum)  # sync or async
     stop = StopRequest()
     try:
         if state.step == 0 and cfg.eval.at_start:
@@ -79,9 +85,14 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 with timer("experience"):
                     exp, exp_metrics = placement.make_experience(trajs)
 
-                # train: one optimizer step per mini-batch, over the PPO epochs
+                # train: one optimizer step per mini-batch, over the PPO epochs (+ PPO-ptx's
+                # supervised loss on a batch of demonstrations per optimizer step)
                 with timer("train"):
-                    train_metrics = placement.update(exp, step)
+                    if demos is None:
+                        train_metrics = placement.update(exp, step)
+                    else:
+                        demo_batches = demos.next_batches(cfg.derived.optimizer_steps_per_step)
+                        train_metrics = placement.update(exp, step, demos=demo_batches)
 
                 # sync: the engine samples the next step from the new weights
                 with timer("sync"):
@@ -110,7 +121,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
                         final and cfg.checkpoint.save_final) or stopping is not None:
                     t0 = time.perf_counter()
-                    saved = save(run, placement, state, sampler, step)
+                    saved = save(run, placement, state, sampler, step, extra)
                     checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
                 if stopping is not None:
                     raise TrainingInterrupted(stopping, step, saved)

@@ -8,13 +8,14 @@ classes in actors without the loop changing. All work happens in micro-batches o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from rlxf.algorithms import loss_totals, value_loss, zero_variance_fraction
+from rlxf.algorithms import loss_totals, masked_sum, value_loss, zero_variance_fraction
 from rlxf.config.train import OptimConfig
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.models.value_model import sequence_values
@@ -22,6 +23,9 @@ from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.objective import PolicyObjective, Totals
 from rlxf.trainer.optim import any_nonzero_grad, build_optimizer
 from rlxf.types import Experience
+
+if TYPE_CHECKING:
+    from rlxf.data import SFTExample
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,19 @@ def batched_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list
                                  chunk_size=spec.chunk_size, packed=spec.packing).logprobs
 
     return sharded_rows(forward, prompt_ids, response_ids, spec.micro_batch_size, dp)
+
+
+def nll_shares(model, batch: Sequence[SFTExample], micro_batch_size: int, tokens: int,
+               seen: list[float]) -> Iterator[Tensor]:
+    """Each micro-batch's summed NLL of its demonstrations' response tokens over the batch's
+    ``tokens`` (its share of the token mean, so the shares' gradients sum to the mean's); the
+    values go to ``seen`` for the loss metric. SFT's loss, and PPO-ptx's supervised term."""
+    for idx in micro_batches(len(batch), micro_batch_size):
+        mb = [batch[i] for i in idx]
+        out = sequence_logprobs(model, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
+        nll = -masked_sum(out.logprobs, out.mask) / tokens
+        seen.append(float(nll.detach()))
+        yield nll
 
 
 class _Accumulator:
@@ -212,15 +229,25 @@ class Actor(_Trainable):
     A mini-batch with fewer samples (dynamic sampling kept only the groups that disagree) has its
     loss scaled by samples / mini_batch_size, as if the dropped rows were there with advantage 0.
     None divides by the samples present, so 3 informative samples weigh as much as a full batch.
+
+    ``ptx_coef`` (PPO-ptx, Ouyang et al. 2022): each optimizer step adds ptx_coef x the mean
+    NLL per response token of that step's demonstrations to the policy loss,
+
+        L = L_policy + ptx_coef · (−1/|y| Σ log π_θ(y_t | x, y_<t))     over the demonstrations (x, y),
+
+    unscaled by the batch fraction: the demonstrations are all there whatever RL kept. At 0 the
+    term is never computed, so the update is the plain one, bit for bit.
     """
 
     def __init__(self, model, objective: PolicyObjective, optim: OptimConfig, total_steps: int,
-                 spec: ForwardSpec, mini_batch_size: int | None = None, dp: DataParallel = SINGLE):
+                 spec: ForwardSpec, mini_batch_size: int | None = None, dp: DataParallel = SINGLE,
+                 ptx_coef: float = 0.0):
         super().__init__(model, optim, total_steps, spec, dp)
         if mini_batch_size is not None and mini_batch_size < 1:
             raise ValueError(f"Actor: mini_batch_size must be >= 1 or None, got {mini_batch_size!r}")
         self.objective = objective
         self.mini_batch_size = mini_batch_size
+        self.ptx_coef = ptx_coef
 
     def _batch_fraction(self, rows: int) -> float:
         if self.mini_batch_size is None or rows >= self.mini_batch_size:
@@ -234,18 +261,24 @@ class Actor(_Trainable):
                                                   chunk_size=spec.chunk_size, packed=spec.packing).logprobs,
                             prompt_ids, response_ids, spec.micro_batch_size, self.dp)
 
-    def update(self, exp: Experience, mini_batches: list[list[int]], kl_coef: float) -> tuple[dict[str, float], Tensor]:
+    def update(self, exp: Experience, mini_batches: list[list[int]], kl_coef: float,
+               demos: Sequence[Sequence[SFTExample]] | None = None) -> tuple[dict[str, float], Tensor]:
         """One optimizer step per mini-batch (a list of row indices of ``exp``).
 
         When ``exp.old_logprobs`` is None (exactly one optimizer step on fresh samples, so
-        π_old = π_θ) the first forward's detached log-probs stand in for it. Returns the
-        step's metrics and the detached log-probs of each row's first forward, (B, T).
+        π_old = π_θ) the first forward's detached log-probs stand in for it. ``demos``: PPO-ptx
+        demonstrations, one batch per optimizer step (at least as many as mini-batches), used
+        when ``ptx_coef`` > 0. Returns the step's metrics and the detached log-probs of each
+        row's first forward, (B, T).
         """
+        use_ptx = self.ptx_coef > 0 and demos is not None
+        if use_ptx and len(demos) < len(mini_batches):
+            raise ValueError(f"Actor.update: {len(demos)} demonstration batches for {len(mini_batches)} optimizer steps")
         self.model.train()
         acc = _Accumulator(self.dp)
         first = torch.zeros_like(exp.rollout_logprobs)
         seen = torch.zeros(len(exp), dtype=torch.bool)
-        for rows in mini_batches:
+        for m, rows in enumerate(mini_batches):
             mini = exp.select(rows)
             # totals of the whole mini-batch, on every rank: each rank's loss is its share of it
             num_tokens, num_seqs = loss_totals(mini.mask)
@@ -266,6 +299,8 @@ class Actor(_Trainable):
                 first[global_rows[fresh], :width] = logp.detach()[fresh]
             self._idle_passes(mini, passes, totals, kl_coef)
             seen[torch.tensor(rows)] = True  # by some rank: a later epoch may hand the row to another
+            if use_ptx:
+                finite = self._ptx_backward(demos[m], acc) and finite
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
                                 "no_signal": float(no_signal), "batch_fraction": totals.batch_fraction,
@@ -286,6 +321,19 @@ class Actor(_Trainable):
                                        mb.advantages, mb.mask, totals, rollout_logprobs=mb.rollout_logprobs,
                                        ref_logprobs=mb.ref_logprobs, kl_coef=kl_coef)
         return loss, metrics, logp
+
+
+    def _ptx_backward(self, batch: Sequence[SFTExample], acc: _Accumulator) -> bool:
+        """Backward ptx_coef x the demonstrations' mean NLL per token; False if it is not finite."""
+        tokens = sum(len(e.response_ids) for e in batch)
+        nlls: list[float] = []
+        finite = True
+        for share in nll_shares(self.model, batch, self.spec.micro_batch_size, tokens, nlls):
+            finite = finite and bool(torch.isfinite(share))
+            if finite:
+                (self.ptx_coef * share).backward()
+        acc.add({"loss/ptx": torch.tensor(sum(nlls))})
+        return finite
 
 
 class Reference:

@@ -10,38 +10,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from torch import Tensor
-
-from rlxf.algorithms import masked_sum
 from rlxf.config import Config
 from rlxf.config.train import SFTConfig
 from rlxf.data import PromptSampler, SFTExample, build_prompt_data, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config
-from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
-from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.roles import nll_shares
 from rlxf.trainer.trainable import TrainableModel, checkpoint_trainable, resume_trainable
 
 log = logging.getLogger("rlxf")
-
-
-def _nll_shares(model, batch: list[SFTExample], micro_batch_size: int, tokens: int,
-                seen: list[float]) -> Iterator[Tensor]:
-    """Each micro-batch's summed NLL over the batch's ``tokens`` (its share of the token mean);
-    the values go to ``seen`` for the step's loss metric."""
-    for idx in micro_batches(len(batch), micro_batch_size):
-        mb = [batch[i] for i in idx]
-        out = sequence_logprobs(model, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
-        nll = -masked_sum(out.logprobs, out.mask) / tokens
-        seen.append(float(nll.detach()))
-        yield nll
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
@@ -65,7 +49,7 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         batch = list(batches())
         tokens = sum(len(e.response_ids) for e in batch)
         nlls: list[float] = []
-        step_metrics = core.train_step(_nll_shares(model, batch, cfg.micro_batch_size, tokens, nlls))
+        step_metrics = core.train_step(nll_shares(model, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
         if on_step is not None:
             dt = time.perf_counter() - t0
@@ -83,9 +67,9 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     every ``checkpoint.every`` steps and at the end; ``resume`` continues from the run's last one.
     A SIGTERM or a first Ctrl-C finishes the step, checkpoints it and raises ``TrainingInterrupted``."""
     from rlxf.config import dump_config
-    from rlxf.rewards import build_reward
+    from rlxf.rewards import build_run_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
-    from rlxf.trainer.evaluate import evaluate_prompts
+    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
 
     run.config.write_text(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model)
@@ -96,8 +80,8 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                        config=cfg.model_dump(mode="json"))
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
-    prompts = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test[: cfg.eval.num_problems]
-    reward = build_reward(cfg.reward) if prompts else None
+    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)
+    reward = build_run_reward(cfg) if prompts else None
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling) if prompts else None
     sampling = SamplingParams.from_config(cfg.rollout)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from rlxf.config import Config, dump_config
-from rlxf.data import PromptSampler
+from rlxf.data import Sampler
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
 from rlxf.run_dir import RunDir
@@ -29,6 +29,14 @@ if TYPE_CHECKING:
     from rlxf.placement.base import Placement  # the interface only: the trainer never builds one
 
 log = logging.getLogger("rlxf")
+
+
+class Stateful(Protocol):
+    """What a checkpoint saves of the loop's data-side helpers (curriculum, demonstrations)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class SampleWriter:
@@ -95,11 +103,14 @@ class RunState:
         self.samples.close()
 
 
-def save(run: RunDir, placement: Placement, state: RunState, sampler: PromptSampler, step: int) -> Path:
+def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, step: int,
+         extra: dict[str, Stateful] | None = None) -> Path:
     """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
-    state, and the loop's own (data position, counters, RNG)."""
-    path = save_checkpoint(run.checkpoints, step, write=placement.save,
-                           state={"sampler": sampler.state_dict(), "skipped": state.skipped},
+    state, and the loop's own (data position, counters, RNG, and each of ``extra``'s states:
+    the curriculum's records, the PPO-ptx demonstrations' position)."""
+    loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped,
+                  **{name: obj.state_dict() for name, obj in (extra or {}).items()}}
+    path = save_checkpoint(run.checkpoints, step, write=placement.save, state=loop_state,
                            keep_last=state.cfg.checkpoint.keep_last)
     log.info("saved checkpoint %s", path)
     return path
@@ -126,7 +137,8 @@ def intact_checkpoint(root: Path) -> Path | None:
     return None
 
 
-def restore(run: RunDir, cfg: Config, placement: Placement, sampler: PromptSampler) -> RunState:
+def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
+            extra: dict[str, Stateful] | None = None) -> RunState:
     """Reload the newest intact checkpoint; outputs are cut back to its step."""
     ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:  # killed before the first checkpoint: start over, keeping nothing half-done
@@ -139,6 +151,11 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: PromptSampl
     placement.load(ckpt)
     placement.sync_weights(step)
     sampler.load_state_dict(trainer_state["sampler"])
+    for name, obj in (extra or {}).items():
+        if name not in trainer_state:
+            raise CheckpointDamaged(f"{ckpt} has no {name} state: it was saved by a run configured without it; "
+                                    f"resume with the config it was saved with")
+        obj.load_state_dict(trainer_state[name])
     set_rng_state(trainer_state["rng"])
     dropped = sum(truncate_after_step(p, step) for p in (run.metrics, run.samples))
     log.info("resumed from %s (step %d); dropped %d records written after it", ckpt, step, dropped)

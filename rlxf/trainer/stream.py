@@ -48,6 +48,7 @@ from rlxf.trainer.timer import PhaseTimer
 from rlxf.types import Trajectory
 
 if TYPE_CHECKING:
+    from rlxf.data.curriculum import Curriculum
     from rlxf.placement.base import Placement
 
 
@@ -113,13 +114,15 @@ class StalenessBuffer:
 class SyncBatches:
     """``rollout.mode: sync``: each step collects its own groups (``collect``)."""
 
-    def __init__(self, cfg: Config, placement: Placement, sampler: PromptSampler, sampling: SamplingParams):
+    def __init__(self, cfg: Config, placement: Placement, sampler: PromptSampler, sampling: SamplingParams,
+                 curriculum: Curriculum | None = None):
         self.cfg, self.placement, self.sampler, self.sampling = cfg, placement, sampler, sampling
+        self.curriculum = curriculum
 
     def next(self, step: int, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
         return collect(self.placement, self.sampler, self.sampling, self.cfg.algorithm,
                        prompts_per_step=self.cfg.train.prompts_per_step, seed=self.cfg.seeds.sampling,
-                       step=step, timer=timer, reward=self.cfg.reward)
+                       step=step, timer=timer, reward=self.cfg.reward, curriculum=self.curriculum)
 
 
 class AsyncBatches:
@@ -245,10 +248,10 @@ class AsyncBatches:
 
 
 def step_batches(cfg: Config, placement: Placement, sampler: PromptSampler, sampling: SamplingParams, *,
-                 first_step: int = 1) -> SyncBatches | AsyncBatches:
-    """The source of each step's groups that ``rollout.mode`` asks for."""
+                 first_step: int = 1, curriculum: Curriculum | None = None) -> SyncBatches | AsyncBatches:
+    """The source of each step's groups that ``rollout.mode`` asks for (a curriculum: sync only)."""
     if cfg.rollout.mode == "async":
         return AsyncBatches(placement.stream(), placement.score, sampler, sampling, cfg.algorithm,
                             prompts_per_step=cfg.train.prompts_per_step, max_staleness=cfg.rollout.max_staleness,
                             seed=cfg.seeds.sampling, reward=cfg.reward, first_step=first_step)
-    return SyncBatches(cfg, placement, sampler, sampling)
+    return SyncBatches(cfg, placement, sampler, sampling, curriculum)

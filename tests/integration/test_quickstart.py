@@ -15,8 +15,10 @@ def test_quickstart_pipeline_runs(tmp_path, capsys):
     assert "hard (2-3 carries)" in printed and "continued SFT for the same time" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert [r["model"] for r in summary["results"]] == [
-        "SFT on easy demonstrations", "+ GRPO on hard problems", "+ continued SFT, same time"]
-    assert summary["held_out_problems"] == 500
+        "SFT on easy demonstrations", "+ GRPO, hard + easy mix", "+ continued SFT, same time"]
+    assert summary["held_out_problems"] == 500 and summary["remedy"] is True
+    grpo = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert {"eval/hard/accuracy", "eval/easy/accuracy", "eval/source_mean_accuracy"} <= set(grpo[-1])
     for stage in ("sft", "grpo", "sft-more"):
         assert (out / stage / "metrics.jsonl").exists() and (out / stage / "config.yaml").exists()
     assert (out / "grpo" / "report.html").exists()

@@ -31,3 +31,14 @@ def test_a_time_limit_caps_the_eta_of_a_step_budget_it_will_never_reach():
     eta = float(re.search(r"eta (\d+)s", out[0]).group(1))
     assert 0 <= eta <= 60
     assert "loss 1.0000" in out[0]
+
+
+def test_the_last_eval_stays_on_the_line_per_source_in_a_mixture():
+    evals = {"eval/accuracy": 0.6, "eval/hard/accuracy": 0.5, "eval/easy/accuracy": 0.75,
+             "eval/source_mean_accuracy": 0.625}
+    out = lines({"total": 3}, [(1, {"reward/mean": 0.5}), (2, {"reward/mean": 0.5, **evals}), (3, {"reward/mean": 0.4})])
+    assert "eval" not in out[0]
+    assert out[1].endswith(" eval mean 0.625 (easy 0.75, hard 0.50)  eta " + out[1].rsplit("eta ", 1)[1])
+    assert "eval mean 0.625 (easy 0.75, hard 0.50)" in out[2]          # kept until the next eval
+    single = lines({"total": 1}, [(1, {"eval/accuracy": 0.5})])
+    assert "eval acc 0.500" in single[0]

@@ -261,5 +261,6 @@ def test_per_source_eval_accuracy():
         return NS(prompt=NS(uid=uid), correct=correct)
 
     trajs = [t("arith:test:0", True), t("arith:test:1", False), t("gsm:test:0", True)]
-    assert _per_source_accuracy(trajs, "eval/") == {"eval/arith/accuracy": 0.5, "eval/gsm/accuracy": 1.0}
+    assert _per_source_accuracy(trajs, "eval/") == {"eval/arith/accuracy": 0.5, "eval/gsm/accuracy": 1.0,
+                                                    "eval/source_mean_accuracy": 0.75}
     assert _per_source_accuracy(trajs[:2], "eval/") == {}   # one source: the overall figure says it
