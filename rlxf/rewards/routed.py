@@ -20,7 +20,6 @@ from rlxf.config.reward import RewardConfig
 from rlxf.rewards.base import run_sync
 from rlxf.rewards.scorer import RewardFunction, build_reward
 from rlxf.rewards.types import RewardInput, ScoredSample
-from rlxf.types import source_of
 
 if TYPE_CHECKING:
     from rlxf.config import Config
@@ -45,7 +44,7 @@ class SourceRoutedReward:
     async def ascore(self, batch: Sequence[RewardInput]) -> list[ScoredSample]:
         parts: dict[str | None, list[int]] = {}
         for j, x in enumerate(batch):
-            source = source_of(x.uid)
+            source = x.uid.split(":", 1)[0]  # rlxf.types.source_of, without importing torch here
             parts.setdefault(source if source in self.by_source else None, []).append(j)
         scorers = [self.by_source[s] if s is not None else self.default for s in parts]
         results = await asyncio.gather(*(fn.ascore([batch[j] for j in idx]) for fn, idx in zip(scorers, parts.values())))
