@@ -30,7 +30,7 @@ import torch
 from common import cpu_model
 
 VARIANTS = {"before": (False, False), "skip": (True, False), "norm": (False, True), "after": (True, True)}
-RL_TASK = "data.task_options={min_digits: 3, max_digits: 3, ops: '+', zero_pad: true, carries: [3, 3]}"
+RL_CARRIES = [3, 3]  # the RL task: 3-digit additions with three carries, which SFT never showed
 
 
 def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
@@ -48,36 +48,41 @@ def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
 
 
 def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, every: int) -> dict:
-    from rlxf.cli.quickstart import _config, _evaluate
-    from rlxf.placement.local import build
+    from rlxf.cli.quickstart import _config, _evaluate, _hard_only
+    from rlxf.placement.local import LocalPlacement
     from rlxf.run_dir import RunDir
-    from rlxf.trainer.loop import _train
+    from rlxf.trainer.loop import train
 
     skip, norm = VARIANTS[name]
     cfg = _config("grpo", out, seed, [
-        f"model.path={sft_model}", f"run.name=rl-{name}", RL_TASK, f"train.steps={steps}",
+        f"model.path={sft_model}", f"run.name=rl-{name}", f"train.steps={steps}",
         f"train.optim.skip_zero_grad_steps={str(skip).lower()}", "eval.every=0", "eval.at_start=false",
         f"checkpoint.every={every}", "checkpoint.keep_last=1000", "logging.progress=false"])
-    easy = _config("sft", out, seed, ["eval.num_problems=300"])
-    rl = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"num_problems": 300})})
+    # the quickstart's mixture with its hard source made harder (RL_CARRIES): RL on that alone,
+    # both sources evaluated (the taught skill is the easy source)
+    sources = [s.model_copy(update={"task_options": {**s.task_options, "carries": RL_CARRIES}}) if s.label == "hard"
+               else s for s in cfg.data.sources]
+    both = cfg.model_copy(update={"data": cfg.data.model_copy(update={"sources": sources})})
+    cfg = _hard_only(both)
     torch.manual_seed(cfg.run.seed)
-    roles = build(cfg)
-    # the loss normaliser: the configured batch, or (the old behaviour) the samples kept
-    roles.actor.mini_batch_size = cfg.derived.mini_batch_size if norm else None
     run = RunDir.open(out, f"rl-{name}", overwrite=True)
     t0 = time.perf_counter()
-    try:
-        _train(cfg, run, roles, False)
-    finally:
-        roles.close()
+    with LocalPlacement.from_config(cfg) as placement:
+        # the loss normaliser: the configured batch, or (the old behaviour) the samples kept
+        placement.learner.actor.mini_batch_size = cfg.derived.mini_batch_size if norm else None
+        train(cfg, run, placement)
     seconds = time.perf_counter() - t0
     metrics = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
     steps_rows = [m for m in metrics if "accuracy" in m]
-    curve = {0: _evaluate(sft_model, {"rl": rl, "easy": easy}) | {"moved": 0.0}}
+    def accuracy(model: Path) -> dict[str, float]:
+        acc = _evaluate(model, both)
+        return {"rl": acc["hard"], "easy": acc["easy"]}
+
+    curve = {0: accuracy(sft_model) | {"moved": 0.0}}
     start = _weights(sft_model)
     for step in range(every, steps + 1, every):
         model = run.checkpoints / f"step_{step}" / "model"
-        curve[step] = _evaluate(model, {"rl": rl, "easy": easy}) | {"moved": _distance(start, _weights(model))}
+        curve[step] = accuracy(model) | {"moved": _distance(start, _weights(model))}
     return {"variant": name, "seconds": seconds, "curve": curve,
             "informative_steps": sum(m.get("reward/std", 0) > 0
                                      for m in steps_rows),
@@ -115,7 +120,7 @@ def main() -> None:
         results.append(run_variant(variant, args.out, sft_model, args.seed, args.steps, args.every))
         (args.out / f"sparse_signal_seed{args.seed}.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"CPU: {cpu_model()}; torch {torch.__version__}, {torch.get_num_threads()} threads; seed {args.seed}")
-    print("greedy held-out accuracy, RL task (3 carries) / taught skill (0-1 carry), 300 problems each;")
+    print("greedy held-out accuracy, RL task (3 carries) / taught skill (0-1 carry), 500 problems each;")
     print("(in brackets: ||θ - θ_sft|| / ||θ_sft||, how far the weights moved)")
     steps = sorted(results[0]["curve"])
     print(f"{'variant':<8} " + " ".join(f"{'step ' + str(s):>24}" for s in steps)
