@@ -9,7 +9,8 @@ preset) started from the quickstart's SFT model, run through ``rlxf train`` in a
 per mode. Threads, on this 2-core machine: ``sync`` runs torch (trainer and engine in turn) on
 2 threads; ``sync-1t`` on 1 (to tell what overlap gains from what one thread per process
 gains: on a loaded machine two OpenMP threads can be much slower than one); ``async<k>``
-(rollout.mode=async, max_staleness=k) runs the trainer on 1 thread and the engine process on 1.
+(rollout.mode=async, max_staleness=k) runs the trainer on 1 thread and the engine process on 1;
+``async<k>-<correction>`` adds ``algorithm.off_policy=<correction>`` (e.g. ``async1-decoupled``).
 
 Per mode it prints: samples per second (sampled and scored) over the steps after ``--warmup`` (step time
 without evaluation), its ratio to sync, the trainer's and the engine's idle fraction (sync: the
@@ -48,8 +49,9 @@ def mode_overrides(mode: str, cpus: int) -> list[str]:
         return ["rollout.mode=sync", f"run.threads={cpus}"]
     if mode == "sync-1t":  # what one thread does alone: the share of any gain that is not overlap
         return ["rollout.mode=sync", "run.threads=1"]
-    k = int(mode.removeprefix("async"))
-    return ["rollout.mode=async", f"rollout.max_staleness={k}", f"run.threads={max(1, cpus - 1)}"]
+    k, _, correction = mode.removeprefix("async").partition("-")  # async1-decoupled: with algorithm.off_policy
+    return ["rollout.mode=async", f"rollout.max_staleness={int(k)}", f"run.threads={max(1, cpus - 1)}",
+            *([f"algorithm.off_policy={correction}"] if correction else [])]
 
 
 def run_mode(mode: str, args, out: Path, steps: int) -> tuple[list[dict], float]:
