@@ -31,6 +31,16 @@ from rlxf.cli.main import main  # noqa: E402
 PAIRS_DATA = {"source": "jsonl", "apply_chat_template": False, "max_prompt_len": 64, "fields": {"ground_truth": None}}
 
 
+def sft_stage(out: Path, data: Path, base: Path, common: dict) -> Path:
+    """Stage 1: SFT of ``base`` on ``data/sft.jsonl`` (150 steps); the SFT run directory."""
+    return _run("sft", out, "sft", {**common, "model": {"path": str(base)},
+                                    "data": {"source": "jsonl", "train_path": str(data / "sft.jsonl"),
+                                             "max_prompt_len": 32, "fields": {"ground_truth": None}},
+                                    "sft": {"steps": 150, "batch_size": 32, "micro_batch_size": 32,
+                                            "optim": {"lr": 3e-3, "warmup_steps": 10}},
+                                    "checkpoint": {"every": 0}})
+
+
 def _run(command: str, out: Path, name: str, cfg: dict) -> Path:
     """Run ``rlxf <command>`` on ``cfg`` as run ``name`` under ``out``; returns the run directory,
     which every later stage takes as a model path (it names the run's newest checkpoint)."""
@@ -73,12 +83,7 @@ def demo(out: Path, seed: int) -> None:
     common = {"run": {"seed": seed}}
 
     # 1. SFT: the rule holds in half of the demonstrations
-    sft = _run("sft", out, "sft", {**common, "model": {"path": str(base)},
-                                   "data": {"source": "jsonl", "train_path": str(data / "sft.jsonl"),
-                                            "max_prompt_len": 32, "fields": {"ground_truth": None}},
-                                   "sft": {"steps": 150, "batch_size": 32, "micro_batch_size": 32,
-                                           "optim": {"lr": 3e-3, "warmup_steps": 10}},
-                                   "checkpoint": {"every": 0}})
+    sft = sft_stage(out, data, base, common)
     # 2. label the SFT model's own samples with the scripted labeller
     prompts_data = {"source": "jsonl", "train_path": str(data / "prompts.jsonl"),
                     "test_path": str(data / "test_prompts.jsonl"), "max_prompt_len": 32,

@@ -34,7 +34,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from demo import PAIRS_DATA, _run, rule_rate  # noqa: E402
+from demo import PAIRS_DATA, _run, rule_rate, sft_stage  # noqa: E402
 from hidden_rule import in_words, write_data  # noqa: E402
 
 RUNS = ("kl0", "kl", "mixed")
@@ -86,12 +86,7 @@ def hacking(out: Path, seed: int, steps: int, pair_prompts: int, kl_coef: float,
     write_data(data, seed=seed, cue_rate=0.9)
     base = init_model("nano", out / "base-model", seed=seed, overwrite=True)
     common = {"run": {"seed": seed}}
-    sft = _run("sft", out, "sft", {**common, "model": {"path": str(base)},
-                                   "data": {"source": "jsonl", "train_path": str(data / "sft.jsonl"),
-                                            "max_prompt_len": 32, "fields": {"ground_truth": None}},
-                                   "sft": {"steps": 150, "batch_size": 32, "micro_batch_size": 32,
-                                           "optim": {"lr": 3e-3, "warmup_steps": 10}},
-                                   "checkpoint": {"every": 0}})
+    sft = sft_stage(out, data, base, common)
     prompts = {"source": "jsonl", "train_path": str(data / "prompts.jsonl"),
                "test_path": str(data / "test_prompts.jsonl"), "max_prompt_len": 32, "fields": {"ground_truth": None}}
     label = _run("label", out, "label", {**common, "model": {"path": str(sft)}, "data": prompts,

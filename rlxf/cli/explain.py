@@ -52,6 +52,17 @@ def _print_kernels(console: Console, cfg) -> None:
         console.print(line, highlight=False, markup=False)
 
 
+def _titled_table(console, title: str, columns: tuple[str, ...], rows) -> None:
+    """A rule with ``title``, then a table of ``rows`` under ``columns``."""
+    console.rule(title)
+    table = Table(show_header=True, header_style="bold")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
 def run(config: Path, overrides: list[str], *, full_config: bool = False) -> None:
     from rlxf.config import load_config
 
@@ -67,33 +78,16 @@ def run(config: Path, overrides: list[str], *, full_config: bool = False) -> Non
 def _print_tables(console: Console, cfg) -> None:
     from rlxf.config.explain import algorithm_table, batch_table, memory_estimate, resolved_dtype
 
-    console.rule(f"algorithm: the {cfg.algorithm.name} preset and the fields set over it")
-    table = Table(show_header=True, header_style="bold")
-    for col in ("part", "choice", "what it is"):
-        table.add_column(col)
-    for row in algorithm_table(cfg):
-        table.add_row(*row)
-    console.print(table)
+    _titled_table(console, f"algorithm: the {cfg.algorithm.name} preset and the fields set over it",
+                  ("part", "choice", "what it is"), algorithm_table(cfg))
 
-    console.rule("batch arithmetic")
-    table = Table(show_header=True, header_style="bold")
-    for col in ("quantity", "value", "from"):
-        table.add_column(col)
-    for row in batch_table(cfg):
-        table.add_row(*row)
-    console.print(table)
+    _titled_table(console, "batch arithmetic", ("quantity", "value", "from"), batch_table(cfg))
 
     from rlxf.config.explain import mixture_table
 
     mixture = mixture_table(cfg)
     if mixture:
-        console.rule("data mixture")
-        table = Table(show_header=True, header_style="bold")
-        for col in ("source", "weight", "prompts per step", "verifiers"):
-            table.add_column(col)
-        for row in mixture:
-            table.add_row(*row)
-        console.print(table)
+        _titled_table(console, "data mixture", ("source", "weight", "prompts per step", "verifiers"), mixture)
         console.print("Held-out prompts of every source are removed from every source's training prompts by "
                       "content; the counts are in the run log's `prompt data` line.", highlight=False)
     if cfg.algorithm.ptx_coef > 0 and cfg.data.ptx is not None:
