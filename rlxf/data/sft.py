@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
-from rlxf.data.prompts import content_key, read_task_records
+from rlxf.data.prompts import content_key, read_task_records, source_config, source_seed
 from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
 from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
 
@@ -36,6 +36,7 @@ class SFTData:
     train: list[SFTExample]
     test: list[SFTExample]
     report: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, float] | None = None   # a mixture: source name -> sampling weight (None: one source)
 
 
 def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, str]:
@@ -92,25 +93,52 @@ def build_sft_data(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str
     counted (``train_removed_held_out``).
     """
     if cfg.mixture:
-        raise DataError("SFT data come from one source: data.sources (a mixture) is for RL prompts; set "
-                        "data.task or data.train_path")
-    counts: Counter = Counter()
+        return _mixture(cfg, tokenizer, seed, exclude)
+    data = _one_source(cfg, tokenizer, seed, exclude, Counter())
+    log_report("SFT", data.report)
+    return data
+
+
+def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> SFTData:
+    """``data.sources`` as SFT examples, uids ``<source>:<split>:<i>`` for the mixture sampler; a
+    training example whose prompt is held out by any source is removed (and counted), as for RL."""
+    built = {s.label: _one_source(source_config(cfg, s), tokenizer, source_seed(s, seed), exclude, Counter(),
+                                  name=s.label)
+             for s in cfg.sources}
+    held_out = {content_key(e.prompt_text) for data in built.values() for e in data.test}
+    report: dict[str, int] = {}
+    for name, data in built.items():
+        kept = [e for e in data.train if content_key(e.prompt_text) not in held_out]
+        if len(kept) < len(data.train):
+            data.report["train_removed_held_out"] = len(data.train) - len(kept)
+            data.train = kept
+            data.report["train"] = len(kept)
+            require_some(len(kept), "train", Counter(data.report), cfg)
+        report |= {f"{name}/{k}": v for k, v in sorted(data.report.items())}
+    train = [e for data in built.values() for e in data.train]
+    test = [e for data in built.values() for e in data.test]
+    report["train"], report["test"] = len(train), len(test)
+    log_report("SFT", report)
+    return SFTData(train, test, report, {s.label: s.weight for s in cfg.sources})
+
+
+def _one_source(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str], counts: Counter,
+                name: str | None = None) -> SFTData:
     splits: dict[str, list[SFTExample]] = {"train": [], "test": []}
     if cfg.source == "task":
         task_records = read_task_records(cfg, seed)
         sft_cfg = cfg.model_copy(update={"fields": cfg.fields.model_copy(
             update={"prompt": "prompt", "messages": None, "response": "response"})})
         for split, records in task_records.items():
-            splits[split] = _examples(str(cfg.task), split, records, sft_cfg, tokenizer, counts,
+            splits[split] = _examples(name or str(cfg.task), split, records, sft_cfg, tokenizer, counts,
                                       exclude if split == "train" else frozenset())
     else:
         for split in ("train", "test"):
             found = split_records(cfg, split)
             if found is not None:
-                splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts,
+                splits[split] = _examples(name or found[0], split, found[1], cfg, tokenizer, counts,
                                           exclude if split == "train" else frozenset())
     require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))
     report["train"], report["test"] = len(splits["train"]), len(splits["test"])
-    log_report("SFT", report)
     return SFTData(splits["train"], splits["test"], report)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlxf.config import Config
 from rlxf.config.train import SFTConfig
-from rlxf.data import PromptSampler, SFTExample, build_prompt_data, build_sft_data
+from rlxf.data import SFTExample, build_prompt_data, build_sampler, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config
@@ -74,7 +74,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     run.config.write_text(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model)
     data = build_sft_data(cfg.data, tokenizer, seed=cfg.seeds.data)
-    sampler = PromptSampler(data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
+    sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
     start = resume_trainable(run, core, sampler) if resume else 0
     sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,

@@ -180,6 +180,27 @@ def test_sft_from_task_and_length_limits(tokenizer_for_tests):
     assert tokenizer_for_tests.decode(data.train[0].response_ids[:-1]) == data.train[0].response_text
 
 
+def test_sft_mixture_by_source_with_held_out_removed_across_sources(tokenizer_for_tests):
+    """data.sources works for SFT as for RL: uids name their source (the mixture sampler reads
+    them), and no source trains on a prompt any source holds out, whatever the seeds do."""
+    from rlxf.data import build_sampler
+
+    sums = {"max_digits": 1, "ops": "+"}   # 100 distinct problems: two seeds' splits overlap
+    cfg = DataConfig(sources=[{"name": "a", "task": "arithmetic", "task_options": sums, "train_size": 60,
+                               "test_size": 10, "weight": 3},
+                              {"name": "b", "task": "arithmetic", "task_options": sums, "train_size": 60,
+                               "test_size": 10, "weight": 1, "seed": 7}])
+    data = build_sft_data(cfg, tokenizer_for_tests, seed=0)
+    assert data.weights == {"a": 3.0, "b": 1.0}
+    assert {e.uid.split(":")[0] for e in data.train} == {"a", "b"}
+    held_out = {e.prompt_text for e in data.test}
+    assert not held_out & {e.prompt_text for e in data.train}
+    removed = sum(data.report.get(f"{n}/train_removed_held_out", 0) for n in "ab")
+    assert removed == 120 - len(data.train) > 0
+    batch = build_sampler(data.train, data.weights, seed=0).next_batch(16)
+    assert [e.uid.split(":")[0] for e in batch].count("b") == 4
+
+
 def test_preference_pairs_text_and_conversation(tmp_path, tokenizer_for_tests):
     conv = lambda a: [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": a}]  # noqa: E731
     path = jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2", "rejected": "3"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from rlxf.cli.main import main
@@ -60,7 +61,14 @@ def test_sft_skips_a_step_with_a_non_finite_loss(nano_model_dir):
     assert steps == 1 and seen[0]["skipped"] == 1.0
 
 
-def test_sft_resume_is_bit_exact(tmp_path, nano_model_dir):
+ONE_SOURCE = {"task": "arithmetic", "task_options": {"max_digits": 1, "ops": "+"}, "train_size": 40, "test_size": 4}
+MIXTURE = {"sources": [{"name": "add", **ONE_SOURCE, "weight": 3},
+                       {"name": "mul", **ONE_SOURCE, "task_options": {"max_digits": 1, "ops": "*"}, "weight": 1}]}
+
+
+@pytest.mark.parametrize("data", [ONE_SOURCE, MIXTURE], ids=["one-source", "mixture"])
+def test_sft_resume_is_bit_exact(tmp_path, nano_model_dir, data):
+    """Resumed mid-run (mid-mixture too), SFT ends with the weights of the uninterrupted run."""
     import shutil
 
     import torch
@@ -69,8 +77,7 @@ def test_sft_resume_is_bit_exact(tmp_path, nano_model_dir):
     cfg = {
         "run": {"name": "sft", "output_dir": str(tmp_path), "seed": 0},
         "model": {"path": str(nano_model_dir)},
-        "data": {"task": "arithmetic", "task_options": {"max_digits": 1, "ops": "+"},
-                 "train_size": 40, "test_size": 4, "max_prompt_len": 32},
+        "data": {**data, "max_prompt_len": 32},
         "rollout": {"max_new_tokens": 4},
         "sft": {"steps": 4, "batch_size": 8, "micro_batch_size": 4,
                 "optim": {"lr": 1e-2, "warmup_steps": 1, "schedule": "cosine"}},
