@@ -58,8 +58,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from rlxf.envs.agent import conversation_trajectory
-from rlxf.envs.chat_protocol import (ChatRequest, ModelTurn, completion_body, completion_events, refusal,
-                                     tools_change)
+from rlxf.envs.chat_protocol import (
+    ChatRequest,
+    ModelTurn,
+    completion_body,
+    completion_events,
+    refusal,
+    tools_change,
+)
 from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
@@ -204,11 +210,12 @@ class EpisodeRecorder:
         """Once: the chat template ignores ``tools``, so they went into the system message."""
         if conv.tools_in_system and not self._said_tools_in_system:
             self._said_tools_in_system = True
-            name = getattr(self.tokenizer, "name_or_path", "") or "the model's"
-            log.warning("the chat template of %r does not render a request's `tools`; rlxf writes them into the "
+            name = getattr(self.tokenizer, "name_or_path", "")
+            log.warning("%s does not render a request's `tools`; rlxf writes them into the "
                         "system message as its built-in tool environments do (rlxf.envs.tools.describe_tools), "
                         "the <tool_call> JSON format included. Set model.chat_template to a template that renders "
-                        "`tools` to show them the model's own way.", name)
+                        "`tools` to show them the model's own way.",
+                        f"the chat template of {name!r}" if name else "the model's chat template")
 
     def _new_messages(self, conv: Conversation, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         recorded = conv.messages
@@ -262,11 +269,24 @@ class RewardRequest(BaseModel):
 
 def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
     """The FastAPI app: POST /v1/chat/completions (episode = ``user``), the same under an episode's
-    own base URL /episodes/{episode}/v1, POST /v1/rlxf/reward, GET /v1/models."""
+    own base URL /episodes/{episode}/v1, POST /v1/rlxf/reward, GET /v1/models.
+
+    Errors are OpenAI's error objects (``{"error": {"message": ...}}``), so an OpenAI client's
+    exception says why; a request that does not validate is a 400 naming the fields."""
     from fastapi import FastAPI, HTTPException
-    from fastapi.responses import StreamingResponse
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
 
     app = FastAPI(title="rlxf policy (OpenAI-compatible)")
+
+    @app.exception_handler(HTTPException)
+    def http_error(_, e: HTTPException) -> JSONResponse:
+        return JSONResponse(error_body(str(e.detail), e.status_code), status_code=e.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    def invalid(_, e: RequestValidationError) -> JSONResponse:
+        fields = "; ".join(f"{'.'.join(str(x) for x in err['loc'][1:]) or 'body'}: {err['msg']}" for err in e.errors())
+        return JSONResponse(error_body(f"invalid request: {fields}", 400), status_code=400)
 
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "rlxf"}]}
@@ -313,6 +333,12 @@ def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
         return {"ok": True}
 
     return app
+
+
+def error_body(message: str, status: int) -> dict[str, Any]:
+    """OpenAI's error object: what an OpenAI client puts in its exception's message."""
+    kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
 class ChatServer:
