@@ -6,7 +6,9 @@ calculator tool, and is trained by rlxf as it is (examples/agentic/tool_arithmet
 
 rlxf gives each episode its own base URL (an OpenAI-compatible endpoint on loopback serving the
 policy being trained) and records the exact tokens of every model turn; what this program
-returns is the episode's reward. Nothing here is rlxf's but the calculator it borrows.
+returns is the episode's reward. The tool is offered as OpenAI's `tools=` schema: rlxf renders it
+through the model's chat template (or, for a template without tool support, into the system
+message as its own tool environments do). Nothing here is rlxf's but the calculator it borrows.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from openai import OpenAI
 
 from rlxf.envs.tools import calculator
 
-SYSTEM = ('To compute, write <tool_call>{"name": "calculator", "arguments": {"expression": "..."}}</tool_call> '
-          "and the result comes back. Then give the final answer as a number.")
+SYSTEM = "Use the calculator to compute, then give the final answer as a number."
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression exactly.",
+    "parameters": {"type": "object", "required": ["expression"], "properties": {
+        "expression": {"type": "string", "description": 'Numbers with + - * / // % ** and parentheses, e.g. "(12+34)*56".'}}}}}
 
 
 def run(base_url: str, task) -> dict:
@@ -30,7 +35,7 @@ def run(base_url: str, task) -> dict:
     answer = task.ground_truth if not isinstance(task, dict) else task["ground_truth"]
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     for _ in range(3):
-        reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=64)
+        reply = client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR], max_tokens=64)
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:

@@ -24,7 +24,9 @@ class EnvConfig(Section):
         "`function(base_url, task) -> reward` in a thread per episode: it talks to the policy with any OpenAI "
         "client at `base_url` (the episode's own /v1 on loopback), `task` is a rlxf.envs.EnvTask, and it returns "
         "the episode's reward (a number, or a dict with `reward` and optionally `success` and other infos). "
-        "rlxf records every model turn's exact token ids, log-probs and versions (rlxf.envs.programs).",
+        "rlxf records every model turn's exact token ids, log-probs and versions (rlxf.envs.programs); requests "
+        "may carry `tools`, `stream` and `logprobs`, and what cannot be recorded as asked (n > 1, penalties, a forced "
+        "tool call) is a 400 saying why.",
     )
     agent_command: list[str] | None = Field(
         None,

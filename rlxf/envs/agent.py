@@ -227,6 +227,7 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
 
     ``prompt`` becomes the first observation's ids; ``rewards[k]`` lands on response index
     ``reward_at[k]`` under per-turn credit. A failed episode keeps its tokens with loss_mask 0.
+    ``episode`` gains the conversation's messages (and its tools, where it was given some).
     """
     ids = conv.response_ids if conv is not None else []
     mask = [0] * len(ids) if failed or conv is None else list(conv.loss_mask)
@@ -249,7 +250,8 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
         rollout_logprobs=list(conv.logprobs) if conv is not None else [], loss_mask=mask,
         policy_versions=list(conv.versions) if conv is not None else [], finish_reason=finish,
         reward=sum(rewards), token_rewards=token_rewards,
-        episode=_json_safe({**episode, "messages": conv.messages if conv is not None else []}),
+        episode=_json_safe({**episode, "messages": conv.messages if conv is not None else [],
+                            **({"tools": conv.tools} if conv is not None and conv.tools else {})}),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from rlxf.envs.base import EnvError, EnvTask, Message, StepResult, register_env
-from rlxf.envs.tools import ToolSet
+from rlxf.envs.tools import ToolSet, with_tools_described
 
 _INTEGER = re.compile(r"-?\d+")
 
@@ -75,8 +75,8 @@ class ToolArithmeticEnv:
             raise ValueError(f"tool_arithmetic: prompt {task.uid} has no metadata['expression']; "
                              f"use data.task=arithmetic")
         self.answer = int(str(task.ground_truth))
-        system = "\n".join(x for x in (self.system_prompt, self.tools.describe()) if x)
-        return [{"role": "system", "content": system}, {"role": "user", "content": f"{expression}="}]
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return with_tools_described(system + [{"role": "user", "content": f"{expression}="}], self.tools.schemas)
 
     def step(self, action: str) -> StepResult:
         used = self.tools.run(action)

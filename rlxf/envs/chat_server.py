@@ -27,29 +27,51 @@ turn k with ``derive_seed(seed, k)``, the built-in agent loop's seed, so the two
 same trajectory for the same seeded episode. ``max_turns`` and ``max_total_tokens`` end an
 episode as they do in the agent loop: a request past them is a 400 and ``ended`` says why.
 
-A model turn holding ``<tool_call>{json}</tool_call>`` blocks (``rlxf.envs.tools``) is also
-returned as OpenAI ``tool_calls`` with ``finish_reason: "tool_calls"``. Requests are served one
-at a time (the engine is not shared between threads), so concurrent episodes are not batched.
+Tools: a request's ``tools`` (OpenAI function schemas) belong to the episode's first templating
+(``Conversation.start(..., tools=)``): given to a chat template that renders them, else written
+into the system message as the built-in tool environments write them (logged once; see
+``rlxf.envs.tokens``). A later request whose tools differ is a 400 naming what changed. A model
+turn holding ``<tool_call>{json}</tool_call>`` blocks (``rlxf.envs.tools``) is also returned as
+OpenAI ``tool_calls`` with ``finish_reason: "tool_calls"`` (not with ``tool_choice: "none"``);
+``tool_choice`` "auto" and "none" are accepted, a forced call is a 400 (nothing can force one).
+
+What else a request may ask (``rlxf.envs.chat_protocol``): ``stream: true`` is answered with
+Server-Sent Events built from the same turn (it is sampled whole first), ``logprobs: true`` with
+the recorded log-prob of each sampled token. What would make the recorded turn differ from what
+was asked for (``n > 1``, penalties, ``logit_bias``, constrained ``response_format``,
+``top_logprobs``, a forced tool call, any unknown field) is a 400 saying why and what to do.
+
+The turns of concurrent episodes that arrive together are sampled in one engine call
+(``_Batcher``); each keeps its own seed, so batching changes nothing that is sampled.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from rlxf.envs.agent import conversation_trajectory
+from rlxf.envs.chat_protocol import (
+    ChatRequest,
+    ModelTurn,
+    completion_body,
+    completion_events,
+    refusal,
+    tools_change,
+)
 from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError
-from rlxf.envs.tools import TOOL_CALL
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
+
+log = logging.getLogger("rlxf")
 
 
 class HistoryMismatch(ValueError):
@@ -119,6 +141,7 @@ class EpisodeRecorder:
         self.ended: dict[str, str] = {}   # episode -> the limit that ended it (max_turns | max_total_tokens)
         self._lock = threading.Lock()
         self._batcher = _Batcher(engine)
+        self._said_tools_in_system = False
 
     def open(self, episode: str, seed: int) -> None:
         """Expect ``episode``, whose turn k samples with ``derive_seed(seed, k)``."""
@@ -133,22 +156,29 @@ class EpisodeRecorder:
             self.ended.pop(episode, None)
             return self.episodes.pop(episode, None)
 
-    def complete(self, episode: str, messages: list[dict[str, Any]], *, temperature: float = 1.0,
-                 top_p: float = 1.0, max_tokens: int | None = None, seed: int | None = None,
-                 stop: list[str] | None = None) -> tuple[str, str, int, int]:
-        """The model's next turn in ``episode`` after ``messages``: (text, OpenAI finish_reason,
-        the turn's tokens, the episode's tokens)."""
+    def complete(self, episode: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                 temperature: float = 1.0, top_p: float = 1.0, max_tokens: int | None = None,
+                 seed: int | None = None, stop: list[str] | None = None) -> ModelTurn:
+        """The model's next turn in ``episode`` after ``messages``; ``tools`` (OpenAI function
+        schemas) are the episode's from its first request on."""
         with self._lock:
             conv = self.episodes.get(episode)
             if conv is None and self.only_opened and episode not in self.seeds:
                 raise HistoryMismatch(f"episode {episode!r} is not open: it has ended (or never started)")
             if conv is None:
-                conv = Conversation.start(self.tokenizer, [_plain(m) for m in messages])
+                conv = Conversation.start(self.tokenizer, [_plain(m) for m in messages], tools=tools)
+                self._say_where_tools_are(conv)
                 self.episodes[episode] = conv
             elif self.max_turns is not None and len(conv.turn_ends) >= self.max_turns:
                 self.ended[episode] = "max_turns"
                 raise EpisodeLimit(f"episode {episode!r} has had its {self.max_turns} turns (env.max_turns)")
             else:
+                change = tools_change(conv.tools, tools)
+                if change is not None:
+                    raise HistoryMismatch(
+                        f"the request's tools differ from those of the episode's first request ({change}); "
+                        f"the tools are part of the episode's first templating, so they cannot change within "
+                        f"an episode: send the same tools every turn (or start a new episode)")
                 conv.add_messages(self._new_messages(conv, messages))
             turn = sum(1 for m in conv.messages if m["role"] == "assistant")
             if self.sampling is not None:
@@ -173,7 +203,19 @@ class EpisodeRecorder:
         with self._lock:
             text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
                                        stopped=c.finish_reason == "stop")
-            return text, "length" if c.finish_reason == "length" else "stop", len(c.response_ids), len(conv.ids)
+            return ModelTurn(text=text, finish_reason=c.finish_reason, token_ids=list(c.response_ids),
+                             logprobs=[float(x) for x in c.logprobs], prompt_tokens=len(request.prompt_ids))
+
+    def _say_where_tools_are(self, conv: Conversation) -> None:
+        """Once: the chat template ignores ``tools``, so they went into the system message."""
+        if conv.tools_in_system and not self._said_tools_in_system:
+            self._said_tools_in_system = True
+            name = getattr(self.tokenizer, "name_or_path", "")
+            log.warning("%s does not render a request's `tools`; rlxf writes them into the "
+                        "system message as its built-in tool environments do (rlxf.envs.tools.describe_tools), "
+                        "the <tool_call> JSON format included. Set model.chat_template to a template that renders "
+                        "`tools` to show them the model's own way.",
+                        f"the chat template of {name!r}" if name else "the model's chat template")
 
     def _new_messages(self, conv: Conversation, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         recorded = conv.messages
@@ -220,32 +262,6 @@ def _plain(message: dict[str, Any]) -> dict[str, Any]:
     return {"role": message.get("role"), "content": content or ""}
 
 
-def tool_calls(text: str) -> list[dict[str, Any]]:
-    """The ``<tool_call>`` blocks of a turn as OpenAI tool_calls (malformed blocks are left out)."""
-    calls = []
-    for block in TOOL_CALL.findall(text):
-        try:
-            call = json.loads(block)
-            calls.append({"id": f"call_{len(calls)}", "type": "function",
-                          "function": {"name": str(call["name"]), "arguments": json.dumps(call.get("arguments", {}))}})
-        except (ValueError, KeyError, TypeError):
-            continue
-    return calls
-
-
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")   # OpenAI clients send more fields than rlxf uses
-    model: str = "rlxf-policy"
-    messages: list[dict[str, Any]] = Field(..., min_length=1)
-    user: str = "default"                       # the episode id
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = Field(None, ge=0)
-    stop: str | list[str] | None = None
-    n: int = Field(1, ge=1, le=1)
-
 class RewardRequest(BaseModel):
     episode: str
     reward: float
@@ -253,42 +269,59 @@ class RewardRequest(BaseModel):
 
 def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
     """The FastAPI app: POST /v1/chat/completions (episode = ``user``), the same under an episode's
-    own base URL /episodes/{episode}/v1, POST /v1/rlxf/reward, GET /v1/models."""
+    own base URL /episodes/{episode}/v1, POST /v1/rlxf/reward, GET /v1/models.
+
+    Errors are OpenAI's error objects (``{"error": {"message": ...}}``), so an OpenAI client's
+    exception says why; a request that does not validate is a 400 naming the fields."""
     from fastapi import FastAPI, HTTPException
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
 
     app = FastAPI(title="rlxf policy (OpenAI-compatible)")
+
+    @app.exception_handler(HTTPException)
+    def http_error(_, e: HTTPException) -> JSONResponse:
+        return JSONResponse(error_body(str(e.detail), e.status_code), status_code=e.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    def invalid(_, e: RequestValidationError) -> JSONResponse:
+        fields = "; ".join(f"{'.'.join(str(x) for x in err['loc'][1:]) or 'body'}: {err['msg']}" for err in e.errors())
+        return JSONResponse(error_body(f"invalid request: {fields}", 400), status_code=400)
 
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "rlxf"}]}
 
-    def complete(episode: str, request: ChatRequest) -> dict[str, Any]:
+    def complete(episode: str, request: ChatRequest) -> Any:
+        problem = refusal(request)
+        if problem is not None:
+            raise HTTPException(status_code=400, detail=problem)
         stop = [request.stop] if isinstance(request.stop, str) else request.stop
         try:
-            text, finish, completion_tokens, total_tokens = recorder.complete(
-                episode, request.messages, temperature=request.temperature, top_p=request.top_p,
+            turn = recorder.complete(
+                episode, request.messages, tools=request.tools or None,
+                temperature=1.0 if request.temperature is None else request.temperature,
+                top_p=1.0 if request.top_p is None else request.top_p,
                 max_tokens=request.max_completion_tokens or request.max_tokens, seed=request.seed, stop=stop)
         except (HistoryMismatch, EpisodeLimit, TemplateAppendError, TokenBoundaryError, ValueError) as e:
             raise HTTPException(status_code=400, detail=str(e)) from None
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        calls = tool_calls(text)
-        if calls:
-            message["tool_calls"], finish = calls, "tool_calls"
-        return {"id": f"chatcmpl-{episode}-{total_tokens}", "object": "chat.completion",
-                "created": int(time.time()), "model": request.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                "usage": {"prompt_tokens": total_tokens - completion_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": total_tokens}}
+        reply_id = f"chatcmpl-{episode}-{turn.prompt_tokens + len(turn.token_ids)}"
+        body = completion_body(request, reply_id, turn, recorder.tokenizer)
+        if not request.stream:
+            return body
+        # the turn is sampled whole before the stream starts, so a refusal above is still a plain 400
+        return StreamingResponse(iter(completion_events(body, include_usage=request.include_usage)),
+                                 media_type="text/event-stream")
 
     # sync handlers: FastAPI runs them in worker threads (the recorder serialises engine calls)
     app.get("/v1/models")(models)
     app.get("/episodes/{episode}/v1/models")(models)
 
     @app.post("/v1/chat/completions")
-    def chat(request: ChatRequest) -> dict[str, Any]:
+    def chat(request: ChatRequest) -> Any:
         return complete(request.user, request)
 
     @app.post("/episodes/{episode}/v1/chat/completions")
-    def episode_chat(episode: str, request: ChatRequest) -> dict[str, Any]:
+    def episode_chat(episode: str, request: ChatRequest) -> Any:
         return complete(episode, request)
 
     @app.post("/v1/rlxf/reward")
@@ -300,6 +333,12 @@ def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
         return {"ok": True}
 
     return app
+
+
+def error_body(message: str, status: int) -> dict[str, Any]:
+    """OpenAI's error object: what an OpenAI client puts in its exception's message."""
+    kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
 class ChatServer:

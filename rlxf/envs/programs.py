@@ -20,6 +20,9 @@ agent loop does (model tokens: the engine's ids, log-probs and version, loss_mas
 else through the chat template, loss_mask 0) and samples each turn with the rollout's parameters
 and the built-in loop's seeds, so for the same seeded episode both paths give the same
 trajectory. The program's return value is the episode's reward (on the last model token).
+Requests may carry ``tools``, ``stream: true`` and ``logprobs: true``; what the endpoint could not
+record as asked (``n > 1``, penalties, a forced tool call, ...) is a 400 saying why
+(``rlxf.envs.chat_protocol``).
 
 Episodes run concurrently, one thread each (a command: one process each, killed at the
 timeout). A program that raises, exits nonzero, hangs past ``env.agent_timeout_s``, returns

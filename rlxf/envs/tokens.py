@@ -14,6 +14,12 @@ assistant turns, raises ``TemplateAppendError``: a configuration problem) and ch
 appended text starts at a token boundary (``TokenBoundaryError``, ending only that episode), so
 the ids equal a fresh templating of the whole conversation whenever the model's own ids are the
 tokenizer's canonical ids of its text.
+
+Tools (OpenAI function schemas, ``Conversation.start(..., tools=...)``) belong to the whole
+conversation and are rendered into every templating of it: given to the template as
+``apply_chat_template(messages, tools=...)`` when it renders them (Qwen2.5, Llama 3.1, Hermes...),
+or, for a template that ignores them, written into the system message as the built-in tool
+environments write them (``rlxf.envs.tools.with_tools_described``), so the model sees them either way.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlxf.envs.base import Message
+from rlxf.envs.tools import with_tools_described
 
 
 class TemplateAppendError(ValueError):
@@ -32,8 +39,11 @@ class TokenBoundaryError(ValueError):
     """The text appended after a model turn merges with the model's last tokens."""
 
 
-def render(tokenizer, messages: list[Message], *, generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+def render(tokenizer, messages: list[Message], *, generation_prompt: bool,
+           tools: list[dict[str, Any]] | None = None) -> str:
+    """The chat template's text of ``messages``; ``tools`` go to the template as they are."""
+    extra = {"tools": tools} if tools else {}
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
 
 
 def encode_text(tokenizer, text: str) -> list[int]:
@@ -58,18 +68,26 @@ class Conversation:
     logprobs: list[float] = field(default_factory=list)     # (R,)
     versions: list[int] = field(default_factory=list)       # (R,)
     turn_ends: list[int] = field(default_factory=list)      # response index of each model turn's last token
+    tools: list[dict[str, Any]] | None = None              # OpenAI function schemas the model is shown
+    tools_in_system: bool = False                           # the template ignores ``tools``: they are in the system message
     _rendered: str = ""                                     # the template text ``ids`` stand for (canonically)
     _stop_texts: tuple[str, ...] = ()                        # text of tokens that may end a model turn
 
     @classmethod
-    def start(cls, tokenizer, messages: list[Message]) -> Conversation:
+    def start(cls, tokenizer, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> Conversation:
         if getattr(tokenizer, "chat_template", None) is None:
             raise TemplateAppendError("multi-turn episodes need a chat template; the tokenizer has none "
                                       "(set model.chat_template)")
-        text = render(tokenizer, messages, generation_prompt=True)
-        ids = encode_text(tokenizer, text)
-        return cls(tokenizer=tokenizer, messages=[dict(m) for m in messages], ids=ids, prompt_len=len(ids),
-                   _rendered=text)
+        tools = [dict(t) for t in tools] if tools else None
+        text = render(tokenizer, messages, generation_prompt=True, tools=tools)
+        # a template that ignores `tools` renders the same text without them
+        in_system = tools is not None and text == render(tokenizer, messages, generation_prompt=True)
+        conv = cls(tokenizer=tokenizer, messages=[dict(m) for m in messages], ids=[], prompt_len=0,
+                   tools=tools, tools_in_system=in_system)
+        text = conv.render(conv.messages, generation_prompt=True)
+        conv.ids = encode_text(tokenizer, text)
+        conv.prompt_len, conv._rendered = len(conv.ids), text
+        return conv
 
     @classmethod
     def from_prompt(cls, tokenizer, prompt_ids: list[int], prompt_text: str) -> Conversation:
@@ -81,6 +99,12 @@ class Conversation:
     @property
     def response_ids(self) -> list[int]:
         return self.ids[self.prompt_len:]
+
+    def render(self, messages: list[Message], *, generation_prompt: bool) -> str:
+        """The template text of ``messages`` in this conversation, its tools included."""
+        if self.tools_in_system:
+            return render(self.tokenizer, with_tools_described(messages, self.tools), generation_prompt=generation_prompt)
+        return render(self.tokenizer, messages, generation_prompt=generation_prompt, tools=self.tools)
 
     def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int, *, stopped: bool = True) -> str:
         """Append the engine's ids as they are; returns the turn's text (special tokens removed).
@@ -111,8 +135,8 @@ class Conversation:
                                      "first observation was empty), so messages cannot be appended to it; "
                                      "return the first observation as chat messages from reset()")
         reply = self.messages[-1]["content"]
-        closed = render(self.tokenizer, self.messages, generation_prompt=False)
-        full = render(self.tokenizer, self.messages + [dict(m) for m in new], generation_prompt=generation_prompt)
+        closed = self.render(self.messages, generation_prompt=False)
+        full = self.render(self.messages + [dict(m) for m in new], generation_prompt=generation_prompt)
         name = getattr(self.tokenizer, "name_or_path", "") or "the tokenizer's"
         if not closed.startswith(self._rendered) or not full.startswith(closed):
             raise TemplateAppendError(

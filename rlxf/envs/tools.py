@@ -122,6 +122,29 @@ def tool_schema(fn: Callable, name: str) -> dict[str, Any]:
     return schema
 
 
+def describe_tools(schemas: list[dict[str, Any]]) -> str:
+    """A system-prompt paragraph listing ``schemas`` (OpenAI function tools) and the call format.
+
+    How rlxf shows tools to the model when its chat template does not render them: the built-in
+    tool environments always, the chat endpoint for a template that ignores a request's ``tools``.
+    """
+    lines = ["You can call tools. To call one, write",
+             '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>',
+             "and its result comes back in a tool message. Tools:"]
+    lines += [json.dumps(s["function"], sort_keys=True) for s in schemas]
+    return "\n".join(lines)
+
+
+def with_tools_described(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Message]:
+    """``messages`` with ``describe_tools(schemas)`` in the system message: after the text of a
+    first system message, or as a system message put first when there is none."""
+    block = describe_tools(schemas)
+    if messages and messages[0].get("role") == "system":
+        system = "\n".join(x for x in (messages[0].get("content"), block) if x)
+        return [{**messages[0], "content": system}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
 class ToolSet:
     """The tools of a run by name; parses a model turn's calls and runs them."""
 
@@ -145,14 +168,6 @@ class ToolSet:
                 raise EnvError(f"env.tools: two tools are called {name!r}")
             self.functions[name] = fn
             self.schemas.append(tool_schema(fn.__call__ if isinstance(fn, PythonTool) else fn, name))
-
-    def describe(self) -> str:
-        """A system-prompt paragraph listing the tools and the call format."""
-        lines = ["You can call tools. To call one, write",
-                 '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>',
-                 "and its result comes back in a tool message. Tools:"]
-        lines += [json.dumps(s["function"], sort_keys=True) for s in self.schemas]
-        return "\n".join(lines)
 
     def run(self, text: str) -> ToolResult:
         """Run every call in ``text``; one tool message per call (none when the turn has no call)."""

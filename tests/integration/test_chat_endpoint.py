@@ -97,7 +97,7 @@ def test_tool_calls_and_history_errors(tokenizer_for_tests):
         bad = [{"role": "user", "content": "What is 3+3?"}] + history[1:] + [
             {"role": "assistant", "content": None}, {"role": "user", "content": "?"}]
         r = client.post("/chat/completions", json={"messages": bad, "user": "t"})
-        assert r.status_code == 400 and "message 0 differs" in r.json()["detail"]
+        assert r.status_code == 400 and "message 0 differs" in r.json()["error"]["message"]
         assert client.post("/rlxf/reward", json={"episode": "nope", "reward": 1}).status_code == 404
     [t] = recorder.trajectories()
     assert [m["role"] for m in t.episode["messages"]] == ["user", "assistant", "tool", "assistant"]

@@ -111,3 +111,37 @@ def test_truncated_turn_is_closed_by_template_tokens_with_mask_zero(tokenizers):
     appended = conv.add_messages([{"role": "user", "content": "go on"}])
     assert appended[0] == end_id and conv.loss_mask == [1] * len(ids) + [0] * len(appended)
     assert conv.ids == encode_text(tok, render(tok, conv.messages, generation_prompt=True))
+
+
+# A template that renders `tools` (as Qwen2.5's does, in a system turn of its own before the messages).
+TOOLS_TEMPLATE = ("{%- if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t['function'] | tojson }}\n"
+                  "{% endfor %}<|im_end|>\n{% endif %}" + CHATML_TEMPLATE)
+CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "Exact arithmetic.",
+              "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}
+
+
+@pytest.mark.parametrize("template", ["tools", "chatml"])
+def test_tools_are_in_every_templating_of_the_conversation(tokenizer_for_tests, template):
+    """A template that renders `tools` gets them; one that ignores them (chatml) gets the built-in tool
+    environments' system-message block. Either way the ids stay a fresh templating of the whole episode."""
+    import copy
+
+    from rlxf.envs.tools import describe_tools, with_tools_described
+
+    tok = copy.deepcopy(tokenizer_for_tests)
+    tok.chat_template = TOOLS_TEMPLATE if template == "tools" else CHATML_TEMPLATE
+    first = [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "12*7="}]
+    conv = Conversation.start(tok, first, tools=[CALCULATOR])
+    ids = encode_text(tok, '<tool_call>{"name": "calculator"}</tool_call>') + [tok.eos_token_id]
+    conv.add_model_turn(ids, [-0.5] * len(ids), version=1)
+    conv.add_messages([{"role": "tool", "content": "84"}])
+    if template == "tools":
+        assert not conv.tools_in_system
+        fresh = render(tok, conv.messages, generation_prompt=True, tools=[CALCULATOR])
+        assert fresh.startswith('<|im_start|>system\n# Tools\n{"name": "calculator"')
+    else:
+        assert conv.tools_in_system
+        fresh = render(tok, with_tools_described(conv.messages, [CALCULATOR]), generation_prompt=True)
+        assert fresh.startswith("<|im_start|>system\nBe exact.\n" + describe_tools([CALCULATOR]) + "<|im_end|>")
+    assert conv.ids == encode_text(tok, fresh)
+    assert conv.messages[0] == first[0]        # the record keeps the program's messages; the tools beside them
