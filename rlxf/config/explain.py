@@ -231,12 +231,24 @@ def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str
     return rows
 
 
-def placement_notes(cfg: Config) -> list[str]:
-    """How the Ray placement's learners train together and how weights reach the engines."""
-    if cfg.run.placement == "local":
+def offload_note(cfg: Config) -> list[str]:
+    """Where the optimizer state waits between updates (``train.offload_optimizer``)."""
+    on_gpu = cfg.model.device == "cuda" or (cfg.run.placement == "ray" and cfg.ray.learner_gpus > 0)
+    mode = cfg.train.offload_optimizer
+    if mode == "off" or (mode == "auto" and not on_gpu):
         return []
+    where = "a GPU" if on_gpu else "CPU, where nothing moves"
+    return [f"optimizer state: in pinned host memory between updates, back on the device for each update "
+            f"(train.offload_optimizer={mode}; the actor is on {where})"]
+
+
+def placement_notes(cfg: Config) -> list[str]:
+    """How the Ray placement's learners train together and how weights reach the engines, and
+    where the optimizer state waits between updates."""
+    if cfg.run.placement == "local":
+        return offload_note(cfg)
     rc = cfg.ray
-    notes = []
+    notes = offload_note(cfg)
     if rc.learners > 1:
         backend = rc.learner_backend.upper() if rc.learner_backend == "nccl" else rc.learner_backend
         how = ("FSDP2: weights, gradients and optimizer state sharded over the ranks" if rc.learner_strategy == "fsdp"

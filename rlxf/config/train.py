@@ -67,6 +67,14 @@ class TrainConfig(Section):
     max_skipped_steps: int = Field(
         3, ge=1, description="Stop the run after this many consecutive steps with a non-finite loss or gradient."
     )
+    offload_optimizer: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Keep the optimizers' state (AdamW's moments: twice the trained weights in fp32) in "
+        "pinned host memory between updates, so rollout has that accelerator memory; it moves back for "
+        "each update (weights are not moved: the engine samples with them). `auto`: on when the actor "
+        "is on a GPU (local, or Ray colocated where roles take turns on one device); on CPU there is "
+        "nothing to gain and nothing moves.",
+    )
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Actor optimizer.")
 
 

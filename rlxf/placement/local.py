@@ -78,6 +78,8 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
         experience=ExperienceMaker.from_config(cfg.algorithm, cfg.rollout.max_new_tokens, d.optimizer_steps_per_step),
         kl=make_kl_controller(cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon),
         mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.seeds.init, dp=dp,
+        offload_optimizer=cfg.train.offload_optimizer == "on"
+        or (cfg.train.offload_optimizer == "auto" and device.type == "cuda"),
     )
 
 

@@ -148,6 +148,7 @@ class _Trainable:
         self.max_grad_norm = optim.max_grad_norm
         self.skip_zero_grad_steps = optim.skip_zero_grad_steps
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps)
+        self._offloaded: list[tuple[dict, str, torch.device]] = []  # optimizer state moved to host memory
 
     def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool, bool]:
         """Clip, step, zero: (grad_norm, skipped, no_signal).
@@ -182,6 +183,33 @@ class _Trainable:
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm, skipped, no_signal and not skipped
 
+    def offload_optimizer_state(self) -> int:
+        """Move the optimizer's state (AdamW's two moments: twice the trained weights in fp32)
+        from the accelerator to pinned host memory, so generation has that memory; returns the
+        bytes moved. Tensors already in host memory stay (on CPU this moves nothing), and so do
+        sharded ones (FSDP's DTensors: FSDP2 has its own offload policy)."""
+        from torch.distributed.tensor import DTensor
+
+        moved = 0
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if not torch.is_tensor(value) or value.device.type == "cpu" or isinstance(value, DTensor):
+                    continue
+                host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+                host.copy_(value, non_blocking=True)
+                self._offloaded.append((state, key, value.device))
+                state[key] = host
+                moved += value.numel() * value.element_size()
+        if moved:
+            torch.cuda.synchronize()  # the copies must land before the device memory is reused
+        return moved
+
+    def restore_optimizer_state(self) -> None:
+        """Put what ``offload_optimizer_state`` moved back on the device it came from."""
+        for state, key, device in self._offloaded:
+            state[key] = state[key].to(device, non_blocking=True)
+        self._offloaded = []
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -209,6 +237,7 @@ class _Trainable:
                 "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        self._offloaded = []  # the loaded state replaces what was offloaded (torch puts it on the device)
         self.dp.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
