@@ -42,9 +42,11 @@ class ScriptedStream(GroupStream):
         self.data, self.n = data, n
         self.version = 0
         self.inflight: list[tuple[object, int]] = []
+        self.submitted: list = []   # every request, in order
 
     def submit(self, requests, sampling):
         self.inflight += [(r, self.version) for r in requests]
+        self.submitted += requests
 
     def ready(self, timeout=None):
         if not self.inflight:
@@ -100,6 +102,47 @@ def test_no_group_older_than_k_is_ever_trained_on(data, k, per_step, dynamic):
         assert len(batches.in_flight.out) + held == batches.buffer.outstanding
         dropped += metrics["async/dropped_stale"]
     assert dropped == batches.buffer.dropped_stale
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), k=st.integers(0, 2), per_step=st.integers(1, 3), at=st.integers(1, 4))
+def test_a_resume_trains_on_every_prompt_out_at_the_checkpoint_and_loses_none(data, k, per_step, at):
+    """Checkpoint after step ``at``, resume with a new engine, sampler and buffer: the prompts
+    out at the checkpoint (in flight or waiting) are submitted first, with their seeds; over the
+    whole run no prompt is trained on twice, and every prompt drawn is trained on, dropped as
+    stale (counted), or still out at the end."""
+    n, steps = 2, 6
+    prompts = [Prompt(uid=f"p{i}", prompt_ids=[1, 2], prompt_text="") for i in range(200)]  # no epoch ends
+
+    def run(stream, sampler):
+        return AsyncBatches(stream, lambda group, max_new_tokens: {}, sampler, SamplingParams(n=n),
+                            AlgorithmConfig(), prompts_per_step=per_step, max_staleness=k, seed=0)
+
+    def sent(stream):  # (uid, seed) of every request submitted, in order
+        return [(r.prompt.uid, r.seed) for r in stream.submitted]
+
+    stream, sampler = ScriptedStream(data, n), PromptSampler(prompts, seed=0)
+    batches, trained, stale = run(stream, sampler), [], 0.0
+    for step in range(1, steps + 1):
+        if step == at + 1:  # the checkpoint (saved after step `at`), then a new process
+            saved = {"sampler": sampler.state_dict(), "in_flight": batches.in_flight.state_dict()}
+            by_order = {r.group: (r.prompt.uid, r.seed) for r in stream.submitted}
+            out = [by_order[order] for order in sorted(batches.in_flight.out)]
+            stream, sampler = ScriptedStream(data, n), PromptSampler(prompts, seed=0)
+            sampler.load_state_dict(saved["sampler"])
+            batches = run(stream, sampler)
+            batches.in_flight.load_state_dict(saved["in_flight"])
+        stream.version = step - 1
+        trajs, metrics = batches.next(step, PhaseTimer())
+        if step == at + 1:
+            assert sent(stream)[: len(out)] == out  # sent again first, as they were
+        trained += [t.prompt.uid for t in trajs[::n]]
+        stale += metrics["async/dropped_stale"]
+    drawn = [p.uid for p in PromptSampler(prompts, seed=0).next_batch(sampler.consumed)]
+    still_out = {batches.in_flight.out[order][0].uid for order in batches.in_flight.out}
+    assert len(trained) == len(set(trained)) == steps * per_step
+    assert not set(trained) & still_out and set(trained) | still_out <= set(drawn)
+    assert len(drawn) - len(trained) - len(still_out) == stale
 
 
 def test_the_loop_runs_async_through_the_placement_interface(tmp_path, tokenizer_for_tests):
