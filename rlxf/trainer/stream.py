@@ -140,11 +140,13 @@ class Draws:
     Round 0 of step s is the s-th block of P = ``groups_per_step`` prompts drawn (the q-th is
     prompt q mod P of step q // P + 1), drawn while the buffer has room. A group of round
     r < R - 1 (R = ``rounds``) whose rewards all agree, or that the engine failed, keeps its
-    room until every group of its round is back; then all such groups are replaced at once by
-    as many new prompts of round r + 1: sync mode's rounds, prompt for prompt. In the last round
-    such a group takes its place in the batch but is not trained on. With k = 0 the buffer has
-    room for one step, so a step's rounds are all drawn before the next step's round 0, and the
-    sampler gives out the same prompts in the same order as in sync mode.
+    room until every group of its round drawn so far is back; then all such groups are replaced
+    at once by as many new prompts of round r + 1: sync mode's rounds, prompt for prompt. In
+    the last round such a group takes its place in the batch but is not trained on. With k = 0
+    room frees a whole step at a time, so each round 0 is drawn whole, a step's rounds are all
+    drawn before the next step's round 0, and the sampler gives out the same prompts in the same
+    order as in sync mode. (With k >= 1 a group dropped as stale frees its room alone, so a round
+    0 may be drawn in parts; each part is replaced as it completes, so no room is held forever.)
 
     ``state_dict`` is what a checkpoint keeps: the prompts out (in flight, or scored and
     waiting), by uid with their places, the open rounds and the counters. After
@@ -186,8 +188,8 @@ class Draws:
         else:
             del self.out[order]
             tally.drops += 1
-        if tally.drops and tally.pending == 0 and (draw.round > 0 or tally.drawn == self.per_step):
-            self.unsent += self._draw(tally.drops, draw.step, draw.round + 1)  # the round is complete
+        if tally.drops and tally.pending == 0:  # all of the round drawn so far is back
+            self.unsent += self._draw(tally.drops, draw.step, draw.round + 1)
             tally.drops = 0
         return draw, kept
 

@@ -15,7 +15,8 @@ from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupStream, InlineStream
 from rlxf.run_dir import RunDir
 from rlxf.trainer.loop import train
-from rlxf.trainer.stream import AsyncBatches, ReadyGroup, StalenessBuffer
+from rlxf.trainer.seeds import derive_seed
+from rlxf.trainer.stream import AsyncBatches, Draw, Draws, ReadyGroup, StalenessBuffer
 from rlxf.trainer.timer import PhaseTimer
 from rlxf.types import Prompt, Trajectory
 
@@ -31,6 +32,41 @@ def test_the_buffer_drops_what_is_too_old_and_takes_in_submission_order():
     assert [g.order for g in batch] == [2, 3] and buf.dropped_stale == 2
     assert buf.outstanding == 0 and buf.room() == 4
     assert buf.take(trainer_version=2) is None
+
+
+def _group(versions: list[int], rewards: list[float]) -> list[Trajectory]:
+    prompt = Prompt(uid="p", prompt_ids=[1], prompt_text="")
+    return [Trajectory(prompt=prompt, group=0, response_ids=[1] * len(versions), response_text="",
+                       rollout_logprobs=[0.0] * len(versions), loss_mask=[1] * len(versions),
+                       policy_versions=versions, finish_reason="stop", reward=r) for r in rewards]
+
+
+def test_draws_replace_a_round_as_it_completes_and_a_part_drawn_round_holds_no_room_forever():
+    prompts = [Prompt(uid=f"p{i}", prompt_ids=[1], prompt_text="") for i in range(20)]
+    buffer = StalenessBuffer(groups_per_step=2, max_staleness=0)
+    draws = Draws(PromptSampler(prompts, seed=0, shuffle=False), buffer, rounds=3, seed=0)
+    first = draws.requests()
+    assert [r.group for r in first] == [0, 1] and [r.prompt.uid for r in first] == ["p0", "p1"]
+    assert first[1].seed == derive_seed(0, 1, 0, 1)  # sync's seed for step 1, round 0, prompt 1
+    draws.arrived(0, _group([0], [1.0, 1.0]), informative=False)  # agrees: dropped, its room held
+    assert draws.requests() == [] and buffer.room() == 0  # not replaced before its round is complete
+    draws.arrived(1, _group([0], [0.0, 1.0]), informative=True)
+    (again,) = draws.requests()  # the round is complete: one prompt of round 1
+    assert (again.prompt.uid, again.seed) == ("p2", derive_seed(0, 1, 1, 0))
+    draws.arrived(2, _group([0], [0.0, 1.0]), informative=True)
+    assert [g.order for g in draws.take(trainer_version=0)] == [1, 2] and not draws.out
+    # step 2: one group comes back from weights a version behind (an engine slow to load
+    # them) and is dropped as stale, which frees room for one prompt of step 3
+    draws.requests()
+    draws.arrived(3, _group([0], [0.0, 1.0]), informative=True)
+    draws.arrived(4, _group([1], [0.0, 1.0]), informative=True)
+    assert draws.take(trainer_version=1) is None and buffer.dropped_stale == 1
+    (part,) = draws.requests()
+    assert draws.out[part.group][1] == Draw(step=3, round=0, index=0)
+    draws.arrived(part.group, _group([1], [1.0, 1.0]), informative=False)
+    # the part drawn of step 3's round 0 is complete: replaced now, or nothing would be in flight
+    (replacement,) = draws.requests()
+    assert draws.out[replacement.group][1] == Draw(step=3, round=1, index=0)
 
 
 class ScriptedStream(GroupStream):
@@ -50,6 +86,7 @@ class ScriptedStream(GroupStream):
 
     def ready(self, timeout=None):
         if not self.inflight:
+            assert timeout == 0, "the trainer waits with nothing in flight: it would wait forever"
             return []
         picks = self.data.draw(st.lists(st.sampled_from(range(len(self.inflight))), unique=True,
                                         min_size=0 if timeout == 0 else 1))
