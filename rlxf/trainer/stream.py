@@ -74,7 +74,7 @@ class StalenessBuffer:
     ``room()`` is how many more groups the producer may submit: in flight plus waiting stays
     within (k + 1) x ``groups_per_step``. ``take(trainer_version)`` first drops every waiting
     group whose oldest token is more than k versions behind ``trainer_version``, then returns
-    the ``groups_per_step`` that arrived first (in draw order), or None while too few wait.
+    the ``groups_per_step`` that arrived first (sorted in draw order), or None while too few wait.
     """
 
     groups_per_step: int
@@ -126,7 +126,7 @@ class Draw:
 
 @dataclass
 class Tally:
-    """One (step, round) of dynamic sampling."""
+    """The prompts of one (step, round): round 0, and DAPO's rounds of replacements after it."""
 
     drawn: int = 0      # prompts drawn into it so far (the next one's index)
     pending: int = 0    # submitted and not back yet
