@@ -136,6 +136,11 @@ class MixtureSampler:
     def consumed(self) -> int:
         return sum(self.counts)
 
+    @property
+    def prompts(self) -> list[Prompt]:
+        """Every source's prompts (as ``PromptSampler.prompts``: the ones it draws from)."""
+        return [p for s in self.samplers for p in s.prompts]
+
     def next_batch(self, n: int) -> list[Prompt]:
         out = []
         for _ in range(n):

@@ -491,7 +491,7 @@ class _EngineActorStream(GroupStream):
         ref = engine.generate.remote([r.prompt for r in requests], [r.seed for r in requests], sampling, 0)
         self.calls[ref] = (i, requests, sampling)
 
-    def ready(self, timeout: float | None = None) -> list[list[Trajectory]]:
+    def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:
         if not self.calls:
             return []
         done, _ = ray.wait(list(self.calls), num_returns=1, timeout=timeout)
@@ -510,7 +510,7 @@ class _EngineActorStream(GroupStream):
             for t in trajs:  # numbered by position in the call; give back the callers' ids
                 groups[t.group].append(t)
                 t.group = requests[t.group].group
-            out += groups
+            out += [(r.group, g) for r, g in zip(requests, groups)]
         return out
 
     def engine_stats(self) -> dict[str, float]:

@@ -3,8 +3,8 @@
 
     stream = placement.stream()
     stream.submit([GroupRequest(prompt, seed, group=7), ...], sampling)   # returns at once
-    stream.ready(timeout=None)   # -> groups finished since the last call, each a list of
-                                 #    unscored trajectories carrying per-token policy versions
+    stream.ready(timeout=None)   # -> groups finished since the last call: (7, trajectories),
+                                 #    unscored, carrying per-token policy versions
 
 Two implementations here: ``InlineStream`` generates what was submitted when asked for ready
 groups (any placement; nothing overlaps), ``EngineStream`` drives an engine that runs on its own
@@ -45,8 +45,9 @@ class GroupStream(ABC):
         """Queue these prompts; returns without waiting for them."""
 
     @abstractmethod
-    def ready(self, timeout: float | None = None) -> list[list[Trajectory]]:
-        """The groups finished since the last call (unscored); waits up to ``timeout`` seconds
+    def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:
+        """The groups finished since the last call, as (the request's ``group``, its unscored
+        trajectories: none when the engine failed the request); waits up to ``timeout`` seconds
         (None: as long as it takes) for at least one when none is there yet."""
 
     def engine_stats(self) -> dict[str, float]:
@@ -67,8 +68,8 @@ class InlineStream(GroupStream):
     def submit(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
         self.queued += [(r, sampling) for r in requests]
 
-    def ready(self, timeout: float | None = None) -> list[list[Trajectory]]:
-        out: list[list[Trajectory]] = []
+    def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:
+        out: list[tuple[int, list[Trajectory]]] = []
         while self.queued:
             sampling = self.queued[0][1]
             batch = [r for r, s in self.queued if s == sampling]
@@ -81,7 +82,7 @@ class InlineStream(GroupStream):
                 group = by_index.get(i, [])
                 for t in group:
                     t.group = r.group
-                out.append(group)
+                out.append((r.group, group))
         return out
 
 
@@ -98,11 +99,11 @@ class EngineStream(GroupStream):
         for r in requests:
             self.asked[self.engine.submit(GenerationRequest(r.prompt.prompt_ids, seed=r.seed), sampling)] = r
 
-    def ready(self, timeout: float | None = None) -> list[list[Trajectory]]:
+    def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:
         out = []
         for rid, completions in self.engine.ready(timeout):
             r = self.asked.pop(rid)
-            out.append(trajectories_of(r.prompt, r.group, completions, self.tokenizer))
+            out.append((r.group, trajectories_of(r.prompt, r.group, completions, self.tokenizer)))
         return out
 
     def engine_stats(self) -> dict[str, float]:

@@ -59,13 +59,16 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     curriculum = (Curriculum(cfg.data.curriculum, seed=seeds.data, num_prompts=len(data.train))
                   if cfg.data.curriculum.enabled else None)
     demos = build_demonstrations(cfg, placement.tokenizer, held_out=data.held_out)  # PPO-ptx, or None
-    extra = {name: obj for name, obj in (("curriculum", curriculum), ("ptx", demos)) if obj is not None}
     sampling = SamplingParams.from_config(cfg.rollout)
+    batches = step_batches(cfg, placement, sampler, sampling, curriculum=curriculum)  # sync or async
+    # what a checkpoint keeps besides the models: the curriculum's records, the demonstrations'
+    # position, the prompts drawn and not yet trained on (async: in flight or waiting)
+    extra = {name: obj for name, obj in (("curriculum", curriculum), ("ptx", demos), ("in_flight", batches.in_flight))
+             if obj is not None}
     state = restore(run, cfg, placement, sampler, extra) if resume else RunState.fresh(run, cfg)
     last: dict[str, float] = {}
     diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
     checkpoint_seconds: dict[str, float] = {}
-    batches = step_batches(cfg, placement, sampler, sampling, first_step=state.step + 1, curriculum=curriculum)  # sync or async
     stop = StopRequest()
     try:
         if state.step == 0 and cfg.eval.at_start:

@@ -107,7 +107,7 @@ def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, s
          extra: dict[str, Stateful] | None = None) -> Path:
     """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
     state, and the loop's own (data position, counters, RNG, and each of ``extra``'s states:
-    the curriculum's records, the PPO-ptx demonstrations' position)."""
+    the curriculum's records, the PPO-ptx demonstrations' position, async mode's prompts in flight)."""
     loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped,
                   **{name: obj.state_dict() for name, obj in (extra or {}).items()}}
     path = save_checkpoint(run.checkpoints, step, write=placement.save, state=loop_state,

@@ -1,44 +1,91 @@
 """rollout.mode=async end to end on the nano model: the engine in its own process, k = 0 equal
-to sync bit for bit, and an engine killed mid-run replaced without losing the run."""
+to sync bit for bit (dynamic sampling's rounds, a mixture, a critic, a resume), an engine
+killed mid-run replaced without losing the run, and a resume that loses no prompt in flight."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
 import threading
 import time
 
+import torch
 from rl_helpers import metrics, write_config
 from safetensors.torch import load_file
 
 from rlxf.cli.main import main
 
-COMPARED = ("reward/mean", "reward/std", "policy/loss", "grad_norm", "entropy", "advantage/abs_mean",
-            "response/length_mean", "eval/accuracy", "eval/reward_mean", "samples", "sampling/kept_frac")
+NOT_COMPARED = ("time/", "throughput/", "async/")   # clocks, and the metrics only async logs
+
+ODD = {"verifiers": [{"type": "custom", "name": "odd", "function": "rl_plugins:odd_length"}]}
+# two sources 3:1, so the mixture's draw order is compared too
+MIXTURE = {"task": None, "train_size": 500, "test_size": 16,
+           "sources": [{"name": "add", "task": "arithmetic", "task_options": {"max_digits": 2, "ops": "+"},
+                        "train_size": 300, "test_size": 8, "weight": 3},
+                       {"name": "sub", "task": "arithmetic", "task_options": {"max_digits": 2, "ops": "-"},
+                        "train_size": 300, "test_size": 8, "weight": 1}]}
 
 
-def test_async_with_k0_is_sync_bit_for_bit(tmp_path, nano_model_dir):
-    """With the quickstart's dynamic sampling (one round: groups whose rewards agree are not
-    trained on, none refilled), so both the kept and the left-out path are compared."""
+def _same(a: dict, b: dict) -> bool:
+    keep = lambda m: {k: v for k, v in m.items() if not k.startswith(NOT_COMPARED)}  # noqa: E731
+    return keep(a) == keep(b)
+
+
+def _weights(run, step: int, model: str = "model") -> dict:
+    return load_file(run / f"checkpoints/step_{step}/{model}/model.safetensors")
+
+
+def _runs(tmp_path, nano_model_dir, names: tuple[str, ...], algorithm: dict | None = None, **sections) -> dict:
+    """3 steps of ``sync``, of ``async`` k = 0, and of ``split``: async k = 0 stopped after
+    step 2 (a checkpoint), then resumed. Dynamic sampling over three rounds, groups of 2."""
     runs = {}
-    for mode in ("sync", "async"):
-        cfg = write_config(tmp_path / mode, nano_model_dir, run={"name": mode, "output_dir": str(tmp_path / "runs")},
-                           train={"steps": 3}, eval={"every": 3, "num_problems": 4}, checkpoint={"every": 0},
-                           algorithm={"dynamic_sampling": True, "max_sampling_rounds": 1},
-                           reward={"verifiers": [{"type": "custom", "name": "odd", "function": "rl_plugins:odd_length"}]})
-        assert main(["train", str(cfg), f"rollout.mode={mode}", "rollout.max_staleness=0"]) == 0
-        runs[mode] = tmp_path / "runs" / mode
-    sync, asyn = metrics(runs["sync"]), metrics(runs["async"])
-    assert len(sync) == len(asyn) == 3
-    for a, b in zip(sync, asyn):
-        assert {k: a.get(k) for k in COMPARED} == {k: b.get(k) for k in COMPARED}
-        assert b["async/staleness_max"] == 0 and b["async/dropped_stale"] == 0
-    assert "eval/accuracy" in sync[-1]
-    assert any(0 < r["samples"] < 16 for r in sync)  # some groups left out, some kept: both paths compared
-    a = load_file(runs["sync"] / "checkpoints/step_3/model/model.safetensors")
-    b = load_file(runs["async"] / "checkpoints/step_3/model/model.safetensors")
-    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    for name in names:
+        cfg = write_config(tmp_path / name, nano_model_dir, run={"name": name, "output_dir": str(tmp_path / "runs")},
+                           train={"steps": 3}, eval={"every": 2, "num_problems": 4}, checkpoint={"every": 0},
+                           rollout={"n": 2, "max_new_tokens": 8},
+                           algorithm={"dynamic_sampling": True, "max_sampling_rounds": 3, **(algorithm or {})},
+                           reward=ODD, **sections)
+        args = ["rollout.mode=sync" if name == "sync" else "rollout.mode=async", "rollout.max_staleness=0"]
+        if name == "split":
+            assert main(["train", str(cfg), *args, "train.steps=2"]) == 0
+            assert main(["train", str(cfg), "--resume", *args]) == 0
+        else:
+            assert main(["train", str(cfg), *args]) == 0
+        runs[name] = metrics(tmp_path / "runs" / name), tmp_path / "runs" / name
+    return runs
+
+
+def test_async_with_k0_is_sync_bit_for_bit_over_sampling_rounds_and_a_resume(tmp_path, nano_model_dir):
+    """DAPO's dynamic sampling over three rounds (groups of 2 agree half the time: some are
+    replaced, some rounds run out and leave groups out) on a 3:1 mixture: async k = 0 draws the
+    same prompts in the same order with the same seeds as sync, keeps the same groups, and
+    leaves the same weights; resumed after step 2 it repeats itself."""
+    runs = _runs(tmp_path, nano_model_dir, ("sync", "async", "split"), data=MIXTURE)
+    (sync, a), (asyn, b), (split, c) = runs["sync"], runs["async"], runs["split"]
+    assert [r["step"] for r in sync] == [r["step"] for r in asyn] == [r["step"] for r in split] == [1, 2, 3]
+    for x, y, z in zip(sync, asyn, split):
+        assert _same(x, y) and _same(y, z)
+        assert y["async/staleness_max"] == 0 and y["async/dropped_stale"] == 0
+    assert "eval/add/accuracy" in sync[-1]
+    # the paths compared: replacements (more prompts drawn than a step's 4), a third round, and
+    # groups left out when the rounds ran out (fewer than 4 x 2 samples trained on)
+    assert any(r["sampling/prompts_drawn"] > 4 for r in sync) and any(r["sampling/rounds"] == 3 for r in sync)
+    assert any(r["samples"] < 8 for r in sync)
+    a, b, c = (_weights(run, 3) for run in (a, b, c))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) and b[k].equal(c[k]) for k in a)
+
+
+def test_async_with_k0_is_sync_bit_for_bit_with_a_critic(tmp_path, nano_model_dir):
+    """PPO: the critic's values and GAE advantages, over the same rounds."""
+    runs = _runs(tmp_path, nano_model_dir, ("sync", "async"), algorithm={"name": "ppo"})
+    (sync, a), (asyn, b) = runs["sync"], runs["async"]
+    assert len(sync) == len(asyn) == 3 and all(_same(x, y) for x, y in zip(sync, asyn))
+    assert "critic/loss" in sync[-1]
+    for model in ("model", "critic"):
+        x, y = _weights(a, 3, model), _weights(b, 3, model)
+        assert x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)
 
 
 def _kill_engine_after_first_step(run_dir, killed: list[int]) -> None:
@@ -55,16 +102,35 @@ def _kill_engine_after_first_step(run_dir, killed: list[int]) -> None:
         time.sleep(0.05)
 
 
-def test_a_killed_engine_process_is_restarted_and_its_requests_retried(tmp_path, nano_model_dir):
-    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 4}, checkpoint={"every": 0})
+def test_a_killed_engine_and_a_resume_lose_no_prompt(tmp_path, nano_model_dir):
+    """k = 1: the engine killed after step 1 is restarted and its requests retried; the run
+    stops after step 3 with the prompts of step 4 in flight, and --resume sends them again:
+    no prompt is trained on twice, and each one in flight at the checkpoint is trained on after
+    the resume or is still in flight at the end (none is skipped)."""
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 3}, checkpoint={"every": 0},
+                       logging={"progress": False, "samples_fraction": 1.0})
     run = tmp_path / "runs" / "t"
     killed: list[int] = []
     watcher = threading.Thread(target=_kill_engine_after_first_step, args=(run, killed), daemon=True)
     watcher.start()
-    assert main(["train", str(cfg), "rollout.mode=async", "rollout.max_staleness=1"]) == 0
+    args = ["rollout.mode=async", "rollout.max_staleness=1"]
+    assert main(["train", str(cfg), *args]) == 0
     watcher.join()
     assert killed, "the engine process was never seen"
+    assert main(["train", str(cfg), "--resume", *args, "train.steps=4"]) == 0
     rows = metrics(run)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert rows[-1]["async/engine_restarts"] == 1.0
+    assert rows[2]["async/engine_restarts"] == 1.0  # noticed by step 3 at the latest
     assert all(r["async/staleness_max"] <= 1 for r in rows)
+
+    def out_at(step: int) -> set[str]:
+        state = torch.load(run / f"checkpoints/step_{step}/trainer_state.pt", weights_only=True)
+        return {uid for _, uid, *_ in state["in_flight"]["out"]}
+
+    groups = {(s["step"], s["group"]): s["uid"] for s in map(json.loads, (run / "samples.jsonl").read_text().splitlines())}
+    trained = {step: [uid for (s, _), uid in groups.items() if s == step] for step in (1, 2, 3, 4)}
+    assert all(len(uids) == 4 for uids in trained.values())
+    everything = sum(trained.values(), [])
+    assert len(set(everything)) == len(everything)  # none twice
+    assert out_at(3) and not out_at(3) & set(everything[:12])
+    assert out_at(3) <= set(trained[4]) | out_at(4)
