@@ -20,7 +20,8 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
     ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0).
     ``<prefix><source>/accuracy``: greedy accuracy per data source, when there are several, and
     ``<prefix>source_mean_accuracy``, their unweighted mean (each source counts once, however
-    many held-out problems it has).
+    many held-out problems it has), and ``<prefix><source>/pass@k`` with ``pass_k``: whether a
+    source is ever solved by sampling says whether RL has anything to learn from there.
     """
     if pass_k > 0 and sampling.temperature <= 0:
         raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
@@ -39,8 +40,12 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
         sampled = replace(sampling, n=pass_k)
         trajs = rollout.generate(prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
         rollout.score(trajs, sampled.max_new_tokens)
-        solved = {t.group for t in trajs if t.correct}
+        solved = {t.group for t in trajs if t.correct}   # group i answers prompts[i]
         out[f"{prefix}pass@k"] = len(solved) / n
+        sources = [source_of(p.uid) for p in prompts]
+        for source in sorted(set(sources)) if len(set(sources)) > 1 else ():
+            rows = [i for i, s in enumerate(sources) if s == source]
+            out[f"{prefix}{source}/pass@k"] = sum(i in solved for i in rows) / len(rows)
         out[f"{prefix}k"] = float(pass_k)
     return out
 
