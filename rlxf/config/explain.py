@@ -227,7 +227,9 @@ def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str
     engine = f"{rc.engine_cpus:g} CPU" + (f", {rc.engine_gpus:g} GPU" if rc.engine_gpus else "")
     rows += [(f"Ray actor: engine {i}", "engine (own copy of the policy)", engine, mem["engine"])
              for i in range(rc.engines)]
-    rows.append(("driver (rlxf train)", "data, reward (verifier pool)", "-", None))
+    rows += [(f"Ray actor: reward {i}", "reward (the verifiers, own verifier pool)", f"{rc.reward_cpus:g} CPU", None)
+             for i in range(rc.reward_actors)]
+    rows.append(("driver (rlxf train)", "data" if rc.reward_actors else "data, reward (verifier pool)", "-", None))
     return rows
 
 

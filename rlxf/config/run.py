@@ -137,8 +137,15 @@ class RayConfig(Section):
     learner_gpus: float = Field(0.0, ge=0, description="GPUs for each learner actor (or the colocated actor); "
                                 "1 per learner for NCCL data parallelism.")
     engine_gpus: float = Field(0.0, ge=0, description="GPUs for each engine actor (disaggregated).")
-    max_restarts: int = Field(3, ge=0, description="How often a dead engine actor is replaced (and its "
-                              "requests retried) before the run gives up.")
+    reward_actors: int = Field(
+        0, ge=0,
+        description="Disaggregated: score with this many reward actors (each with its own verifiers and "
+        "verifier pool, `reward.workers` processes each), a step's samples split between them; a dead one is "
+        "replaced and its samples scored again. 0: the driver scores, in its own verifier pool.",
+    )
+    reward_cpus: float = Field(1.0, gt=0, description="CPUs reserved for each reward actor.")
+    max_restarts: int = Field(3, ge=0, description="How often dead engine and reward actors are replaced (and "
+                              "their requests retried), all together, before the run gives up.")
 
     @property
     def learner_backend(self) -> Literal["nccl", "gloo"]:

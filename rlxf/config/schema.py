@@ -67,6 +67,12 @@ class Config(Section):
                 and self.model.lora.r > 0:
             raise ValueError("ray.learner_strategy=fsdp does not shard LoRA adapters; use ray.learner_strategy=ddp "
                              "(the adapters are small) or train without LoRA (model.lora.r=0)")
+        if self.run.placement == "ray" and self.ray.reward_actors and self.ray.mode == "colocated":
+            raise ValueError("ray.reward_actors scores apart from the learner; ray.mode=colocated scores in the one "
+                             "actor that holds everything: use ray.mode=disaggregated or set ray.reward_actors=0")
+        if self.run.placement == "ray" and self.ray.reward_actors and self.reward.url:
+            raise ValueError("ray.reward_actors and reward.url both say where to score; reward.url sends the samples "
+                             "to a reward server: set ray.reward_actors=0")
         if self.rollout.mode == "async":
             self._check_async()
         return self

@@ -86,6 +86,10 @@ class Placement(ABC):
     def load(self, directory: Path) -> None:
         """Restore what ``save`` wrote (the engines are not synced: call ``sync_weights``)."""
 
+    def stats(self) -> dict[str, float]:
+        """Counters the loop logs with every step (e.g. actors restarted so far); none by default."""
+        return {}
+
     @abstractmethod
     def close(self) -> None:
         """Release everything the roles hold open (worker processes, actors)."""

@@ -4,7 +4,8 @@
                     every phase in turn, in its own process with its own CPUs/GPUs
     disaggregated   a learner actor (actor, reference, critic, optimizers) and ``ray.engines``
                     engine actors, each with its own copy of the policy; the driver scores with
-                    the reward (whose verifiers run in their own worker pool) and, after each
+                    the reward (whose verifiers run in their own worker pool), or splits the
+                    scoring over ``ray.reward_actors`` reward actors, and, after each
                     step, ships the learner's weights to every engine: through the object store,
                     or by broadcast over a process group (``ray.weight_sync``, ``broadcast.py``)
 
@@ -20,10 +21,10 @@ so in an engine actor's threads, never in the driver or the learner. The driver 
 episodes (``rlxf.envs.rollout.score_episodes``).
 
 Checkpoints have the same layout as ``local`` (learner rank 0 writes them), so a run resumes
-under either placement and any N. A dead engine actor (killed, OOM, node lost) is replaced,
-given the current weights, and its requests are retried, up to ``ray.max_restarts`` times; a
-dead learner rank ends the run with ``LearnerLost`` (resume from the last checkpoint). Ray is
-imported only here.
+under either placement and any N. A dead engine or reward actor (killed, OOM, node lost) is
+replaced (an engine is given the current weights) and its requests are retried, up to
+``ray.max_restarts`` times in all, counted in ``stats()`` (logged every step); a dead learner rank
+ends the run with ``LearnerLost`` (resume from the last checkpoint). Ray is imported only here.
 """
 
 from __future__ import annotations
@@ -189,6 +190,55 @@ class _Engine:
             close()
 
 
+class _Scorer:
+    """A reward actor: the run's reward function (its verifiers, and their worker pool)."""
+
+    def __init__(self, cfg: Config):
+        from rlxf.rewards import build_run_reward
+
+        self.reward = build_run_reward(cfg)
+
+    def score(self, inputs):
+        return self.reward.score(inputs)
+
+    def close(self) -> None:
+        self.reward.close()
+
+
+class _ActorReward:
+    """The reward function the driver scores with when ``ray.reward_actors`` > 0: each call's
+    samples are split in contiguous shares over the reward actors; a share whose actor died is
+    scored again by its replacement (``placement._replace_scorer``)."""
+
+    def __init__(self, placement: RayPlacement):
+        self.placement = placement
+
+    def score(self, inputs):
+        scorers = self.placement._scorers
+        k = len(scorers)
+        bounds = [len(inputs) * i // k for i in range(k + 1)]
+        shares = {i: (bounds[i], bounds[i + 1]) for i in range(k) if bounds[i + 1] > bounds[i]}
+        out: dict[int, list] = {}
+        pending = {i: scorers[i].score.remote(inputs[a:b]) for i, (a, b) in shares.items()}
+        while pending:
+            for i, ref in list(pending.items()):
+                try:
+                    out[i] = ray.get(ref)
+                    del pending[i]
+                except _ACTOR_LOST as e:
+                    self.placement._replace_actor("reward", i, e)
+                    a, b = shares[i]
+                    pending[i] = scorers[i].score.remote(inputs[a:b])
+        return [s for i in sorted(out) for s in out[i]]
+
+    def close(self) -> None:
+        for scorer in self.placement._scorers:
+            try:
+                ray.get(scorer.close.remote())
+            except _ACTOR_LOST:
+                pass
+
+
 class RayPlacement(Placement):
     """Roles as Ray actors; see the module docstring for the two modes."""
 
@@ -209,6 +259,8 @@ class RayPlacement(Placement):
         self._connected = False    # whether the broadcast group holds the current engines
         self._pending_updates: list[Any] = []  # async mode: weight updates sent, not yet confirmed
         self._engines: list[Any] = []
+        self._scorers: list[Any] = []   # reward actors (ray.reward_actors)
+        self.restarts_by_role = {"engine": 0, "reward": 0}
         self.reward = None
         from rlxf.models import load_tokenizer
 
@@ -223,7 +275,8 @@ class RayPlacement(Placement):
             from rlxf.rewards import build_run_reward
 
             self._engines = [self._new_engine() for _ in range(rc.engines)]
-            self.reward = build_run_reward(cfg)
+            self._scorers = [self._new_scorer() for _ in range(rc.reward_actors)]
+            self.reward = _ActorReward(self) if self._scorers else build_run_reward(cfg)
         self.sync_weights(0)
 
     @property
@@ -335,7 +388,7 @@ class RayPlacement(Placement):
                 except _ACTOR_LOST:
                     pass
         finally:
-            for handle in [*self._learners, *self._engines]:
+            for handle in [*self._learners, *self._engines, *self._scorers]:
                 ray.kill(handle)
             if self._started_ray:
                 ray.shutdown()
@@ -451,18 +504,34 @@ class RayPlacement(Placement):
         return ray.remote(_Engine).options(num_cpus=rc.engine_cpus, num_gpus=rc.engine_gpus, **self._options).remote(
             self.cfg, rc.engine_cpus)
 
+    def _new_scorer(self):
+        return ray.remote(_Scorer).options(num_cpus=self.cfg.ray.reward_cpus, **self._options).remote(self.cfg)
+
+    def _replace_actor(self, role: str, i: int, err: Exception) -> None:
+        """Count, log and replace the dead ``role`` actor ``i`` (the caller retries its requests);
+        past ``ray.max_restarts`` restarts in all, the run ends."""
+        self.restarts += 1
+        self.restarts_by_role[role] += 1
+        if self.restarts > self.cfg.ray.max_restarts:
+            raise RuntimeError(f"engine and reward actors died {self.restarts} times (ray.max_restarts="
+                               f"{self.cfg.ray.max_restarts}); last: {role} actor {i}, {type(err).__name__}: "
+                               f"{err}") from None
+        log.warning("%s actor %d died (%s); starting a new one and retrying its requests (restart %d of %d)",
+                    role, i, type(err).__name__, self.restarts, self.cfg.ray.max_restarts)
+        if role == "reward":
+            self._scorers[i] = self._new_scorer()
+        else:
+            self._engines[i] = self._new_engine()
+
+    def stats(self) -> dict[str, float]:
+        return {f"ray/{role}_restarts": float(n) for role, n in self.restarts_by_role.items()}
+
     def _replace_engine(self, i: int, err: Exception, *, sync: bool = True) -> None:
         """Engine ``i`` died: start a new one with the current weights (its requests are retried).
         The new engine gets them through the object store; a broadcast group is rebuilt at the
         next sync."""
-        self.restarts += 1
-        if self.restarts > self.cfg.ray.max_restarts:
-            raise RuntimeError(f"engine actors died {self.restarts} times (ray.max_restarts="
-                               f"{self.cfg.ray.max_restarts}); last: {type(err).__name__}: {err}") from None
-        log.warning("engine actor %d died (%s); starting a new one and retrying its requests (restart %d of %d)",
-                    i, type(err).__name__, self.restarts, self.cfg.ray.max_restarts)
         t0 = time.perf_counter()
-        self._engines[i] = self._new_engine()
+        self._replace_actor("engine", i, err)
         self._connected = False
         if sync:
             if self._weights_version != self._version:  # collective sync puts nothing in the store
@@ -514,7 +583,7 @@ class _EngineActorStream(GroupStream):
         return out
 
     def engine_stats(self) -> dict[str, float]:
-        return {"engine_restarts": float(self.placement.restarts)}
+        return {"engine_restarts": float(self.placement.restarts_by_role["engine"])}
 
 
 def _pythonpath() -> str:

@@ -114,7 +114,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
 
                 # log, then checkpoint: a kill in between replays this step on resume
                 last = {**rollout_metrics, **exp_metrics, **train_metrics, **eval_metrics,
-                        **step_metrics(trajs, timer), **checkpoint_seconds, **timer.metrics()}
+                        **step_metrics(trajs, timer), **placement.stats(), **checkpoint_seconds, **timer.metrics()}
                 state.skipped = state.skipped + 1 if train_metrics.get("skipped", 0) else 0
                 state.log(step, last, trajs)
                 diagnostics.observe(step, last)

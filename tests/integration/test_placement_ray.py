@@ -68,7 +68,8 @@ def test_ray_placements_learn_what_local_learns_and_resume_across_placements(
         tmp_path, nano_model_dir, local_run, local_ray, one_thread):
     _train(_cfg(tmp_path, nano_model_dir, "colocated", "run.placement=ray"))
     _train(_cfg(tmp_path, nano_model_dir, "split", "run.placement=ray", "ray.mode=disaggregated",
-                "train.steps=2"))
+                "ray.engine_cpus=0.5", "ray.reward_actors=2", "ray.reward_cpus=0.25", "train.steps=2"))
+    assert metrics(tmp_path / "runs" / "split")[-1]["ray/reward_restarts"] == 0  # scored by the reward actors
     _train(_cfg(tmp_path, nano_model_dir, "split"), resume=True)  # ray -> local
     _train(_cfg(tmp_path, nano_model_dir, "back", "train.steps=2"))
     _train(_cfg(tmp_path, nano_model_dir, "back", "run.placement=ray", "ray.mode=disaggregated"), resume=True)
@@ -117,6 +118,28 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
     finally:
         placement.close()
     assert ray.is_initialized()  # it joined the module's Ray instance, so it leaves it running
+
+
+def test_a_killed_reward_actor_is_replaced_and_its_samples_scored_again(tmp_path, nano_model_dir, local_ray,
+                                                                       one_thread):
+    cfg = _cfg(tmp_path, nano_model_dir, "rewardkill", "run.placement=ray", "ray.mode=disaggregated",
+               "ray.engine_cpus=0.5", "ray.learner_cpus=0.5", "ray.reward_actors=2", "ray.reward_cpus=0.5")
+    placement = build(cfg)
+    try:
+        from rlxf.data import build_prompt_data
+
+        prompts = build_prompt_data(cfg.data, placement.tokenizer, seed=0).train[:4]
+        trajs = placement.generate(prompts, [1, 2, 3, 4], SamplingParams(n=2, max_new_tokens=6, temperature=1.0))
+        first = placement.score(trajs, 6)
+        verdicts = [(t.reward, t.scores) for t in trajs]
+        ray.kill(placement._scorers[1])
+        for t in trajs:
+            t.reward, t.scores = 0.0, {}
+        assert placement.score(trajs, 6) == first
+        assert [(t.reward, t.scores) for t in trajs] == verdicts
+        assert placement.stats() == {"ray/engine_restarts": 0.0, "ray/reward_restarts": 1.0}
+    finally:
+        placement.close()
 
 
 def test_two_learner_ranks_train_what_one_trains_and_resume_under_one(tmp_path, nano_model_dir, local_run,

@@ -188,6 +188,13 @@ def test_explain_shows_which_roles_run_where(tmp_path):
                                          "driver (rlxf train)"]
     assert split[0][1:] == ("actor, reference", "1 CPU", 110)
     assert split[1][2:] == ("1 CPU, 1 GPU", 7)
+    scored = placement_table(_config(tmp_path, "run.placement=ray", "ray.mode=disaggregated", "ray.reward_actors=2",
+                                     "ray.reward_cpus=2"), roles)
+    assert [row[:3] for row in scored[2:]] == [("Ray actor: reward 0", "reward (the verifiers, own verifier pool)", "2 CPU"),
+                                               ("Ray actor: reward 1", "reward (the verifiers, own verifier pool)", "2 CPU"),
+                                               ("driver (rlxf train)", "data", "-")]
+    with pytest.raises(ConfigError, match="ray.reward_actors"):
+        _config(tmp_path, "run.placement=ray", "ray.reward_actors=1")   # colocated: scored in the one actor
 
 
 def test_explain_shows_learner_ranks_their_share_and_the_weight_path(tmp_path):
