@@ -3,9 +3,11 @@
 The demo is built so that RL earns its keep, and shows the baseline that would say otherwise:
 
 1. build a 3.4M-parameter Qwen2 model and its tokenizer (``rlxf init-model --preset tiny``);
-2. SFT it on 3-digit additions that carry at most once (recipes/quickstart_sft.yaml);
-3. GRPO on additions that carry two or three times, which no demonstration shows; the reward
-   is exact, the model starts out sometimes right (recipes/quickstart_grpo.yaml). A quarter of
+2. SFT it on 3-digit additions that carry at most once, with one demonstration in 51 of an
+   addition that carries two or three times (200 of them; recipes/quickstart_sft.yaml): so the
+   model is sometimes right on the hard problems, which RL needs to learn anything;
+3. GRPO on additions that carry two or three times; the reward is exact, the model starts out
+   sometimes right (recipes/quickstart_grpo.yaml). A quarter of
    each batch are easy additions (a data mixture), the usual remedy for RL trading what SFT
    taught for the hard problems; it kept the easy ones on seed 0 but not on seed 2 (README).
    ``--no-remedy`` trains on the hard ones alone;
@@ -95,7 +97,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     base = init_model(preset, out / "base-model", seed=seed)
     log.info("stage 1/4: built %s model in %s", preset, base)
 
-    # 2. SFT on easy demonstrations (at most one carry)
+    # 2. SFT on easy demonstrations (at most one carry), the hard ones shown rarely
     sft_cfg = _config("sft", out, seed, [f"model.path={base}"] + ([f"sft.steps={sft_steps}"] if sft_steps else []))
     t0 = time.perf_counter()
     run_sft(sft_cfg, RunDir.open(out, "sft"))
@@ -128,7 +130,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     grpo_model = grpo_run.path
     results = []
     grpo_name = "+ GRPO, hard + easy mix" if remedy else "+ GRPO on hard problems"
-    for name, path, seconds in (("SFT on easy demonstrations", sft_model, sft_seconds),
+    for name, path, seconds in (("SFT, hard ones rare", sft_model, sft_seconds),
                                 (grpo_name, grpo_model, rl_seconds),
                                 ("+ continued SFT, same time", out / "sft-more", more_seconds)):
         acc = _evaluate(path, eval_cfg)

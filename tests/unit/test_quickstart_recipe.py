@@ -13,7 +13,11 @@ def test_grpo_recipe_mixes_easy_problems_and_no_remedy_drops_them(tmp_path: Path
     sft = _config("sft", tmp_path, 0, [])
     weights = {s.label: s.weight for s in grpo.data.sources}
     assert weights == {"hard": 3.0, "easy": 1.0}
-    easy = next(s for s in grpo.data.sources if s.label == "easy")
-    # the same task, options and test size as SFT's data: the same 500 held-out easy problems
-    assert (easy.task, easy.task_options, easy.test_size) == (sft.data.task, sft.data.task_options, sft.data.test_size)
+    # each GRPO source has the task, options and test size of the SFT source of its name: the same
+    # 500 held-out problems of each kind, never trained on by either stage
+    shown = {s.label: s for s in sft.data.sources}
+    for source in grpo.data.sources:
+        twin = shown[source.label]
+        assert (source.task, source.task_options, source.test_size) == (twin.task, twin.task_options, twin.test_size)
+    assert {s.label: s.weight for s in sft.data.sources} == {"easy": 1.0, "hard": 0.02}  # hard shown rarely
     assert [s.label for s in _hard_only(grpo).data.sources] == ["hard"]
