@@ -111,7 +111,7 @@ def write_demos(game: str, cfg, tokenizer, path: Path, seed: int, count: int, sl
     rng = random.Random(f"agentic-demo:{game}:{seed}")
     options = dict(cfg.env.options)
     if cfg.env.tools:
-        options["tools"] = ToolSet(cfg.env.tools)
+        options["tools"] = ToolSet(cfg.env.tools, cfg.env.tool_description)
     n = 0
     with path.open("w") as f:
         for p in prompts:
