@@ -57,10 +57,10 @@ GAMES = {
     },
     "tool_arithmetic": {
         "config": HERE / "tool_arithmetic.yaml",
-        "data": ["data.task_options.min_digits=2", "data.task_options.max_digits=3"],
-        "env": ["env.max_turns=2", "env.max_total_tokens=400", "rollout.max_new_tokens=64"],
-        "preset": "nano", "sft_steps": 1000, "sft_batch": 16, "sft_lr": 3e-3, "rl_steps": 60, "rl_lr": 1e-3,
-        "sloppy": 0.3,
+        "data": ["data.task_options.min_digits=2", "data.task_options.max_digits=2", 'data.task_options.ops="*"'],
+        "env": ["env.max_turns=2", "env.max_total_tokens=256", "env.tool_description=compact", "rollout.max_new_tokens=64"],
+        "preset": "nano", "sft_steps": 3000, "sft_batch": 32, "sft_lr": 3e-3, "rl_steps": 100, "rl_lr": 3e-4,
+        "sloppy": 0.3, "problems": 16000,
     },
 }
 
@@ -233,7 +233,7 @@ def main() -> None:
     base = init_model(game["preset"], out / "base-model", seed=args.seed, overwrite=True)
     rl_cfg = load_config(game["config"], [*common, f"model.path={out / 'sft'}"])
     demos = out / "demos.jsonl"
-    n_demos = write_demos(args.game, rl_cfg, load_tokenizer(base), demos, args.seed, count=4000,
+    n_demos = write_demos(args.game, rl_cfg, load_tokenizer(base), demos, args.seed, count=game.get("problems", 4000),
                           sloppy=game["sloppy"])
 
     sft_cfg = load_config(game["config"], [
