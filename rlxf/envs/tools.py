@@ -133,7 +133,8 @@ def compact_signature(schema: dict[str, Any]) -> str:
     function = schema["function"]
     properties = function.get("parameters", {}).get("properties", {})
     args = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in properties.items())
-    return f"{function['name']}({args}): {function.get('description', '').strip()}".rstrip(": ")
+    description = function.get("description", "").strip()
+    return f"{function['name']}({args}): {description}" if description else f"{function['name']}({args})"
 
 
 def describe_tools(schemas: list[dict[str, Any]], style: str = "schema") -> str:
@@ -158,7 +159,8 @@ def describe_tools(schemas: list[dict[str, Any]], style: str = "schema") -> str:
     return "\n".join(lines)
 
 
-def with_tools_described(messages: list[Message], schemas: list[dict[str, Any]], style: str = "schema") -> list[Message]:
+def with_tools_described(messages: list[Message], schemas: list[dict[str, Any]],
+                         style: str = "schema") -> list[Message]:
     """``messages`` with ``describe_tools(schemas, style)`` in the system message: after the text
     of a first system message, or as a system message put first when there is none."""
     block = describe_tools(schemas, style)
