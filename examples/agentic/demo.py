@@ -19,9 +19,13 @@ purpose, so that what RL has to find is visible.
 - guess_number (1-16, 6 turns): half the turns guess the midpoint of the interval the hints left
   open (binary search, which needs at most 5 guesses), half are wasted ("Let me think.", no
   number; the environment asks for one); the sloppy player runs out of turns about half the time.
-- tool_arithmetic (products and sums of 2-3 digit numbers, 2 turns): 70% of the demonstrations
-  call the calculator in the documented ``<tool_call>`` JSON format and copy its result; 30%
-  answer at once with a made-up number of the right length ("in the head"), which is wrong.
+- tool_arithmetic (products of two 2-digit numbers, 2 turns, the tools described in one compact
+  line, ``env.tool_description: compact``): 70% of the demonstrations call the calculator in the
+  documented ``<tool_call>`` JSON format and copy its result; 30% answer at once with a made-up
+  number of the right length ("in the head"), which is wrong. With 16000 demonstrated problems
+  and 3000 SFT steps the nano model copies the problem's numbers into the call and the tool's
+  result into the answer on seeds 0 and 1 (seed 2 never learns to copy); with 4000 problems and 2000 steps it copied the call's numbers but
+  not the result's repeated digits (5.5% held-out success, greedy), leaving RL little to reinforce.
 
 ``summary.json`` holds held-out success before / after (greedy, and one sample at T=1), the
 per-turn reward of the first and last steps, and the wall times. The README table is made from
@@ -57,10 +61,10 @@ GAMES = {
     },
     "tool_arithmetic": {
         "config": HERE / "tool_arithmetic.yaml",
-        "data": ["data.task_options.min_digits=2", "data.task_options.max_digits=3"],
-        "env": ["env.max_turns=2", "env.max_total_tokens=400", "rollout.max_new_tokens=64"],
-        "preset": "nano", "sft_steps": 1000, "sft_batch": 16, "sft_lr": 3e-3, "rl_steps": 60, "rl_lr": 1e-3,
-        "sloppy": 0.3,
+        "data": ["data.task_options.min_digits=2", "data.task_options.max_digits=2", 'data.task_options.ops="*"'],
+        "env": ["env.max_turns=2", "env.max_total_tokens=256", "env.tool_description=compact", "rollout.max_new_tokens=64"],
+        "preset": "nano", "sft_steps": 3000, "sft_batch": 32, "sft_lr": 3e-3, "rl_steps": 100, "rl_lr": 3e-4,
+        "sloppy": 0.3, "problems": 16000,
     },
 }
 
@@ -111,7 +115,7 @@ def write_demos(game: str, cfg, tokenizer, path: Path, seed: int, count: int, sl
     rng = random.Random(f"agentic-demo:{game}:{seed}")
     options = dict(cfg.env.options)
     if cfg.env.tools:
-        options["tools"] = ToolSet(cfg.env.tools)
+        options["tools"] = ToolSet(cfg.env.tools, cfg.env.tool_description)
     n = 0
     with path.open("w") as f:
         for p in prompts:
@@ -233,7 +237,7 @@ def main() -> None:
     base = init_model(game["preset"], out / "base-model", seed=args.seed, overwrite=True)
     rl_cfg = load_config(game["config"], [*common, f"model.path={out / 'sft'}"])
     demos = out / "demos.jsonl"
-    n_demos = write_demos(args.game, rl_cfg, load_tokenizer(base), demos, args.seed, count=4000,
+    n_demos = write_demos(args.game, rl_cfg, load_tokenizer(base), demos, args.seed, count=game.get("problems", 4000),
                           sloppy=game["sloppy"])
 
     sft_cfg = load_config(game["config"], [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from rlxf.envs.base import EnvError, EnvTask, Message, StepResult, register_env
-from rlxf.envs.tools import ToolSet, with_tools_described
+from rlxf.envs.tools import ToolSet
 
 _INTEGER = re.compile(r"-?\d+")
 
@@ -76,7 +76,7 @@ class ToolArithmeticEnv:
                              f"use data.task=arithmetic")
         self.answer = int(str(task.ground_truth))
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return with_tools_described(system + [{"role": "user", "content": f"{expression}="}], self.tools.schemas)
+        return self.tools.describe(system + [{"role": "user", "content": f"{expression}="}])
 
     def step(self, action: str) -> StepResult:
         used = self.tools.run(action)

@@ -38,7 +38,7 @@ class EnvRollout:
             raise EnvError("env.use_verifiers is true but no reward function is configured")
         self.limits = EpisodeLimits(max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens,
                                     step_timeout_s=cfg.step_timeout_s, credit=cfg.credit)
-        self.tools = ToolSet(cfg.tools) if cfg.tools else None
+        self.tools = ToolSet(cfg.tools, cfg.tool_description) if cfg.tools else None
         self.programs: ProgramEpisodes | None = None
         if cfg.name is None:   # an agent program runs the episodes
             agent = load_agent(cfg.agent, cfg.agent_command, cfg.agent_timeout_s)

@@ -122,12 +122,36 @@ def tool_schema(fn: Callable, name: str) -> dict[str, Any]:
     return schema
 
 
-def describe_tools(schemas: list[dict[str, Any]]) -> str:
+TOOL_DESCRIPTIONS = ("schema", "compact")
+
+
+def compact_signature(schema: dict[str, Any]) -> str:
+    """One line for an OpenAI function tool: ``name(arg: type, ...): description``.
+
+    The arguments' own descriptions are left out; what remains is the least that still names the
+    tool, its arguments and what it does."""
+    function = schema["function"]
+    properties = function.get("parameters", {}).get("properties", {})
+    args = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in properties.items())
+    description = function.get("description", "").strip()
+    return f"{function['name']}({args}): {description}" if description else f"{function['name']}({args})"
+
+
+def describe_tools(schemas: list[dict[str, Any]], style: str = "schema") -> str:
     """A system-prompt paragraph listing ``schemas`` (OpenAI function tools) and the call format.
 
     How rlxf shows tools to the model when its chat template does not render them: the built-in
     tool environments always, the chat endpoint for a template that ignores a request's ``tools``.
+    ``style`` ``schema`` lists each tool's JSON schema on a line (what a tool-using chat template
+    shows); ``compact`` one ``name(arg: type): description`` line per tool, a few times fewer
+    tokens (the calculator's paragraph: 92 tokens instead of 260 with rlxf's built-in tokenizer),
+    for models small enough that the prompt's length is most of their compute.
     """
+    if style not in TOOL_DESCRIPTIONS:
+        raise EnvError(f"unknown tool description style {style!r}; one of {', '.join(TOOL_DESCRIPTIONS)}")
+    if style == "compact":
+        return "\n".join(['Tools, called as <tool_call>{"name": NAME, "arguments": {...}}</tool_call>:',
+                          *(compact_signature(s) for s in schemas)])
     lines = ["You can call tools. To call one, write",
              '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>',
              "and its result comes back in a tool message. Tools:"]
@@ -135,10 +159,11 @@ def describe_tools(schemas: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def with_tools_described(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Message]:
-    """``messages`` with ``describe_tools(schemas)`` in the system message: after the text of a
-    first system message, or as a system message put first when there is none."""
-    block = describe_tools(schemas)
+def with_tools_described(messages: list[Message], schemas: list[dict[str, Any]],
+                         style: str = "schema") -> list[Message]:
+    """``messages`` with ``describe_tools(schemas, style)`` in the system message: after the text
+    of a first system message, or as a system message put first when there is none."""
+    block = describe_tools(schemas, style)
     if messages and messages[0].get("role") == "system":
         system = "\n".join(x for x in (messages[0].get("content"), block) if x)
         return [{**messages[0], "content": system}, *messages[1:]]
@@ -146,9 +171,17 @@ def with_tools_described(messages: list[Message], schemas: list[dict[str, Any]])
 
 
 class ToolSet:
-    """The tools of a run by name; parses a model turn's calls and runs them."""
+    """The tools of a run by name; parses a model turn's calls and runs them.
 
-    def __init__(self, specs: list[str]):
+    ``description`` is how an environment shows them in the system prompt (``describe``):
+    ``schema`` (each tool's JSON schema) or ``compact`` (one signature line each; see
+    ``describe_tools``).
+    """
+
+    def __init__(self, specs: list[str], description: str = "schema"):
+        if description not in TOOL_DESCRIPTIONS:
+            raise EnvError(f"env.tool_description: {description!r} is not one of {', '.join(TOOL_DESCRIPTIONS)}")
+        self.description = description
         self.functions: dict[str, Callable[..., Any]] = {}
         self.schemas: list[dict[str, Any]] = []
         for spec in specs:
@@ -168,6 +201,10 @@ class ToolSet:
                 raise EnvError(f"env.tools: two tools are called {name!r}")
             self.functions[name] = fn
             self.schemas.append(tool_schema(fn.__call__ if isinstance(fn, PythonTool) else fn, name))
+
+    def describe(self, messages: list[Message]) -> list[Message]:
+        """``messages`` with these tools described in the system message, in this set's style."""
+        return with_tools_described(messages, self.schemas, self.description)
 
     def run(self, text: str) -> ToolResult:
         """Run every call in ``text``; one tool message per call (none when the turn has no call)."""

@@ -108,9 +108,22 @@ class ToolPolicyEngine:
         return out
 
 
-@pytest.mark.parametrize("bad_first", [False, True])
-def test_tool_arithmetic_episodes(tokenizer_for_tests, bad_first):
-    rollout = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["calculator"], max_total_tokens=2048),
+def test_compact_tool_description():
+    tools = ToolSet(["calculator", "env_plugins:word_count"], "compact")
+    assert tools.describe([{"role": "user", "content": "1+1="}]) == [
+        {"role": "system", "content": 'Tools, called as <tool_call>{"name": NAME, "arguments": {...}}</tool_call>:\n'
+                                      "calculator(expression: string): Evaluate an arithmetic expression exactly.\n"
+                                      "word_count(text: string, minimum: integer): Count the words of a text."},
+        {"role": "user", "content": "1+1="}]
+    assert ToolSet(["calculator"]).describe([])[0]["content"].endswith('"type": "object"}, "return": {"type": "string"}}')
+    with pytest.raises(EnvError, match="env.tool_description: 'terse' is not one of schema, compact"):
+        ToolSet(["calculator"], "terse")
+
+
+@pytest.mark.parametrize("bad_first, description", [(False, "schema"), (True, "schema"), (False, "compact")])
+def test_tool_arithmetic_episodes(tokenizer_for_tests, bad_first, description):
+    rollout = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["calculator"], max_total_tokens=2048,
+                                   tool_description=description),
                          ToolPolicyEngine(tokenizer_for_tests, bad_first), tokenizer_for_tests)
     ps = [Prompt(uid="a:0", prompt_ids=[1], prompt_text="", ground_truth="56088",
                  metadata={"expression": "123*456"})]
@@ -119,7 +132,7 @@ def test_tool_arithmetic_episodes(tokenizer_for_tests, bad_first):
     roles = [m["role"] for m in t.episode["messages"]]
     assert t.correct and t.reward == 1.0 and t.episode["end"] == "terminated"
     assert roles == ["system", "user"] + ["assistant", "tool"] * (1 + bad_first) + ["assistant"]
-    assert "calculator" in t.episode["messages"][0]["content"]
+    assert t.episode["messages"][0]["content"] == ToolSet(["calculator"], description).describe([])[0]["content"]
     assert metrics["env/tool_call_errors"] == float(bad_first)
 
 
