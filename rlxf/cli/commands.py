@@ -35,8 +35,8 @@ def register(app: typer.Typer) -> None:
         sft_steps: int | None = typer.Option(None, "--sft-steps", help="SFT steps (default: the recipe's)."),
         preset: str = typer.Option("tiny", "--preset", help="Model size preset (see init-model)."),
         remedy: bool = typer.Option(True, "--remedy/--no-remedy",
-                                    help="Mix easy problems into GRPO's batches (default), or train on the hard "
-                                    "ones alone to see what they cost the easy ones."),
+                                    help="Add PPO-ptx's supervised loss on easy demonstrations to GRPO's (default), "
+                                    "or train on the hard problems alone to see what they cost the easy ones."),
     ) -> None:
         """The quickstart: SFT a tiny model on easy arithmetic, GRPO on harder problems, compare."""
         _impl("quickstart").run(out, seed=seed, overwrite=overwrite, rl_steps=rl_steps, sft_steps=sft_steps,

@@ -7,10 +7,10 @@ The demo is built so that RL earns its keep, and shows the baseline that would s
    addition that carries two or three times (200 of them; recipes/quickstart_sft.yaml): so the
    model is sometimes right on the hard problems, which RL needs to learn anything;
 3. GRPO on additions that carry two or three times; the reward is exact, the model starts out
-   sometimes right (recipes/quickstart_grpo.yaml). A quarter of
-   each batch are easy additions (a data mixture), the usual remedy for RL trading what SFT
-   taught for the hard problems; it kept the easy ones on seed 0 but not on seed 2 (README).
-   ``--no-remedy`` trains on the hard ones alone;
+   sometimes right (recipes/quickstart_grpo.yaml). RL on them alone costs the model the easy
+   ones SFT taught; PPO-ptx (a supervised loss on easy demonstrations added to the policy loss)
+   kept them on every seed measured (README). The easy held-out problems are evaluated with
+   every eval (a source of weight 0), so forgetting shows. ``--no-remedy`` drops PPO-ptx;
 4. continue the SFT instead, on the same demonstrations, for the same wall time as GRPO;
 5. evaluate all three models greedily on 500 held-out hard problems (and 500 easy ones), print
    the table and write ``report.html`` for the GRPO run.
@@ -47,7 +47,7 @@ HELD_OUT = 500  # held-out problems of each kind in the final table
 
 def _evaluate(model_dir: Path, cfg: Config) -> dict[str, float]:
     """Greedy accuracy of ``model_dir`` on the held-out problems of each source of ``cfg``'s
-    mixture (hard and easy), by source name."""
+    sources (hard and easy), by source name."""
     from rlxf.data import build_prompt_data
     from rlxf.models import load_model, load_tokenizer
     from rlxf.rewards import build_run_reward
@@ -66,10 +66,10 @@ def _evaluate(model_dir: Path, cfg: Config) -> dict[str, float]:
     return {s.label: metrics[f"eval/{s.label}/accuracy"] for s in cfg.data.sources}
 
 
-def _hard_only(cfg: Config) -> Config:
-    """``cfg`` without the easy problems in its mixture: GRPO on the hard ones alone."""
-    data = cfg.data.model_copy(update={"sources": [s for s in cfg.data.sources if s.label == "hard"]})
-    return cfg.model_copy(update={"data": data})
+def _no_remedy(cfg: Config) -> Config:
+    """``cfg`` without PPO-ptx: GRPO on the hard problems alone (the easy ones still evaluated)."""
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"ptx": None}),
+                                  "algorithm": cfg.algorithm.model_copy(update={"ptx_coef": 0.0})})
 
 
 def _config(name: str, out: Path, seed: int, overrides: list[str]) -> Config:
@@ -105,11 +105,11 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     sft_model = out / "sft"  # a run directory stands for its newest checkpoint's model
     log.info("stage 2/4: SFT done in %.0fs", sft_seconds)
 
-    # 3. GRPO on hard problems (two or three carries) mixed with easy ones, from the SFT model
+    # 3. GRPO on hard problems (two or three carries) with PPO-ptx on easy ones, from the SFT model
     grpo_cfg = _config("grpo", out, seed, [f"model.path={sft_model}"] + ([f"train.steps={rl_steps}"] if rl_steps else []))
     eval_cfg = grpo_cfg  # hard and easy held-out problems, whatever the run trains on
     if not remedy:
-        grpo_cfg = _hard_only(grpo_cfg)
+        grpo_cfg = _no_remedy(grpo_cfg)
     grpo_run = RunDir.open(out, "grpo")
     t0 = time.perf_counter()
     run_training(grpo_cfg, grpo_run)
@@ -129,7 +129,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     # held-out greedy accuracy of the three models on hard and easy problems
     grpo_model = grpo_run.path
     results = []
-    grpo_name = "+ GRPO, hard + easy mix" if remedy else "+ GRPO on hard problems"
+    grpo_name = "+ GRPO + PPO-ptx on easy" if remedy else "+ GRPO on hard problems"
     for name, path, seconds in (("SFT, hard ones rare", sft_model, sft_seconds),
                                 (grpo_name, grpo_model, rl_seconds),
                                 ("+ continued SFT, same time", out / "sft-more", more_seconds)):
@@ -160,6 +160,6 @@ def run(out: Path, *, seed: int, overwrite: bool, rl_steps: int | None, sft_step
     print()
     print(format_table(results))
     if remedy:
-        print("\nGRPO's batches mix easy problems (a quarter of each) with the hard ones, to keep what SFT "
-              "taught (see the easy column); --no-remedy trains on the hard ones alone.")
+        print("\nGRPO's loss adds a supervised loss on easy demonstrations (PPO-ptx), to keep what SFT taught "
+              "(see the easy column); --no-remedy trains on the hard problems alone.")
     print(f"\nruns, metrics and models: {out}/   report: {out / 'grpo' / 'report.html'}")

@@ -110,9 +110,11 @@ class MixtureSource(SourceFields):
         "logs; default the task's name (a reasoning-gym dataset's own name) or the training file's stem.",
     )
     weight: float = Field(
-        1.0, gt=0,
+        1.0, ge=0,
         description="Share of the training prompts drawn from this source: weight / sum of the weights. "
-        "Every batch holds each source's share to within one prompt.",
+        "Every batch holds each source's share to within one prompt. 0: evaluated only (its held-out "
+        "accuracy is reported with every eval; none of its prompts is trained on), e.g. a skill RL on "
+        "the other sources might cost.",
     )
     seed: int | None = Field(
         None,
@@ -233,6 +235,8 @@ class DataConfig(SourceFields):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"data.sources: names {dup} repeat; give each entry a distinct `name`")
+        if not any(s.weight > 0 for s in self.sources):
+            raise ValueError("data.sources: every weight is 0 (evaluated only); give a source to train on a weight > 0")
         return self
 
     @property

@@ -184,7 +184,8 @@ def mixture_table(cfg: Config) -> list[tuple[str, str, str, str]]:
     for s in data.sources:
         what = s.task if s.source == "task" else f"{s.source} {s.train_path}"
         verifiers = ", ".join(v.label for v in (s.verifiers or cfg.reward.verifiers))
-        rows.append((f"{s.label} ({what})", f"{s.weight:g}", f"{cfg.train.prompts_per_step * s.weight / total:.1f}",
+        share = f"{cfg.train.prompts_per_step * s.weight / total:.1f}" if s.weight else "0 (evaluated only)"
+        rows.append((f"{s.label} ({what})", f"{s.weight:g}", share,
                      verifiers + ("" if s.verifiers else " (reward.verifiers)")))
     return rows
 

@@ -117,13 +117,15 @@ class MixtureSampler:
     """
 
     def __init__(self, prompts: Sequence[Prompt], weights: dict[str, float], seed: int, shuffle: bool = True):
+        for p in prompts:
+            if source_of(p.uid) not in weights:
+                raise DataError(f"prompt {p.uid} is from source {source_of(p.uid)!r}, which has no weight in the "
+                                f"mixture ({', '.join(weights)})")
+        weights = {name: w for name, w in weights.items() if w > 0}   # weight 0: evaluated, never drawn
         by_source: dict[str, list[Prompt]] = {name: [] for name in weights}
         for p in prompts:
-            name = source_of(p.uid)
-            if name not in by_source:
-                raise DataError(f"prompt {p.uid} is from source {name!r}, which has no weight in the mixture "
-                                f"({', '.join(weights)})")
-            by_source[name].append(p)
+            if source_of(p.uid) in by_source:
+                by_source[source_of(p.uid)].append(p)
         empty = [name for name, ps in by_source.items() if not ps]
         if empty:
             raise DataError(f"mixture sources {empty} have no training prompts")

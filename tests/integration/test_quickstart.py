@@ -15,7 +15,7 @@ def test_quickstart_pipeline_runs(tmp_path, capsys):
     assert "hard (2-3 carries)" in printed and "continued SFT for the same time" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert [r["model"] for r in summary["results"]] == [
-        "SFT, hard ones rare", "+ GRPO, hard + easy mix", "+ continued SFT, same time"]
+        "SFT, hard ones rare", "+ GRPO + PPO-ptx on easy", "+ continued SFT, same time"]
     assert summary["held_out_problems"] == 500 and summary["remedy"] is True
     grpo = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert {"eval/hard/accuracy", "eval/easy/accuracy", "eval/source_mean_accuracy"} <= set(grpo[-1])

@@ -69,6 +69,21 @@ def test_mixture_config_names_are_checked():
     assert DataConfig(sources=[{"task": "reasoning_gym:leg_counting"}]).sources[0].label == "leg_counting"
 
 
+def test_a_source_of_weight_0_is_evaluated_and_never_trained_on(tokenizer_for_tests):
+    """weight 0: the source's held-out prompts are in every eval, none of its prompts is drawn,
+    and the others are drawn exactly as without it (the same order, bit for bit)."""
+    mixed = MixtureSampler(_prompts("hard", 5) + _prompts("easy", 5), {"hard": 1.0, "easy": 0.0}, seed=3)
+    alone = MixtureSampler(_prompts("hard", 5), {"hard": 1.0}, seed=3)
+    assert [p.uid for p in mixed.next_batch(12)] == [p.uid for p in alone.next_batch(12)]
+    add = {"task": "arithmetic", "task_options": {"max_digits": 2, "ops": "+"}, "train_size": 20, "test_size": 4}
+    data = build_prompt_data(DataConfig(sources=[{**add, "name": "trained"}, {**add, "name": "watched", "weight": 0,
+                                                                                 "seed": 9}]),
+                             tokenizer_for_tests, seed=0)
+    assert {source_of(p.uid) for p in data.test} == {"trained", "watched"} and data.weights["watched"] == 0
+    with pytest.raises(ValidationError, match="every weight is 0"):
+        DataConfig(sources=[{**add, "weight": 0}])
+
+
 def test_content_key_ignores_spacing_and_unicode_forms():
     assert content_key("What is  2+2?\n") == content_key(" What is 2+2?") == content_key("What is 2＋2?")
     assert content_key("What is 2+3?") != content_key("What is 2+2?")
