@@ -6,7 +6,7 @@ ray disaggregated (one engine actor, one learner actor), from the same SFT model
 
 For each quickstart directory (its ``sft/`` model and its seed, read from ``summary.json`` or
 ``--seeds``) it runs the quickstart's GRPO recipe (``rlxf/trainer/recipes/quickstart_grpo.yaml``:
-500 steps, 16 prompts x 8 samples, a 3 hard : 1 easy mixture) through ``rlxf train`` once per
+500 steps, 16 prompts x 8 samples) through ``rlxf train`` once per
 placement, in a fresh process each, then evaluates every resulting model greedily on the
 quickstart's 500 held-out hard and 500 held-out easy problems (the quickstart's own evaluator).
 The placement is the only thing that changes: same config, seed, SFT model and CPU count
