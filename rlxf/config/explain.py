@@ -248,10 +248,10 @@ def offload_note(cfg: Config) -> list[str]:
 def placement_notes(cfg: Config) -> list[str]:
     """How the Ray placement's learners train together and how weights reach the engines, and
     where the optimizer state waits between updates."""
-    if cfg.run.placement == "local":
-        return offload_note(cfg)
-    rc = cfg.ray
     notes = offload_note(cfg)
+    if cfg.run.placement == "local":
+        return notes
+    rc = cfg.ray
     if rc.learners > 1:
         backend = rc.learner_backend.upper() if rc.learner_backend == "nccl" else rc.learner_backend
         how = ("FSDP2: weights, gradients and optimizer state sharded over the ranks" if rc.learner_strategy == "fsdp"

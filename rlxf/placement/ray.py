@@ -190,6 +190,25 @@ class _Engine:
             close()
 
 
+def _in_shares(n: int, k: int, send, replace) -> list:
+    """Items ``0..n`` in contiguous shares over ``k`` actors: ``send(i, a, b)`` sends share ``[a, b)``
+    to actor ``i`` (an ObjectRef back); a share whose actor died is sent again after
+    ``replace(i, err)`` has put a new actor in its place. The results, concatenated in order."""
+    bounds = [n * i // k for i in range(k + 1)]
+    shares = {i: (bounds[i], bounds[i + 1]) for i in range(k) if bounds[i + 1] > bounds[i]}
+    pending = {i: send(i, a, b) for i, (a, b) in shares.items()}
+    out: dict[int, list] = {}
+    while pending:
+        for i, ref in list(pending.items()):
+            try:
+                out[i] = ray.get(ref)
+                del pending[i]
+            except _ACTOR_LOST as e:
+                replace(i, e)
+                pending[i] = send(i, *shares[i])
+    return [x for i in sorted(out) for x in out[i]]
+
+
 class _Scorer:
     """A reward actor: the run's reward function (its verifiers, and their worker pool)."""
 
@@ -208,28 +227,15 @@ class _Scorer:
 class _ActorReward:
     """The reward function the driver scores with when ``ray.reward_actors`` > 0: each call's
     samples are split in contiguous shares over the reward actors; a share whose actor died is
-    scored again by its replacement (``placement._replace_scorer``)."""
+    scored again by its replacement (``placement._replace_actor``)."""
 
     def __init__(self, placement: RayPlacement):
         self.placement = placement
 
     def score(self, inputs):
-        scorers = self.placement._scorers
-        k = len(scorers)
-        bounds = [len(inputs) * i // k for i in range(k + 1)]
-        shares = {i: (bounds[i], bounds[i + 1]) for i in range(k) if bounds[i + 1] > bounds[i]}
-        out: dict[int, list] = {}
-        pending = {i: scorers[i].score.remote(inputs[a:b]) for i, (a, b) in shares.items()}
-        while pending:
-            for i, ref in list(pending.items()):
-                try:
-                    out[i] = ray.get(ref)
-                    del pending[i]
-                except _ACTOR_LOST as e:
-                    self.placement._replace_actor("reward", i, e)
-                    a, b = shares[i]
-                    pending[i] = scorers[i].score.remote(inputs[a:b])
-        return [s for i in sorted(out) for s in out[i]]
+        p = self.placement
+        return _in_shares(len(inputs), len(p._scorers), lambda i, a, b: p._scorers[i].score.remote(inputs[a:b]),
+                          lambda i, err: p._replace_actor("reward", i, err))
 
     def close(self) -> None:
         for scorer in self.placement._scorers:
@@ -292,22 +298,10 @@ class RayPlacement(Placement):
             return self._gather([self._colocated.call.remote("generate", prompts, seeds, sampling,
                                                              first_group=first_group)])[0]
         # contiguous shares, so group numbering and order are those of one engine
-        k = len(self._engines)
-        bounds = [len(prompts) * i // k for i in range(k + 1)]
-        shares = [(bounds[i], bounds[i + 1]) for i in range(k) if bounds[i + 1] > bounds[i]]
-        out: list[list[Trajectory] | None] = [None] * len(shares)
-        pending = {i: self._engines[i].generate.remote(prompts[a:b], seeds[a:b], sampling, first_group + a)
-                   for i, (a, b) in enumerate(shares)}
-        while pending:
-            for i, ref in list(pending.items()):
-                try:
-                    out[i] = ray.get(ref)
-                    del pending[i]
-                except _ACTOR_LOST as e:
-                    self._replace_engine(i, e)
-                    a, b = shares[i]
-                    pending[i] = self._engines[i].generate.remote(prompts[a:b], seeds[a:b], sampling, first_group + a)
-        return [t for part in out for t in part]
+        return _in_shares(len(prompts), len(self._engines),
+                          lambda i, a, b: self._engines[i].generate.remote(prompts[a:b], seeds[a:b], sampling,
+                                                                           first_group + a),
+                          self._replace_engine)
 
     def stream(self) -> GroupStream:
         if self._colocated is not None:

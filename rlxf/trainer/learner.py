@@ -70,19 +70,23 @@ class Learner:
     dp: DataParallel = SINGLE       # this process's learner rank (one process: SINGLE)
     offload_optimizer: bool = False  # keep optimizer state in host memory between updates
 
+    @property
+    def _trained(self) -> list:
+        """The roles with an optimizer: the actor, and the critic where there is one."""
+        return [role for role in (self.actor, self.critic) if role is not None]
+
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.experience(trajs, self.actor, self.reference, self.critic, self.kl.value)
 
     def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
         plan = mini_batch_plan(len(exp), self.mini_batch_size, self.ppo_epochs, self.seed, step)
-        trained = [role for role in (self.actor, self.critic) if role is not None]
-        for role in trained if self.offload_optimizer else ():
+        for role in self._trained if self.offload_optimizer else ():
             role.restore_optimizer_state()
         metrics, first_logprobs = self.actor.update(exp, plan, self.kl.value, demos)
         if self.critic is not None:
             metrics |= self.critic.update(exp, plan)
         if self.offload_optimizer:  # rollout and experience until the next update: the moments wait in host memory
-            metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in trained) / 2**20
+            metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in self._trained) / 2**20
         old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs
         drift = drift_metrics(exp, old, self.experience.kl_estimator)
         if "kl" in drift:
@@ -135,6 +139,5 @@ class Learner:
             self.critic.load_state_dict(state["critic"])
         self.kl.load_state_dict(state["kl"])
         self.experience.load_state_dict(state["experience"])
-        for role in (self.actor, self.critic) if self.offload_optimizer else ():
-            if role is not None:
-                role.offload_optimizer_state()
+        for role in self._trained if self.offload_optimizer else ():
+            role.offload_optimizer_state()
