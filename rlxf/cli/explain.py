@@ -110,6 +110,11 @@ def _print_tables(console: Console, cfg) -> None:
         return
     console.print(f"model: {dims.params:,} parameters, {dims.layers} layers, hidden {dims.hidden}, "
                   f"vocab {dims.vocab}; dtype {resolved_dtype(cfg)}")
+    if cfg.train.optim.lr == "auto":
+        from rlxf.trainer.optim import auto_lr
+
+        console.print(f"actor lr: auto = {auto_lr(dims.hidden, dims.layers):.2g} (0.1 / (hidden {dims.hidden} x "
+                      f"{dims.layers} layers); train.optim.lr sets it)", highlight=False)
     table = Table(show_header=True, header_style="bold")
     for col in ("role", "weights", "grads", "optimizer", "activations", "KV cache", "total"):
         table.add_column(col, justify="right")

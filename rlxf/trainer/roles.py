@@ -147,7 +147,8 @@ class _Trainable:
         self.run = dp.wrap(model)  # run(fn, *args) = fn(model, *args), through FSDP's root
         self.max_grad_norm = optim.max_grad_norm
         self.skip_zero_grad_steps = optim.skip_zero_grad_steps
-        self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps)
+        self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps,
+                                                          getattr(model, "config", None))
         self._offloaded: list[tuple[dict, str, torch.device]] = []  # optimizer state moved to host memory
 
     def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool, bool]:

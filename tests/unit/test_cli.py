@@ -32,11 +32,12 @@ def test_bad_config_exits_2_with_the_field(capsys, tmp_path):
 
 
 def test_explain_prints_batch_arithmetic_and_memory(capsys, nano_model_dir):
-    assert main(["explain", str(EXAMPLE), f"model.path={nano_model_dir}", "rollout.n=4"]) == 0
+    assert main(["explain", str(EXAMPLE), f"model.path={nano_model_dir}", "rollout.n=4", "train.optim.lr=auto"]) == 0
     out = capsys.readouterr().out
     assert "samples per step" in out and "64" in out          # 16 prompts x 4 samples
     assert "memory estimate" in out and "361,024 parameters" in out
     assert "actor" in out and "engine" in out
+    assert "actor lr: auto = 0.00078 (0.1 / (hidden 64 x 2 layers)" in out   # the nano preset
 
 
 def test_import_rlxf_is_light():

@@ -57,3 +57,30 @@ def test_frozen_parameters_are_left_out():
     opt, _ = build_optimizer(model.parameters(), OptimConfig(), total_steps=1)
     assert sum(len(g["params"]) for g in opt.param_groups) == 3
     assert all(p is not model[0].weight for g in opt.param_groups for p in g["params"])
+
+
+def test_auto_lr_is_calibrated_at_7b_and_scales_with_width_times_depth():
+    from types import SimpleNamespace
+
+    from rlxf.trainer.optim import auto_lr, resolve_lr
+
+    assert auto_lr(3584, 28) == pytest.approx(0.1 / 100352)          # Qwen2.5-7B: 9.96e-7
+    assert auto_lr(256, 4) == pytest.approx(0.1 / 1024)               # the tiny preset: 9.77e-5
+    assert auto_lr(896, 24) / auto_lr(3584, 28) == pytest.approx(3584 * 28 / (896 * 24))
+    assert resolve_lr("auto", SimpleNamespace(hidden_size=256, num_hidden_layers=4)) == auto_lr(256, 4)
+    assert resolve_lr(3e-4, None) == 3e-4                             # a number is used as it is
+    with pytest.raises(ValueError, match="hidden_size and num_hidden_layers.*Set train.optim.lr"):
+        resolve_lr("auto", SimpleNamespace(d_model=256))
+
+
+def test_auto_lr_reaches_the_optimizer_from_the_models_config():
+    from types import SimpleNamespace
+
+    from rlxf.config.train import PolicyOptimConfig
+
+    model = _model(0)
+    opt, _ = build_optimizer(model.parameters(), PolicyOptimConfig(), total_steps=10,
+                             model_config=SimpleNamespace(hidden_size=64, num_hidden_layers=2))
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 / 128)
+    with pytest.raises(ValueError, match="must be > 0 or `auto`"):
+        PolicyOptimConfig(lr=0.0)
