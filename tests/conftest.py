@@ -57,3 +57,32 @@ def nano_model_dir(tmp_path_factory, tokenizer_for_tests):
     from rlxf.models.factory import init_model
 
     return init_model("nano", tmp_path_factory.mktemp("nano") / "model", seed=0, tokenizer=tokenizer_for_tests)
+
+
+# ChatML, with tool messages rendered as tool-using templates render them: the called tool's name
+# with the result (Hermes-style templates; vLLM's raises without it), the call's id (Mistral's),
+# and an assistant message's OpenAI `tool_calls` in the template's own layout (Qwen2.5's).
+TOOL_MESSAGE_TEMPLATE = (
+    "{%- for m in messages %}"
+    "{%- if m.role == 'tool' %}"
+    "{%- if m.name is not defined or m.tool_call_id is not defined %}"
+    "{{- raise_exception('a tool message needs the name and tool_call_id of its call') }}{%- endif %}"
+    "{{- '<|im_start|>tool\\n<tool_response>\\n' + {'name': m.name, 'id': m.tool_call_id, 'content': m.content}"
+    " | tojson + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif m.role == 'assistant' and m.tool_calls is defined %}"
+    "{{- '<|im_start|>assistant' }}{%- for c in m.tool_calls %}"
+    "{{- '\\n<tool_call>\\n' + c.function | tojson + '\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tool_template_tokenizer(tokenizer_for_tests):
+    """The built-in tokenizer with ``TOOL_MESSAGE_TEMPLATE`` as its chat template."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer_for_tests)
+    tok.chat_template = TOOL_MESSAGE_TEMPLATE
+    return tok

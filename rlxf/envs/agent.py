@@ -12,8 +12,10 @@ version; the template's and the environment's ids with loss_mask 0.
 Failures stay inside their episode: an environment that raises, hangs past the timeout, or
 returns something that is not a ``StepResult`` ends that episode with ``episode["error"]`` set
 (counted in the step's metrics, written to samples.jsonl) and its loss mask zeroed, since an
-episode the environment broke carries no signal about the policy. A chat template that cannot be
-appended to is a configuration problem and stops the run (``TemplateAppendError``).
+episode the environment broke carries no signal about the policy; so does a chat template that
+refuses an observation (its ``raise_exception``, e.g. a tool message without a name, which a
+malformed tool call has none of). A chat template that cannot be appended to is a configuration
+problem and stops the run (``TemplateAppendError``).
 
 A thread stuck in a hung ``step`` cannot be killed; it is a daemon thread, abandoned, so it does
 not keep the process alive. Environments that may hang for good should run their work in a
@@ -30,6 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from jinja2 import TemplateError
 
 from rlxf.envs.base import Env, EnvTask, StepResult
 from rlxf.envs.tokens import Conversation, TokenBoundaryError
@@ -208,6 +212,9 @@ def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLi
         e.conv.add_messages(result.observation)
     except TokenBoundaryError as err:
         e.fail(f"step {turn}: {err}")
+        return
+    except TemplateError as err:   # the template's raise_exception, e.g. a tool message without a name
+        e.fail(f"step {turn}: the chat template refused the observation: {err}")
         return
     if len(e.conv.ids) >= limits.max_total_tokens:
         e.end = "max_total_tokens"

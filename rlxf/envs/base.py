@@ -25,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-Message = dict[str, Any]   # {"role": "user" | "tool" | "system", "content": str}
+# {"role": "user" | "tool" | "system", "content": str}; a tool message may add the "tool_call_id"
+# and "name" its chat template renders (rlxf.envs.tools)
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True)

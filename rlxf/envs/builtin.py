@@ -68,18 +68,20 @@ class ToolArithmeticEnv:
         self.tools = tools
         self.system_prompt = system_prompt
         self.answer: int | None = None
+        self.turn = 0        # model turns stepped so far: numbers the tool calls' ids
 
     def reset(self, task: EnvTask) -> list[Message]:
         expression = task.metadata.get("expression")
         if expression is None:
             raise ValueError(f"tool_arithmetic: prompt {task.uid} has no metadata['expression']; "
                              f"use data.task=arithmetic")
-        self.answer = int(str(task.ground_truth))
+        self.answer, self.turn = int(str(task.ground_truth)), 0
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return self.tools.describe(system + [{"role": "user", "content": f"{expression}="}])
 
     def step(self, action: str) -> StepResult:
-        used = self.tools.run(action)
+        used = self.tools.run(action, turn=self.turn)
+        self.turn += 1
         info = {"tool_calls": used.calls, "tool_errors": used.errors, "tool_trace": used.trace}
         if used.calls:
             return StepResult(used.messages, reward=0.0, info=info)

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlxf.envs.tools import TOOL_CALL
+from rlxf.envs.tools import TOOL_CALL, call_id
 
 # Fields an OpenAI client may send that change nothing the model sees or samples.
 HARMLESS = frozenset({"metadata", "store", "parallel_tool_calls", "service_tier", "prompt_cache_key",
@@ -134,13 +134,15 @@ def tools_change(first: list[dict[str, Any]] | None, now: list[dict[str, Any]] |
     return "; ".join(changes) or "the same tools in another order"
 
 
-def tool_calls(text: str) -> list[dict[str, Any]]:
-    """The ``<tool_call>`` blocks of a turn as OpenAI tool_calls (malformed blocks are left out)."""
+def tool_calls(text: str, turn: int) -> list[dict[str, Any]]:
+    """The ``<tool_call>`` blocks of model turn ``turn`` (from 0) as OpenAI tool_calls, malformed
+    blocks left out; each call's id is the one the built-in tool environments give the block
+    (``rlxf.envs.tools.call_id``)."""
     calls = []
-    for block in TOOL_CALL.findall(text):
+    for index, block in enumerate(TOOL_CALL.findall(text)):
         try:
             call = json.loads(block)
-            calls.append({"id": f"call_{len(calls)}", "type": "function",
+            calls.append({"id": call_id(turn, index), "type": "function",
                           "function": {"name": str(call["name"]), "arguments": json.dumps(call.get("arguments", {}))}})
         except (ValueError, KeyError, TypeError):
             continue
@@ -151,6 +153,7 @@ def tool_calls(text: str) -> list[dict[str, Any]]:
 class ModelTurn:
     """One model turn as the endpoint recorded it."""
 
+    index: int                 # the turn's place in its episode (0 first)
     text: str                  # the reply (special tokens removed)
     finish_reason: str         # the engine's: stop | length
     token_ids: list[int]       # as sampled (the end-of-turn token included)
@@ -162,7 +165,7 @@ def completion_body(request: ChatRequest, reply_id: str, turn: ModelTurn, tokeni
     """The ``chat.completion`` answering ``request`` with ``turn``."""
     message: dict[str, Any] = {"role": "assistant", "content": turn.text}
     finish = "length" if turn.finish_reason == "length" else "stop"
-    calls = tool_calls(turn.text) if request.tool_choice != "none" else []
+    calls = tool_calls(turn.text, turn.index) if request.tool_choice != "none" else []
     if calls:
         message["tool_calls"], finish = calls, "tool_calls"
     logprobs = {"content": token_logprobs(tokenizer, turn)} if request.logprobs else None

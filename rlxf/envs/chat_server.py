@@ -34,6 +34,10 @@ into the system message as the built-in tool environments write them (logged onc
 turn holding ``<tool_call>{json}</tool_call>`` blocks (``rlxf.envs.tools``) is also returned as
 OpenAI ``tool_calls`` with ``finish_reason: "tool_calls"`` (not with ``tool_choice: "none"``);
 ``tool_choice`` "auto" and "none" are accepted, a forced call is a 400 (nothing can force one).
+The calls' ids are the built-in tool environments' (``rlxf.envs.tools.call_id``), and a tool
+message reaches the template with its ``tool_call_id`` and ``name`` (the called tool's when the
+program sends only the id, as OpenAI clients do), so a template that renders them gets the same
+text on both paths.
 
 What else a request may ask (``rlxf.envs.chat_protocol``): ``stream: true`` is answered with
 Server-Sent Events built from the same turn (it is sampled whole first), ``logprobs: true`` with
@@ -55,6 +59,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from jinja2 import TemplateError
 from pydantic import BaseModel
 
 from rlxf.envs.agent import conversation_trajectory
@@ -64,6 +69,7 @@ from rlxf.envs.chat_protocol import (
     completion_body,
     completion_events,
     refusal,
+    tool_calls,
     tools_change,
 )
 from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError
@@ -203,7 +209,8 @@ class EpisodeRecorder:
         with self._lock:
             text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
                                        stopped=c.finish_reason == "stop")
-            return ModelTurn(text=text, finish_reason=c.finish_reason, token_ids=list(c.response_ids),
+            return ModelTurn(index=turn, text=text, finish_reason=c.finish_reason,
+                             token_ids=list(c.response_ids),
                              logprobs=[float(x) for x in c.logprobs], prompt_tokens=len(request.prompt_ids))
 
     def _say_where_tools_are(self, conv: Conversation) -> None:
@@ -222,15 +229,15 @@ class EpisodeRecorder:
         if len(messages) <= len(recorded):
             raise HistoryMismatch(f"the request holds {len(messages)} messages but the episode already has "
                                   f"{len(recorded)}; send the whole conversation plus the new messages")
+        called = _called_tools(recorded)
         for i, (old, new) in enumerate(zip(recorded, messages)):
-            same = new.get("role") == old["role"] and (
-                old["role"] == "assistant" or (new.get("content") or "") == old["content"])
+            same = new.get("role") == old["role"] and (old["role"] == "assistant" or _plain(new, called) == old)
             if not same:
                 raise HistoryMismatch(
-                    f"message {i} differs from the episode's record ({old['role']}: {old['content'][:40]!r} vs "
-                    f"{new.get('role')}: {str(new.get('content'))[:40]!r}); an episode's history can only grow "
-                    f"(start a new episode with another `user` id)")
-        return [_plain(m) for m in messages[len(recorded):]]
+                    f"message {i} differs from the episode's record ({_shown(old)} vs "
+                    f"{_shown(_plain(new, called))}); an episode's history can only grow (start a new episode "
+                    f"with another `user` id)")
+        return [_plain(m, called) for m in messages[len(recorded):]]
 
     def set_reward(self, episode: str, reward: float) -> None:
         with self._lock:
@@ -254,12 +261,37 @@ class EpisodeRecorder:
         return out
 
 
-def _plain(message: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI message as the chat template sees it: role and text content."""
+def _plain(message: dict[str, Any], called: dict[str, str] | None = None) -> dict[str, Any]:
+    """An OpenAI message as the chat template sees it: role, text content and, for a tool message,
+    the two fields templates read of it, ``tool_call_id`` and ``name`` (``rlxf.envs.tools``).
+
+    OpenAI clients send a tool message's id but not its name; the name is then the one of the call
+    the id answers (``called``: id -> tool name), so the message templates as the built-in tool
+    environments' does. An assistant message is its text only (``rlxf.envs.tokens``: why)."""
     content = message.get("content")
     if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
         content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return {"role": message.get("role"), "content": content or ""}
+    plain = {"role": message.get("role"), "content": content or ""}
+    if plain["role"] == "tool":
+        call, name = message.get("tool_call_id"), message.get("name")
+        if isinstance(call, str):
+            plain["tool_call_id"] = call
+            name = name or (called or {}).get(call)
+        if isinstance(name, str):
+            plain["name"] = name
+    return plain
+
+
+def _called_tools(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """id -> tool name of every call the endpoint returned for the recorded assistant turns."""
+    turns = [m["content"] for m in messages if m["role"] == "assistant"]
+    return {c["id"]: c["function"]["name"] for k, text in enumerate(turns) for c in tool_calls(text, k)}
+
+
+def _shown(message: dict[str, Any]) -> str:
+    """A message in an error: its role, its tool message fields, the start of its text."""
+    fields = "".join(f" {key}={message[key]!r}" for key in ("tool_call_id", "name") if key in message)
+    return f"{message['role']}{fields}: {message['content'][:40]!r}"
 
 
 class RewardRequest(BaseModel):
@@ -302,7 +334,8 @@ def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
                 temperature=1.0 if request.temperature is None else request.temperature,
                 top_p=1.0 if request.top_p is None else request.top_p,
                 max_tokens=request.max_completion_tokens or request.max_tokens, seed=request.seed, stop=stop)
-        except (HistoryMismatch, EpisodeLimit, TemplateAppendError, TokenBoundaryError, ValueError) as e:
+        except (HistoryMismatch, EpisodeLimit, TemplateAppendError, TokenBoundaryError, TemplateError,
+                ValueError) as e:
             raise HTTPException(status_code=400, detail=str(e)) from None
         reply_id = f"chatcmpl-{episode}-{turn.prompt_tokens + len(turn.token_ids)}"
         body = completion_body(request, reply_id, turn, recorder.tokenizer)

@@ -15,6 +15,14 @@ appended text starts at a token boundary (``TokenBoundaryError``, ending only th
 the ids equal a fresh templating of the whole conversation whenever the model's own ids are the
 tokenizer's canonical ids of its text.
 
+Messages reach the template as they are given (a tool message with its ``tool_call_id`` and
+``name``, which templates that render tool results read; ``rlxf.envs.tools``). The model's turns
+are recorded as ``{"role": "assistant", "content": TEXT}``, never with OpenAI ``tool_calls``: a
+template given ``tool_calls`` writes the calls in its own layout (Qwen2.5 and Hermes as
+``<tool_call>`` JSON on lines of their own after the content, Llama 3.1 in place of the content),
+which is not what the model sampled, while the calls are already in TEXT as the model wrote them.
+Templated as text, the turn renders as its sampled text, which every append checks.
+
 Tools (OpenAI function schemas, ``Conversation.start(..., tools=...)``) belong to the whole
 conversation and are rendered into every templating of it: given to the template as
 ``apply_chat_template(messages, tools=...)`` when it renders them (Qwen2.5, Llama 3.1, Hermes...),

@@ -6,11 +6,18 @@ turn the model writes
     <tool_call>{"name": "calculator", "arguments": {"expression": "123*456"}}</tool_call>
 
 one block per call, each a JSON object with ``name`` (a string) and ``arguments`` (an object).
-Every call is run and answered, in order, by one message ``{"role": "tool", "content": RESULT}``
+Every call is run and answered, in order, by one message
+
+    {"role": "tool", "tool_call_id": "call_T_I", "name": "calculator", "content": RESULT}
+
 where RESULT is the tool's return value as text (JSON for anything but a string), or
 ``error: WHY`` for a malformed block, an unknown tool, bad arguments or a tool that raised. The
 model sees its mistakes and can learn from them; every failure is counted
-(``ToolResult.errors``).
+(``ToolResult.errors``). ``tool_call_id`` and ``name`` are what chat templates read of a tool
+message besides its content (Hermes-style templates render the name, Mistral's the id, though
+those are not append-only; ChatML, Qwen2.5's and Llama 3.1's read neither): the id is
+``call_id(T, I)``, block I of model turn T, as the chat endpoint numbers the ``tool_calls`` it
+returns; the name is the one the call gave (left out when the block names none).
 
 Built-in tools: ``calculator`` (exact arithmetic on integers and fractions: + - * / // % **
 and parentheses) and ``python`` (a program run in rlxf's code sandbox, ``rlxf.rewards.sandbox``;
@@ -34,6 +41,14 @@ from typing import Any
 from rlxf.envs.base import EnvError, Message, import_object
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def call_id(turn: int, index: int) -> str:
+    """The id of the ``index``-th ``<tool_call>`` block of model turn ``turn`` in an episode (both
+    from 0). Made from positions only, so a seeded episode gets the same ids every time, and the
+    built-in tool environments and the chat endpoint (``rlxf.envs.chat_protocol.tool_calls``) give
+    the same call the same id: a template that renders ids renders the same text on both paths."""
+    return f"call_{turn}_{index}"
 
 
 @dataclass
@@ -206,18 +221,20 @@ class ToolSet:
         """``messages`` with these tools described in the system message, in this set's style."""
         return with_tools_described(messages, self.schemas, self.description)
 
-    def run(self, text: str) -> ToolResult:
-        """Run every call in ``text``; one tool message per call (none when the turn has no call)."""
+    def run(self, text: str, *, turn: int) -> ToolResult:
+        """Run every call in ``text``, model turn ``turn`` of its episode (from 0, for the calls'
+        ids); one tool message per call (none when the turn has no call)."""
         out = ToolResult(messages=[])
-        for block in TOOL_CALL.findall(text):
+        for index, block in enumerate(TOOL_CALL.findall(text)):
             out.calls += 1
             name, args, error, result = None, None, None, None
             try:
                 call = json.loads(block)
-                if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
-                        or not isinstance(call.get("arguments", {}), dict):
+                if isinstance(call, dict) and isinstance(call.get("name"), str):
+                    name = call["name"]
+                if name is None or not isinstance(call.get("arguments", {}), dict):
                     raise ValueError('a call is {"name": string, "arguments": object}')
-                name, args = call["name"], call.get("arguments", {})
+                args = call.get("arguments", {})
                 if name not in self.functions:
                     raise ValueError(f"unknown tool {name!r}; tools: {', '.join(self.functions)}")
                 value = self.functions[name](**args)
@@ -226,7 +243,10 @@ class ToolSet:
                 error = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
             if error is not None:
                 out.errors += 1
-            out.messages.append({"role": "tool", "content": result if error is None else f"error: {error}"})
+            message = {"role": "tool", "tool_call_id": call_id(turn, index),
+                       **({"name": name} if name is not None else {}),
+                       "content": result if error is None else f"error: {error}"}
+            out.messages.append(message)
             out.trace.append({"name": name, "arguments": args, "result": result, "error": error})
         return out
 

@@ -76,3 +76,28 @@ def digits_agent(base_url: str, task: EnvTask) -> float:
         said += text
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "More numbers."}]
     return sum(c.isdigit() for c in said) / max(1, len(said))
+
+
+def calculator_agent(base_url: str, task: EnvTask) -> float:
+    """The tool_arithmetic game through the OpenAI client: the first messages are the environment's
+    (its tools described in the system prompt), each returned tool_call is answered as OpenAI's
+    docs do (its id and the result, no name), and the reply is right when its last number is."""
+    import json
+
+    from openai import OpenAI
+
+    from rlxf.envs import build_env
+    from rlxf.envs.builtin import last_integer
+    from rlxf.envs.tools import ToolSet, calculator
+
+    messages = build_env("tool_arithmetic", {"tools": ToolSet(["calculator"])}).reset(task)
+    client = OpenAI(base_url=base_url, api_key="rlxf", max_retries=0)
+    for _ in range(3):
+        message = client.chat.completions.create(model="rlxf-policy", messages=messages).choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return float(last_integer(message.content) == int(task.ground_truth))
+        for call in message.tool_calls:
+            result = calculator(**json.loads(call.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    return 0.0

@@ -263,3 +263,49 @@ def test_rlxf_train_with_an_agent_program(tmp_path, nano_model_dir):
     trained = load_file(run / "checkpoints" / "step_2" / "model" / "model.safetensors")
     base = load_file(nano_model_dir / "model.safetensors")
     assert any(not torch.equal(trained[k], base[k]) for k in trained)
+
+
+class ScriptedCalculatorUser:
+    """Turn 0 calls the calculator on the question's expression, turn 1 answers with its value,
+    whatever the seed (both paths then sample the same turns under any template)."""
+
+    policy_version = 1
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def generate(self, requests, sampling):
+        out = []
+        for r in requests:
+            text = self.tokenizer.decode(list(r.prompt_ids))
+            expr = text.split("<|im_start|>user\n")[1].split("=")[0]
+            first = text.count("<|im_start|>assistant") == 1
+            call = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
+            reply = f"<tool_call>{call}</tool_call>" if first else f"It is {calculator(expr)}"
+            ids = encode_text(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
+            out.append([Completion(ids, [-0.25] * len(ids), "stop", self.policy_version)])
+        return out
+
+
+def test_tool_episodes_render_names_and_ids_alike_on_both_paths(tool_template_tokenizer):
+    """Under a template that renders a tool message's name and call id (and refuses one without):
+    the built-in tool environment and an OpenAI-client program (which sends only the call's id)
+    give the same trajectory, the tool's name and id in its ids."""
+    tok = tool_template_tokenizer
+    engine = ScriptedCalculatorUser(tok)
+    prompts = [Prompt(uid="a:0", prompt_ids=[1], prompt_text="", ground_truth="56088",
+                      metadata={"expression": "123*456"})]
+    common = {"max_turns": 3, "max_total_tokens": 1024}
+    builtin = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["calculator"], **common), engine, tok)
+    served = EnvRollout(EnvConfig(agent="agentic_plugins:calculator_agent", **common), engine, tok)
+    try:
+        [a] = builtin.generate(prompts, [5], SamplingParams(n=1, max_new_tokens=64))
+        [b] = served.generate(prompts, [5], SamplingParams(n=1, max_new_tokens=64))
+    finally:
+        served.close()
+    assert a.episode["error"] is None and b.episode["error"] is None, (a.episode["error"], b.episode["error"])
+    assert a.episode["messages"][3] == {"role": "tool", "tool_call_id": "call_0_0", "name": "calculator",
+                                        "content": "56088"}
+    assert '{"name": "calculator", "id": "call_0_0", "content": "56088"}' in tok.decode(a.response_ids)
+    assert (a.prompt.prompt_ids, a.response_ids, a.loss_mask) == (b.prompt.prompt_ids, b.response_ids, b.loss_mask)
+    assert a.episode["messages"] == b.episode["messages"] and a.reward == b.reward == 1.0

@@ -98,6 +98,12 @@ def test_tool_calls_and_history_errors(tokenizer_for_tests):
             {"role": "assistant", "content": None}, {"role": "user", "content": "?"}]
         r = client.post("/chat/completions", json={"messages": bad, "user": "t"})
         assert r.status_code == 400 and "message 0 differs" in r.json()["error"]["message"]
+        # the tool message's id is part of what the template sees, so it may not change either
+        renamed = history[:2] + [{**history[2], "tool_call_id": "call_9_9"}, {"role": "assistant", "content": None},
+                                 {"role": "user", "content": "?"}]
+        r = client.post("/chat/completions", json={"messages": renamed, "user": "t"})
+        assert r.status_code == 400 and "message 2 differs" in r.json()["error"]["message"]
+        assert "tool_call_id='call_9_9'" in r.json()["error"]["message"]
         assert client.post("/rlxf/reward", json={"episode": "nope", "reward": 1}).status_code == 404
     [t] = recorder.trajectories()
     assert [m["role"] for m in t.episode["messages"]] == ["user", "assistant", "tool", "assistant"]

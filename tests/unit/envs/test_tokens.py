@@ -145,3 +145,24 @@ def test_tools_are_in_every_templating_of_the_conversation(tokenizer_for_tests, 
         assert fresh.startswith("<|im_start|>system\nBe exact.\n" + describe_tools([CALCULATOR]) + "<|im_end|>")
     assert conv.ids == encode_text(tok, fresh)
     assert conv.messages[0] == first[0]        # the record keeps the program's messages; the tools beside them
+
+
+def test_tool_messages_keep_their_name_and_id_and_model_turns_their_sampled_text(tool_template_tokenizer):
+    """A tool message's name and call id reach a template that renders them; the model's turn is
+    recorded as its text, since given as OpenAI tool_calls the template writes the call in its own
+    layout instead of the sampled one."""
+    from rlxf.envs.chat_protocol import tool_calls
+
+    tok = tool_template_tokenizer
+    conv = Conversation.start(tok, [{"role": "user", "content": "12*7="}])
+    sampled = '<tool_call>{"name": "calculator", "arguments": {"expression": "12*7"}}</tool_call>'
+    ids = encode_text(tok, sampled) + [tok.eos_token_id]
+    conv.add_model_turn(ids, [-0.5] * len(ids), version=1)
+    tool = {"role": "tool", "tool_call_id": "call_0_0", "name": "calculator", "content": "84"}
+    appended = conv.add_messages([tool])
+    assert '{"name": "calculator", "id": "call_0_0", "content": "84"}' in tok.decode(appended)
+    assert conv.response_ids[:len(ids)] == ids
+    assert conv.ids == encode_text(tok, render(tok, conv.messages, generation_prompt=True))
+    assert conv.messages[1] == {"role": "assistant", "content": sampled}
+    as_calls = {"role": "assistant", "content": "", "tool_calls": tool_calls(sampled, 0)}
+    assert sampled not in render(tok, [conv.messages[0], as_calls], generation_prompt=False)

@@ -36,9 +36,13 @@ def test_calls_run_in_order_and_failures_are_error_observations():
     text = ("first " + call("calculator", expression="6*7") + call("word_count", text="a bb ccc", minimum=2)
             + "<tool_call>{not json</tool_call>" + call("nope") + call("calculator", expr="1")
             + call("explode", x=1) + call("garbage", x=1) + '<tool_call>["calculator"]</tool_call>')
-    out = ToolSet.run(tools, text)
+    out = ToolSet.run(tools, text, turn=3)
     contents = [m["content"] for m in out.messages]
     assert all(m["role"] == "tool" for m in out.messages)
+    # what tool-rendering templates read: the call's id (turn, block) and the name it called, if any
+    assert [m["tool_call_id"] for m in out.messages] == [f"call_3_{i}" for i in range(8)]
+    assert [m.get("name") for m in out.messages] == ["calculator", "word_count", None, "nope", "calculator",
+                                                    "explode", "garbage", None]
     assert contents[:2] == ["42", "2"]
     assert contents[2].startswith("error: Expecting property name")
     assert contents[3] == "error: unknown tool 'nope'; tools: calculator, word_count, explode, garbage"
@@ -47,7 +51,7 @@ def test_calls_run_in_order_and_failures_are_error_observations():
     assert contents[6].startswith("error: TypeError") and "JSON serializable" in contents[6]
     assert contents[7].startswith('error: a call is {"name"')
     assert (out.calls, out.errors) == (8, 6)
-    assert tools.run("no call here").messages == []
+    assert tools.run("no call here", turn=0).messages == []
 
 
 def test_custom_tool_schema_from_signature_and_docstring():
@@ -74,7 +78,8 @@ def test_python_tool_runs_in_the_sandbox():
 
     try:
         tools = ToolSet(["python"])
-        out = tools.run(call("python", code="print(sum(range(10)))") + call("python", code="raise SystemExit(3)"))
+        out = tools.run(call("python", code="print(sum(range(10)))") + call("python", code="raise SystemExit(3)"),
+                        turn=0)
     except SandboxUnavailable as e:   # pragma: no cover - a kernel without any isolation at all
         pytest.skip(f"sandbox unavailable: {e}")
     finally:
@@ -134,6 +139,28 @@ def test_tool_arithmetic_episodes(tokenizer_for_tests, bad_first, description):
     assert roles == ["system", "user"] + ["assistant", "tool"] * (1 + bad_first) + ["assistant"]
     assert t.episode["messages"][0]["content"] == ToolSet(["calculator"], description).describe([])[0]["content"]
     assert metrics["env/tool_call_errors"] == float(bad_first)
+    tool_messages = [m for m in t.episode["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == [f"call_{k}_0" for k in range(1 + bad_first)]
+
+
+def test_tool_messages_reach_a_template_that_renders_their_name_and_id(tool_template_tokenizer):
+    """Under a template that renders a tool message's name and call id (and refuses one without):
+    a good call's answer carries both into the ids; a malformed call's answer has no name to give,
+    so the template refuses it and only that episode ends, with the template's reason."""
+    tok = tool_template_tokenizer
+    ps = [Prompt(uid="a:0", prompt_ids=[1], prompt_text="", ground_truth="56088",
+                 metadata={"expression": "123*456"})]
+    rollout = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["calculator"], max_total_tokens=2048),
+                         ToolPolicyEngine(tok), tok)
+    [t] = rollout.generate(ps, [0], SamplingParams(n=1, max_new_tokens=64))
+    assert t.episode["error"] is None and t.episode["messages"][3] == {
+        "role": "tool", "tool_call_id": "call_0_0", "name": "calculator", "content": "56088"}
+    assert '{"name": "calculator", "id": "call_0_0", "content": "56088"}' in tok.decode(t.response_ids)
+    broken = EnvRollout(EnvConfig(name="tool_arithmetic", tools=["calculator"], max_total_tokens=2048),
+                        ToolPolicyEngine(tok, bad_first=True), tok)
+    [t] = broken.generate(ps, [0], SamplingParams(n=1, max_new_tokens=64))
+    assert t.episode["end"] == "error" and "needs the name and tool_call_id" in t.episode["error"]
+    assert t.episode["turns"] == 1 and sum(t.loss_mask) == 0
 
 
 def test_hanging_tool_ends_its_episode(tokenizer_for_tests):
