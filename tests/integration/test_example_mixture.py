@@ -33,3 +33,19 @@ def test_mixture_example_explains_and_runs(tmp_path, nano_model_dir, capsys):
     names = [s.label for s in cfg.data.sources]
     assert {f"eval/{n}/accuracy" for n in names} | {"eval/source_mean_accuracy"} <= set(records[-1])
     assert records[-1]["eval/num_problems"] == 3 * len(names)
+
+
+def test_mixture_sft_stage_trains_on_every_source_and_evaluates_each(tmp_path, nano_model_dir):
+    """Stage 1 of the example: SFT on the same sources, with stage 2's held-out splits."""
+    pytest.importorskip("reasoning_gym")
+    sft_example = EXAMPLE.with_name("mixture_reasoning_gym_sft.yaml")
+    sft, rl = load_config(sft_example), load_config(EXAMPLE)
+    assert [(s.task, s.task_options, s.test_size) for s in sft.data.sources] == \
+        [(s.task, s.task_options, s.test_size) for s in rl.data.sources]
+    small = [f"data.sources.{i}.{k}={v}" for i in range(len(sft.data.sources))
+             for k, v in (("train_size", 16), ("test_size", 3))]
+    assert main(["sft", str(sft_example), f"model.path={nano_model_dir}", f"run.output_dir={tmp_path}",
+                 "sft.steps=2", "sft.batch_size=8", "sft.micro_batch_size=8", "sft.eval_every=0",
+                 "logging.progress=false", *small]) == 0
+    records = [json.loads(line) for line in (tmp_path / sft.run.name / "metrics.jsonl").read_text().splitlines()]
+    assert {f"eval/{s.label}/accuracy" for s in sft.data.sources} <= set(records[-1])
