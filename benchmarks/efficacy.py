@@ -158,8 +158,26 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
     return model, curve[-1][0]
 
 
+def held_out_accuracy(model_dir: Path, cfg) -> float:
+    """Greedy accuracy of ``model_dir`` on the task's held-out problems (``eval.num_problems`` of them)."""
+    from rlxf.data import build_prompt_data
+    from rlxf.models import load_model, load_tokenizer
+    from rlxf.rewards import build_run_reward
+    from rlxf.rollout import SamplingParams, build_engine_from_config
+    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
+
+    model, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
+    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
+    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test, cfg.eval.num_problems)
+    reward = build_run_reward(cfg)
+    try:
+        return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
+                                seed=cfg.run.seed)["eval/accuracy"]
+    finally:
+        reward.close()
+
+
 def run_task(name: str, args) -> Result:
-    from rlxf.cli.quickstart import _evaluate
     from rlxf.config import load_config
 
     out = args.out / name
@@ -174,9 +192,12 @@ def run_task(name: str, args) -> Result:
                                   {"steps": 1_000_000, "max_seconds": 60 * args.minutes},
                          "eval": {"every": args.eval_every, "at_start": False},
                          "checkpoint": {"every": 0, "keep_last": 1}})
-    t0 = time.perf_counter()
-    _rlxf("train", grpo, out / f"grpo{suffix}.yaml", "--overwrite", *args.grpo_set)
-    grpo_seconds = time.perf_counter() - t0
+    done = out / f"grpo{suffix}.json"   # written when the run finished: a rerun goes on from there
+    if not done.exists():
+        t0 = time.perf_counter()
+        _rlxf("train", grpo, out / f"grpo{suffix}.yaml", "--overwrite", *args.grpo_set)
+        done.write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
+    grpo_seconds = json.loads(done.read_text())["seconds"]
     grpo_rows = _metrics(out / f"grpo{suffix}")
 
     # continued SFT for the same wall time: once per start model and budget (it does not depend
@@ -196,7 +217,7 @@ def run_task(name: str, args) -> Result:
 
     # held-out greedy accuracy of the three models on the same problems
     cfg = load_config(None, base=_merge(task, {"model": {"path": str(start)}}))
-    acc = {label: _evaluate(path, {"task": cfg})["task"]
+    acc = {label: held_out_accuracy(path, cfg)
            for label, path in (("start", start), ("grpo", out / f"grpo{suffix}"), ("sft_more", more_dir))}
     result = Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
                     grpo_rows[-1]["step"],

@@ -210,6 +210,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/agentic-demo"))
     ap.add_argument("--sft-steps", type=int)
     ap.add_argument("--rl-steps", type=int)
+    ap.add_argument("--sft-set", nargs="*", default=[], help="extra overrides of the SFT stage (e.g. sft.optim.lr=1e-3)")
     ap.add_argument("--eval-problems", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the machine is shared)")
     args = ap.parse_args()
@@ -245,7 +246,7 @@ def main() -> None:
         "data.test_path=null", "data.fields.messages=messages", "data.fields.prompt=null", "data.fields.response=response",
         "eval.num_problems=1", "data.max_prompt_len=400",
         f"sft.steps={args.sft_steps or game['sft_steps']}", f"sft.batch_size={game['sft_batch']}", f"sft.micro_batch_size={game['sft_batch']}",
-        f"sft.optim.lr={game['sft_lr']}", "sft.optim.warmup_steps=20", "checkpoint.every=0", "logging.log_every=50"])
+        f"sft.optim.lr={game['sft_lr']}", "sft.optim.warmup_steps=20", "checkpoint.every=0", "logging.log_every=50", *args.sft_set])
     t_sft = time.perf_counter()
     run_sft(sft_cfg, RunDir.open(out, "sft", overwrite=True))
     sft_s = time.perf_counter() - t_sft
