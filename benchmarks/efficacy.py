@@ -20,7 +20,7 @@ with the ``rlxf`` command line, so each can be rerun by hand. The SFT start mode
 a later run with the same ``--out`` starts at step 3 (``--grpo-set`` then compares settings
 on the same start models, e.g. ``--grpo-set train.optim.lr=1e-4 --label lr1e-4``).
 
-    python benchmarks/efficacy.py --out runs/efficacy                      # 6 tasks x 5 minutes of RL
+    python benchmarks/efficacy.py --out runs/efficacy                      # 8 tasks x 5 minutes of RL
     python benchmarks/efficacy.py --out runs/efficacy --tasks gcd products --minutes 2
 
     python benchmarks/efficacy.py --out runs/efficacy --tasks leg_counting --steps 60   # a step budget
@@ -63,7 +63,7 @@ TASKS = {
     "simple_equations": Task({"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 20}, 5),
     "lcm": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}, 5),
 }
-DEFAULT_TASKS = ["basic_arithmetic", "chain_sum", "leg_counting", "gcd", "products", "count_bits"]
+DEFAULT_TASKS = list(TASKS)   # eight: two of them (basic_arithmetic, chain_sum) the tiny model never learns to 10%
 
 
 @dataclass
@@ -256,7 +256,7 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str]) -> str
     wins = sum(r.grpo - r.start >= 0.10 for r in results)
     worst = min((100 * (r.grpo - r.start) for r in results), default=0.0)
     lines.append(f"GRPO gained >= 10 points on {wins} of {len(results)} tasks; its worst change was {worst:+.1f} "
-                 f"points (target: >= 10 on 4 of 6, never below -2)")
+                 f"points (target: >= 10 on at least 4 of 6 tasks, never below -2)")
     return "\n".join(lines)
 
 
