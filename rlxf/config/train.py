@@ -52,7 +52,7 @@ class PolicyOptimConfig(OptimConfig):
         "across sizes (an update of ~lr per weight adds up over a layer's width and over its depth). The "
         "constant puts Qwen2.5-7B (3584 x 28) at 1.0e-6, where GRPO recipes for it sit; it gives 4.7e-6 for "
         "Qwen2.5-0.5B (896 x 24), 2.4e-5 for the `small` preset and 9.8e-5 for `tiny`. `rlxf explain` "
-        "and the run's log show the value used. Measured on six untuned tasks: benchmarks/README.md, efficacy.",
+        "and the run's log show the value used. Measured against 1e-5 on untuned tasks: benchmarks/README.md, efficacy.",
     )
 
     @model_validator(mode="after")
