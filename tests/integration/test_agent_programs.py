@@ -57,7 +57,8 @@ def test_openai_client_episodes_equal_the_built_in_loops(nano_model_dir):
 
 
 class ToolCaller:
-    """First turn: a calculator call on the user's expression; next: the tool's result as the answer."""
+    """Turn 0 calls the calculator on the user's expression, turn 1 answers with its value,
+    whatever the seed and the chat template (both paths then sample the same turns)."""
 
     policy_version = 4
 
@@ -68,12 +69,12 @@ class ToolCaller:
         out = []
         for r in requests:
             text = self.tokenizer.decode(list(r.prompt_ids))
-            if "<|im_start|>tool" not in text:
-                expr = text.split("<|im_start|>user\n")[1].split("=")[0]
-                reply = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
-                reply = f"<tool_call>{reply}</tool_call>"
+            expr = text.split("<|im_start|>user\n")[1].split("=")[0]
+            if text.count("<|im_start|>assistant") == 1:
+                call = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
+                reply = f"<tool_call>{call}</tool_call>"
             else:
-                reply = "It is " + text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0]
+                reply = f"It is {calculator(expr)}"
             ids = encode_text(self.tokenizer, reply)[: sampling.max_new_tokens - 1] + [self.tokenizer.eos_token_id]
             out.append([Completion(ids, [-0.5] * len(ids), "stop", self.policy_version)])
         return out
@@ -265,34 +266,12 @@ def test_rlxf_train_with_an_agent_program(tmp_path, nano_model_dir):
     assert any(not torch.equal(trained[k], base[k]) for k in trained)
 
 
-class ScriptedCalculatorUser:
-    """Turn 0 calls the calculator on the question's expression, turn 1 answers with its value,
-    whatever the seed (both paths then sample the same turns under any template)."""
-
-    policy_version = 1
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def generate(self, requests, sampling):
-        out = []
-        for r in requests:
-            text = self.tokenizer.decode(list(r.prompt_ids))
-            expr = text.split("<|im_start|>user\n")[1].split("=")[0]
-            first = text.count("<|im_start|>assistant") == 1
-            call = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
-            reply = f"<tool_call>{call}</tool_call>" if first else f"It is {calculator(expr)}"
-            ids = encode_text(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
-            out.append([Completion(ids, [-0.25] * len(ids), "stop", self.policy_version)])
-        return out
-
-
 def test_tool_episodes_render_names_and_ids_alike_on_both_paths(tool_template_tokenizer):
     """Under a template that renders a tool message's name and call id (and refuses one without):
     the built-in tool environment and an OpenAI-client program (which sends only the call's id)
     give the same trajectory, the tool's name and id in its ids."""
     tok = tool_template_tokenizer
-    engine = ScriptedCalculatorUser(tok)
+    engine = ToolCaller(tok)
     prompts = [Prompt(uid="a:0", prompt_ids=[1], prompt_text="", ground_truth="56088",
                       metadata={"expression": "123*456"})]
     common = {"max_turns": 3, "max_total_tokens": 1024}
