@@ -158,27 +158,9 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
     return model, curve[-1][0]
 
 
-def held_out_accuracy(model_dir: Path, cfg) -> float:
-    """Greedy accuracy of ``model_dir`` on the task's held-out problems (``eval.num_problems`` of them)."""
-    from rlxf.data import build_prompt_data
-    from rlxf.models import load_model, load_tokenizer
-    from rlxf.rewards import build_run_reward
-    from rlxf.rollout import SamplingParams, build_engine_from_config
-    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
-
-    model, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
-    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test, cfg.eval.num_problems)
-    reward = build_run_reward(cfg)
-    try:
-        return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
-                                seed=cfg.run.seed)["eval/accuracy"]
-    finally:
-        reward.close()
-
-
 def run_task(name: str, args) -> Result:
     from rlxf.config import load_config
+    from rlxf.trainer.evaluate import evaluate_saved_model
 
     out = args.out / name
     out.mkdir(parents=True, exist_ok=True)
@@ -217,7 +199,7 @@ def run_task(name: str, args) -> Result:
 
     # held-out greedy accuracy of the three models on the same problems
     cfg = load_config(None, base=_merge(task, {"model": {"path": str(start)}}))
-    acc = {label: held_out_accuracy(path, cfg)
+    acc = {label: evaluate_saved_model(path, cfg, cfg.eval.num_problems)["eval/accuracy"]
            for label, path in (("start", start), ("grpo", out / f"grpo{suffix}"), ("sft_more", more_dir))}
     result = Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
                     grpo_rows[-1]["step"],

@@ -48,21 +48,9 @@ HELD_OUT = 500  # held-out problems of each kind in the final table
 def _evaluate(model_dir: Path, cfg: Config) -> dict[str, float]:
     """Greedy accuracy of ``model_dir`` on the held-out problems of each source of ``cfg``'s
     sources (hard and easy), by source name."""
-    from rlxf.data import build_prompt_data
-    from rlxf.models import load_model, load_tokenizer
-    from rlxf.rewards import build_run_reward
-    from rlxf.rollout import SamplingParams, build_engine_from_config
-    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
+    from rlxf.trainer.evaluate import evaluate_saved_model
 
-    model, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
-    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test, HELD_OUT)
-    reward = build_run_reward(cfg)
-    try:
-        metrics = evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
-                                   seed=cfg.run.seed)
-    finally:
-        reward.close()
+    metrics = evaluate_saved_model(model_dir, cfg, HELD_OUT)
     return {s.label: metrics[f"eval/{s.label}/accuracy"] for s in cfg.data.sources}
 
 

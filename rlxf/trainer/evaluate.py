@@ -83,6 +83,27 @@ def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling:
                             prefix=prefix)
 
 
+def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
+    """Greedy metrics of the model saved in ``model_dir`` on the first ``num_problems`` held-out
+    problems of each source of ``cfg``'s data, sampled and scored as ``cfg`` says, every seed
+    ``cfg.run.seed`` (the quickstart's and the benchmarks' final tables: one model after another
+    on the same problems)."""
+    from rlxf.data import build_prompt_data
+    from rlxf.models import load_model, load_tokenizer
+    from rlxf.rewards import build_run_reward
+    from rlxf.rollout import build_engine_from_config
+
+    model, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
+    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
+    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test, num_problems)
+    reward = build_run_reward(cfg)
+    try:
+        return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
+                                seed=cfg.run.seed)
+    finally:
+        reward.close()
+
+
 def evaluate(rollout: Rollout, test: list[Prompt], cfg: EvalConfig, sampling: SamplingParams,
              seed: int) -> dict[str, float]:
     """Evaluate the current policy (the engine's weights) on the held-out split ``test``."""
