@@ -104,10 +104,12 @@ def _kill_engine_after_first_step(run_dir, killed: list[int]) -> None:
 
 def test_a_killed_engine_and_a_resume_lose_no_prompt(tmp_path, nano_model_dir):
     """k = 1: the engine killed after step 1 is restarted and its requests retried; the run
-    stops after step 3 with the prompts of step 4 in flight, and --resume sends them again:
+    stops after step 5 with the prompts of step 6 in flight, and --resume sends them again:
     no prompt is trained on twice, and each one in flight at the checkpoint is trained on after
-    the resume or is still in flight at the end (none is skipped)."""
-    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 3}, checkpoint={"every": 0},
+    the resume or is still in flight at the end (none is skipped). Five steps, not three: the
+    nano engine can finish the next two steps' requests before the kill lands, and the run must
+    still need the engine afterwards for the restart to be seen."""
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 5}, checkpoint={"every": 0},
                        logging={"progress": False, "samples_fraction": 1.0})
     run = tmp_path / "runs" / "t"
     killed: list[int] = []
@@ -117,10 +119,10 @@ def test_a_killed_engine_and_a_resume_lose_no_prompt(tmp_path, nano_model_dir):
     assert main(["train", str(cfg), *args]) == 0
     watcher.join()
     assert killed, "the engine process was never seen"
-    assert main(["train", str(cfg), "--resume", *args, "train.steps=4"]) == 0
+    assert main(["train", str(cfg), "--resume", *args, "train.steps=6"]) == 0
     rows = metrics(run)
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert rows[2]["async/engine_restarts"] == 1.0  # noticed by step 3 at the latest
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[4]["async/engine_restarts"] == 1.0  # noticed by step 5 at the latest
     assert all(r["async/staleness_max"] <= 1 for r in rows)
 
     def out_at(step: int) -> set[str]:
@@ -128,9 +130,9 @@ def test_a_killed_engine_and_a_resume_lose_no_prompt(tmp_path, nano_model_dir):
         return {uid for _, uid, *_ in state["in_flight"]["out"]}
 
     groups = {(s["step"], s["group"]): s["uid"] for s in map(json.loads, (run / "samples.jsonl").read_text().splitlines())}
-    trained = {step: [uid for (s, _), uid in groups.items() if s == step] for step in (1, 2, 3, 4)}
+    trained = {step: [uid for (s, _), uid in groups.items() if s == step] for step in range(1, 7)}
     assert all(len(uids) == 4 for uids in trained.values())
     everything = sum(trained.values(), [])
     assert len(set(everything)) == len(everything)  # none twice
-    assert out_at(3) and not out_at(3) & set(everything[:12])
-    assert out_at(3) <= set(trained[4]) | out_at(4)
+    assert out_at(5) and not out_at(5) & set(everything[:20])
+    assert out_at(5) <= set(trained[6]) | out_at(6)
