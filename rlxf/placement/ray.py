@@ -146,17 +146,26 @@ class _Learner(_Rank):
 
 
 class _Engine:
-    """One rollout engine replica with its own copy of the policy."""
+    """One rollout engine replica with its own copy of the policy.
+
+    Its calls run one at a time, in order, except ``update_weights``, which runs in a thread of
+    its own (the "weights" concurrency group): weights sent while a generate call runs are
+    handed over to it and loaded between two of its decode steps, so its sequences continue
+    under them (a partial rollout; ``rlxf.rollout.handover``; the hf backend loads them after
+    the call). A generate call first waits for the version the driver had sent before it.
+    """
 
     def __init__(self, cfg: Config, cpus: float):
         from rlxf.models import load_from_config
         from rlxf.rollout import build_engine_from_config
+        from rlxf.rollout.handover import WeightHandover
         from rlxf.trainer.collect import EngineRollout
 
         _threads(cpus, cfg.seeds.init)
         model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
         model.eval()
-        engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
+        engine = WeightHandover(build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling))
+        self.engine = engine
         if cfg.env is not None:   # episodes run here, next to the engine; the driver scores them
             from rlxf.envs.rollout import EnvRollout
 
@@ -166,11 +175,13 @@ class _Engine:
         self.cfg = cfg
         self.group = None
 
-    def generate(self, prompts, seeds, sampling, first_group):
+    def generate(self, prompts, seeds, sampling, first_group, version):
+        self.engine.wait_for(version)
         return self.rollout.generate(prompts, seeds, sampling, first_group=first_group)
 
+    @ray.method(concurrency_group="weights")
     def update_weights(self, weights: dict[str, Any], version: int) -> int:
-        self.rollout.engine.update_weights(weights.items(), version=version)
+        self.engine.update_weights(weights.items(), version=version)
         return version
 
     def alive(self) -> bool:
@@ -300,7 +311,7 @@ class RayPlacement(Placement):
         # contiguous shares, so group numbering and order are those of one engine
         return _in_shares(len(prompts), len(self._engines),
                           lambda i, a, b: self._engines[i].generate.remote(prompts[a:b], seeds[a:b], sampling,
-                                                                           first_group + a),
+                                                                           first_group + a, self._version),
                           self._replace_engine)
 
     def stream(self) -> GroupStream:
@@ -335,8 +346,9 @@ class RayPlacement(Placement):
         elif self.cfg.ray.weight_sync == "collective":
             self._broadcast_weights(version)
         elif self.cfg.rollout.mode == "async":
-            # an engine actor runs its calls in order: the update lands after the generate calls
-            # already sent and before the ones sent after it; the trainer does not wait for it
+            # an engine actor loads the update between two decode steps of the generate call it
+            # is running (a partial rollout), or at once when idle; the calls sent after it wait
+            # for it; the trainer does not
             self._put_weights()
             self._confirm_updates()
             self._pending_updates = [(i, e.update_weights.remote(self._weights_ref, version))
@@ -495,7 +507,8 @@ class RayPlacement(Placement):
 
     def _new_engine(self):
         rc = self.cfg.ray
-        return ray.remote(_Engine).options(num_cpus=rc.engine_cpus, num_gpus=rc.engine_gpus, **self._options).remote(
+        actor = ray.remote(concurrency_groups={"weights": 1})(_Engine)  # update_weights' own thread
+        return actor.options(num_cpus=rc.engine_cpus, num_gpus=rc.engine_gpus, **self._options).remote(
             self.cfg, rc.engine_cpus)
 
     def _new_scorer(self):
@@ -537,8 +550,9 @@ class RayPlacement(Placement):
 class _EngineActorStream(GroupStream):
     """``rollout.mode: async`` on engine actors: each ``submit`` is one generate call on the
     engine with the fewest calls in flight, and ``ready`` waits on those calls (``ray.wait``).
-    The engines sample while the learner trains; an actor swaps weights between calls, so
-    there are no partial rollouts. A call whose engine died is retried on its replacement."""
+    The engines sample while the learner trains; new weights reach a call in progress between
+    two decode steps (partial rollouts, as under ``local``; see ``_Engine``). A call whose
+    engine died is retried on its replacement."""
 
     def __init__(self, placement: RayPlacement):
         self.placement = placement
@@ -551,7 +565,8 @@ class _EngineActorStream(GroupStream):
 
     def _launch(self, i: int, requests: list[GroupRequest], sampling: SamplingParams) -> None:
         engine = self.placement._engines[i]
-        ref = engine.generate.remote([r.prompt for r in requests], [r.seed for r in requests], sampling, 0)
+        ref = engine.generate.remote([r.prompt for r in requests], [r.seed for r in requests], sampling, 0,
+                                     self.placement._version)
         self.calls[ref] = (i, requests, sampling)
 
     def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:

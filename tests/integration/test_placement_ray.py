@@ -4,6 +4,7 @@ across placements, and actors killed for real."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import torch
@@ -14,8 +15,9 @@ ray = pytest.importorskip("ray")
 
 from rlxf.config import load_config  # noqa: E402
 from rlxf.placement import build, run_training  # noqa: E402
-from rlxf.placement.ray import LearnerLost, RayPlacement  # noqa: E402
+from rlxf.placement.ray import LearnerLost, RayPlacement, _Engine  # noqa: E402
 from rlxf.rollout import SamplingParams  # noqa: E402
+from rlxf.rollout.stream import GroupRequest  # noqa: E402
 from rlxf.run_dir import RunDir  # noqa: E402
 
 
@@ -176,6 +178,57 @@ def test_async_mode_streams_from_engine_actors_within_the_staleness_bound(tmp_pa
     # step 1 sent steps 1 and 2's prompts at once: step 2 trains on version-0 samples, one behind
     assert [r["async/staleness_max"] for r in rows][:2] == [0.0, 1.0]
     assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale"] == 0 for r in rows)
+
+
+class _PausedEngine(_Engine):
+    """An engine actor whose generate call, before its first decode step, says so and waits
+    (up to 2 minutes) until version 1 has been handed over: the weights then arrive mid-call."""
+
+    def __init__(self, cfg, cpus):
+        super().__init__(cfg, cpus)
+        self.decoding = threading.Event()
+        load = self.engine._load_pending   # WeightHandover's hook between decode steps
+
+        def pause_then_load():
+            if not self.decoding.is_set():
+                self.decoding.set()
+                self.engine.wait_for(1, timeout=120)
+            load()
+
+        self.engine._load_pending = pause_then_load
+
+    @ray.method(concurrency_group="weights")
+    def wait_decoding(self) -> bool:
+        return self.decoding.wait(timeout=120)
+
+
+def test_async_weights_reach_an_engine_actor_mid_call(tmp_path, nano_model_dir, local_ray, one_thread,
+                                                      monkeypatch):
+    """rollout.mode=async: weights synced while an engine actor decodes are loaded between two
+    of its decode steps (a partial rollout): each sample's first token carries version 0, the
+    rest version 1, and the experience the learner builds from them keeps both."""
+    import rlxf.placement.ray as ray_placement
+
+    monkeypatch.setattr(ray_placement, "_Engine", _PausedEngine)
+    cfg = _cfg(tmp_path, nano_model_dir, "partial", "run.placement=ray", "ray.mode=disaggregated",
+               "rollout.mode=async", "ray.learner_cpus=0.5", "ray.engine_cpus=0.5")
+    placement = build(cfg)
+    try:
+        from rlxf.data import build_prompt_data
+
+        prompts = build_prompt_data(cfg.data, placement.tokenizer, seed=0).train[:2]
+        stream = placement.stream()
+        stream.submit([GroupRequest(p, seed, g) for g, (p, seed) in enumerate(zip(prompts, [1, 2]))],
+                      SamplingParams(n=2, max_new_tokens=16, ignore_eos=True))
+        assert ray.get(placement._engines[0].wait_decoding.remote())
+        placement.sync_weights(1)
+        trajs = [t for _, group in stream.ready() for t in group]
+        assert len(trajs) == 4 and all(t.policy_versions == [0] + [1] * 15 for t in trajs)
+        placement.score(trajs, 16)
+        exp, _ = placement.make_experience(trajs)
+        assert exp.policy_versions.tolist() == [[0] + [1] * 15] * 4
+    finally:
+        placement.close()
 
 
 def test_env_episodes_on_disaggregated_engines_train_as_local(tmp_path, nano_model_dir, local_ray, one_thread):
