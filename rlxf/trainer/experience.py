@@ -117,19 +117,33 @@ class ExperienceMaker:
         self.baseline.load_state_dict(state["baseline"])
 
 
-def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str) -> dict[str, float]:
+def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
+                  trainer_version: int | None = None) -> dict[str, float]:
     """How far apart the policies are, measured on this batch's response tokens.
 
     ``trainer_logprobs`` are log π_old as the trainer computes it (recomputed, or the first
-    forward of the update). ``rollout/logprob_gap_*`` = |log π_rollout - log π_old|: the
-    engine/trainer mismatch, ~1e-6 on CPU fp32 when both hold the same weights. ``kl``:
-    KL(π_old ‖ π_ref) per token, when a reference exists.
+    forward of the update), with the weights of ``trainer_version``. ``rollout/logprob_gap_*`` =
+    |log π_rollout - log π_old| over the tokens the engine sampled with those same weights: the
+    engine/trainer mismatch, ~1e-6 on CPU fp32. Tokens sampled with older weights (async RL,
+    ``Experience.policy_versions`` < ``trainer_version``) differ by what training changed too, so
+    they are measured apart, ``rollout/stale_logprob_gap_mean``; when every token is stale the
+    mismatch cannot be told from training and the gap metrics are left out. ``trainer_version``
+    None: every token counts as sampled with the trainer's weights. ``kl``: KL(π_old ‖ π_ref) per
+    token, when a reference exists.
     """
     valid = exp.mask.bool()
-    out = {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
-    if valid.any():
-        diff = (exp.rollout_logprobs - trainer_logprobs).abs()[valid]
-        out = {"rollout/logprob_gap_max": float(diff.max()), "rollout/logprob_gap_mean": float(diff.mean())}
+    fresh = valid
+    out: dict[str, float] = {}
+    if trainer_version is not None and exp.policy_versions is not None:
+        fresh = valid & (exp.policy_versions == trainer_version)
+        stale = valid & ~fresh
+        if stale.any():
+            out["rollout/stale_logprob_gap_mean"] = float((exp.rollout_logprobs - trainer_logprobs).abs()[stale].mean())
+    if fresh.any() or not valid.any():
+        out |= {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
+    if fresh.any():
+        diff = (exp.rollout_logprobs - trainer_logprobs).abs()[fresh]
+        out |= {"rollout/logprob_gap_max": float(diff.max()), "rollout/logprob_gap_mean": float(diff.mean())}
     if exp.ref_logprobs is not None:
         kl = kl_penalty(trainer_logprobs, exp.ref_logprobs, kl_estimator, mask=exp.mask)
         out["kl"] = float(masked_mean(kl, exp.mask))

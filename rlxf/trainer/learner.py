@@ -88,7 +88,8 @@ class Learner:
         if self.offload_optimizer:  # rollout and experience until the next update: the moments wait in host memory
             metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in self._trained) / 2**20
         old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs
-        drift = drift_metrics(exp, old, self.experience.kl_estimator)
+        # the trainer holds version step - 1 (the weights after step - 1 updates) when it trains step
+        drift = drift_metrics(exp, old, self.experience.kl_estimator, trainer_version=step - 1)
         if "kl" in drift:
             self.kl.update(drift["kl"], len(exp))
         return {**metrics, **drift, "kl_coef": self.kl.value}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlxf.config.algorithm import AlgorithmConfig
-from rlxf.trainer.experience import ExperienceMaker
+from rlxf.trainer.experience import ExperienceMaker, drift_metrics
 from rlxf.types import Prompt, Trajectory
 
 
@@ -26,3 +27,22 @@ def test_policy_versions_reach_the_experience_and_its_mini_batches():
     assert exp.policy_versions.tolist() == [[4, 4, 5], [5, 0, 0], [3, 3, 0], [5, 5, 0]]
     mini = exp.select([1, 3]).trimmed()
     assert mini.policy_versions.tolist() == [[5, 0], [5, 5]]
+
+
+def test_the_engine_trainer_gap_counts_only_tokens_sampled_with_the_trainers_weights():
+    # trainer at version 5: the first row's last token and the second row were sampled with
+    # version 5; the rest with version 4 (stale: their gap includes what step 5 trained)
+    trajs = [_traj(0, [4, 4, 5], 1.0), _traj(0, [5], 0.0), _traj(1, [4, 4], 1.0)]
+    maker = ExperienceMaker.from_config(AlgorithmConfig(), max_new_tokens=8, optimizer_steps_per_step=1)
+    exp, _ = maker(trajs, actor=None, reference=None, critic=None, kl_coef=0.0)
+    trainer = torch.tensor([[-1.5, -1.5, -1.1], [-0.7, 0.0, 0.0], [-2.0, -3.0, 0.0]])  # rollout: -1.0 everywhere
+    m = drift_metrics(exp, trainer, "k1", trainer_version=5)
+    assert m["rollout/logprob_gap_mean"] == pytest.approx((0.1 + 0.3) / 2)
+    assert m["rollout/logprob_gap_max"] == pytest.approx(0.3)
+    assert m["rollout/stale_logprob_gap_mean"] == pytest.approx((0.5 + 0.5 + 1.0 + 2.0) / 4)
+    # every token stale: the mismatch cannot be told apart, so no gap is reported
+    m = drift_metrics(exp, trainer, "k1", trainer_version=6)
+    assert "rollout/logprob_gap_mean" not in m and "rollout/stale_logprob_gap_mean" in m
+    # no version given: every token counts (as before versions existed)
+    m = drift_metrics(exp, trainer, "k1")
+    assert m["rollout/logprob_gap_mean"] == pytest.approx((0.5 + 0.5 + 0.1 + 0.3 + 1.0 + 2.0) / 6)
