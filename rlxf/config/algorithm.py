@@ -78,7 +78,9 @@ class AlgorithmConfig(Section):
         "registered. Weights each token's policy loss by a function of ρ = π_old/π_rollout, the "
         "trainer's over the engine's probability of the sampled token: `tis` min(ρ, is_cap) for an "
         "engine/trainer kernel mismatch, `mis` ρ or 0 outside [is_floor, is_cap], `decoupled` "
-        "ρ (0 above is_cap, when set) for samples from older weights (async). docs/algorithms.md.",
+        "ρ (0 above is_cap, when set) for samples from older weights (async). docs/algorithms.md. "
+        "Left unset under rollout.mode=async with max_staleness >= 1 it is tis (is_cap 2.0): measured "
+        "to keep async's held-out accuracy at sync's (docs/async.md).",
     )
     is_cap: float | None = Field(
         None, gt=0,

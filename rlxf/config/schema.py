@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from rlxf.config.algorithm import AlgorithmConfig
@@ -45,6 +47,24 @@ class Config(Section):
         description="Python modules imported before the run starts, e.g. to register a custom "
         "advantage estimator or verifier.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _async_correction(cls, data: Any) -> Any:
+        """``algorithm.off_policy`` left unset under ``rollout.mode: async`` with
+        ``max_staleness`` >= 1 is ``tis``: samples from weights a step or more old, trained on
+        as if fresh, cost held-out accuracy at equal steps, and tis won it back (3 seeds of the
+        quickstart's GRPO: benchmarks/README.md, "Async vs sync"). k = 0 keeps ``none``: a run
+        equal to sync, bit for bit."""
+        if not isinstance(data, dict):
+            return data
+        rollout, algo = data.get("rollout") or {}, data.get("algorithm") or {}
+        if not isinstance(algo, dict) or "off_policy" in algo:  # set (or a built AlgorithmConfig): kept
+            return data
+        field = rollout.get if isinstance(rollout, dict) else lambda name, default: getattr(rollout, name, default)
+        if field("mode", "sync") == "async" and int(field("max_staleness", 0)) >= 1:
+            data = {**data, "algorithm": {**algo, "off_policy": "tis"}}
+        return data
 
     @model_validator(mode="after")
     def _batch_arithmetic(self) -> Config:

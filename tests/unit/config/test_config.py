@@ -197,6 +197,21 @@ def test_batch_error_caused_by_an_override_blames_the_override(cfg_file):
     assert "override" not in str(e.value) and f"{path}:13" in str(e.value)
 
 
+def test_async_with_staleness_corrects_off_policy_samples_unless_told_otherwise(cfg_file):
+    def correction(*overrides):
+        cfg = load_config(cfg_file(), list(overrides))
+        return cfg.algorithm.off_policy, cfg.algorithm.is_cap
+
+    assert correction() == ("none", None)
+    assert correction("rollout.mode=async") == ("none", None)             # k = 0: sync's numbers, bit for bit
+    assert correction("rollout.mode=async", "rollout.max_staleness=1") == ("tis", 2.0)
+    assert correction("rollout.mode=async", "rollout.max_staleness=2", "algorithm.is_cap=3") == ("tis", 3.0)
+    assert correction("rollout.mode=async", "rollout.max_staleness=1", "algorithm.off_policy=none") == ("none", None)
+    assert correction("rollout.mode=async", "rollout.max_staleness=1",
+                      "algorithm.off_policy=decoupled") == ("decoupled", None)
+    assert correction("rollout.max_staleness=1") == ("none", None)         # sync ignores the bound
+
+
 def test_async_mode_refuses_what_it_cannot_run(cfg_file):
     cfg = load_config(cfg_file(), ["rollout.mode=async", "rollout.max_staleness=2"])
     assert (cfg.rollout.mode, cfg.rollout.max_staleness) == ("async", 2)
