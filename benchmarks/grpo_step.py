@@ -25,6 +25,10 @@ the end of the one before to its own end, wall-clock and process CPU time (all t
 * rlxf: between the loop's per-step logs (``rlxf.trainer.loop.train``: rollout with the native
   engine, reward, experience, forward/backward, optimizer, weight sync); the phase split comes
   from ``metrics.jsonl``.
+* rlxf-async (``--sides trl,rlxf,rlxf-async``): the same run with ``rollout.mode: async`` and
+  ``max_staleness: 1``: the engine samples the next step's groups in its own process (1 thread)
+  while the trainer (``--threads`` - 1) trains; timed like rlxf. Its CPU time and peak RSS add
+  the engine process's (peak: the two processes' peaks summed, an upper bound).
 
 MFU = model FLOPs / step time / matmul peak, with model FLOPs = 2 N x (response tokens +
 prompt tokens once per prompt) for generation + 6 N x (prompt + response tokens of every
@@ -72,9 +76,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def children_peak_rss_mb() -> float:
+    """The largest peak RSS of the child processes that have ended (rlxf-async's engine)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
 def stamp() -> tuple[float, float]:
-    """(wall-clock, CPU time of this process: all its threads, user + system)."""
-    return time.perf_counter(), time.process_time()
+    """(wall-clock, CPU time of this process and its live child processes (rlxf-async's engine):
+    all their threads, user + system)."""
+    import psutil
+
+    cpu = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+            cpu += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return time.perf_counter(), cpu
 
 
 def intervals(ends: list[tuple[float, float]], warmup: int) -> dict[str, list[float]]:
@@ -145,16 +164,18 @@ def trl_worker(args) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # rlxf worker
-def rlxf_config(args, run_dir: str):
+def rlxf_config(args, run_dir: str, asynchronous: bool = False):
     from rlxf.config.schema import Config
 
     return Config.model_validate({
-        "run": {"name": "bench", "output_dir": run_dir, "seed": SEED, "threads": args.threads},
+        "run": {"name": "bench", "output_dir": run_dir, "seed": SEED,
+                "threads": max(1, args.threads - 1) if asynchronous else args.threads},
         "model": {"path": args.model, "dtype": "float32", "device": "cpu", "gradient_checkpointing": False},
         "data": {"task": "arithmetic", "task_options": TASK_OPTIONS, "train_size": TRAIN_SIZE,
                  "test_size": TEST_SIZE, "apply_chat_template": True},
         "rollout": {"backend": "native", "n": N_SAMPLES, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-                    "max_new_tokens": args.tokens},
+                    "max_new_tokens": args.tokens,
+                    **({"mode": "async", "max_staleness": 1} if asynchronous else {})},
         "reward": {"verifiers": [{"type": "numeric", "name": "correct", "extract": ["last_number"]}],
                    "workers": 0},
         "algorithm": {"name": "grpo", "kl_coef": 0.0, "clip_eps_low": CLIP_EPS, "clip_eps_high": CLIP_EPS},
@@ -176,8 +197,9 @@ def rlxf_worker(args) -> dict:
     from rlxf.run_dir import RunDir
     from rlxf.trainer.state import RunState
 
-    torch.set_num_threads(args.threads)
-    cfg = rlxf_config(args, args.out)
+    asynchronous = args.worker == "rlxf-async"
+    cfg = rlxf_config(args, args.out, asynchronous)
+    torch.set_num_threads(cfg.run.threads)
     run = RunDir.open(cfg.run.output_dir, cfg.run.name, overwrite=True)
     # Step-end stamps, as TRL's on_step_end: the loop logs each step once, after its sync. (A
     # wrapper in this worker process only; the library has no per-step hook.)
@@ -196,7 +218,7 @@ def rlxf_worker(args) -> dict:
     return {**intervals(stamps, args.warmup),
             "phases_s": {k[5:]: statistics.median(r.get(k, 0.0) for r in rows) for k in phases},
             "response_len": statistics.mean(r["response/length_mean"] for r in rows),
-            "peak_rss_mb": peak_rss_mb(), "settings": {
+            "peak_rss_mb": peak_rss_mb() + (children_peak_rss_mb() if asynchronous else 0.0), "settings": {
                 "micro_batch_size": cfg.train.micro_batch_size, "packing": cfg.train.packing,
                 "logprob_chunk_size": cfg.model.logprob_chunk_size,
                 "loss_agg": cfg.algorithm.loss_agg, "torch_threads": torch.get_num_threads()}}
@@ -300,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="run each side this many times per configuration, alternating which goes first; "
                    "the timed steps of all rounds are pooled")
     p.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
-    p.add_argument("--sides", default="trl,rlxf", help="which sides to run")
+    p.add_argument("--sides", default="trl,rlxf", help="which sides to run: trl, rlxf, rlxf-async")
     p.add_argument("--trl-micro-batch", type=int, default=16,
                    help="TRL per_device_train_batch_size (gradient accumulation makes up 64 samples)")
     p.add_argument("--rlxf-micro-batch", type=int, default=0,
@@ -311,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
                    "once, which spares a loaded machine the spinning and costs every parallel region a "
                    "wake-up (rlxf's training forward/backward ~30% slower here, TRL's step ~14%)")
     p.add_argument("--models", type=Path, default=None, help="where the built models go (default: a temp dir)")
-    p.add_argument("--worker", choices=["trl", "rlxf"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["trl", "rlxf", "rlxf-async"], help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -357,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
                 phases = ""
                 if "phases_s" in r:
                     phases = "; median phases " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases_s"].items())
-                print(f"  {preset:5s} {tokens:4d} {side:4s}: median {statistics.median(r['step_s']):.3f} s/step, "
+                print(f"  {preset:5s} {tokens:4d} {side:10s}: median {statistics.median(r['step_s']):.3f} s/step, "
                       f"CPU {statistics.median(r['cpu_s']):.3f} s/step (steps {', '.join(f'{x:.2f}' for x in r['step_s'])}), "
                       f"response {r['response_len']:.1f} tokens, peak RSS {r['peak_rss_mb']:.0f} MB, "
                       f"processes {r['wall_s']:.0f} s{phases}", flush=True)
@@ -383,6 +405,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {preset} | {tokens} | {fmt(t_med, '.3f')} | {fmt(r_med, '.3f')} | {fmt(ratio, '.2f', 'x')} "
               f"| {fmt(cpu_ratio, '.2f', 'x')} | {fmt(rss_t, '.0f')} | {fmt(rss_r, '.0f')} "
               f"| {fmt(mfu_r and 100 * mfu_r, '.1f', '%')} | {fmt(mfu_t and 100 * mfu_t, '.1f', '%')} | {load:.2f} |")
+    if "rlxf-async" in sides:
+        print()
+        print("| preset | new tokens | rlxf async s/step | TRL / rlxf async | rlxf sync / async | async CPU s/step "
+              "| async peak RSS MB (trainer + engine) |")
+        print("|---|---|---|---|---|---|---|")
+        for preset, tokens, res, _ in rows:
+            a_med, t_med, r_med = med(res.get("rlxf-async"), "step_s"), med(res.get("trl"), "step_s"), med(res.get("rlxf"), "step_s")
+            rss = res["rlxf-async"].get("peak_rss_mb")
+            print(f"| {preset} | {tokens} | {fmt(a_med, '.3f')} | {fmt(t_med and a_med and t_med / a_med, '.2f', 'x')} "
+                  f"| {fmt(r_med and a_med and r_med / a_med, '.2f', 'x')} | {fmt(med(res.get('rlxf-async'), 'cpu_s'), '.3f')} "
+                  f"| {fmt(rss, '.0f')} |")
     for preset, tokens, res, _ in rows:
         for side, r in res.items():
             if "settings" in r:
