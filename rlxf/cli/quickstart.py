@@ -4,8 +4,10 @@ The demo is built so that RL earns its keep, and shows the baseline that would s
 
 1. build a 3.4M-parameter Qwen2 model and its tokenizer (``rlxf init-model --preset tiny``);
 2. SFT it on 3-digit additions that carry at most once, with one demonstration in 51 of an
-   addition that carries two or three times (200 of them; recipes/quickstart_sft.yaml): so the
-   model is sometimes right on the hard problems, which RL needs to learn anything;
+   addition that carries two or three times (200 of them; recipes/quickstart_sft.yaml), until
+   the model is sometimes right on the hard problems, which RL needs to learn anything: SFT
+   stops at the first evaluation (every 100 steps) where a fifth of 200 held-out hard problems
+   are right, or after 1000 steps;
 3. GRPO on additions that carry two or three times; the reward is exact, the model starts out
    sometimes right (recipes/quickstart_grpo.yaml). RL on them alone costs the model the easy
    ones SFT taught; PPO-ptx (a supervised loss on easy demonstrations added to the policy loss)
@@ -108,7 +110,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     # 4. the baseline: continued SFT on the same demonstrations for the same wall time
     more_cfg = _config("sft", out, seed, [f"model.path={sft_model}", "run.name=sft-more", "sft.steps=1000000",
                                           f"sft.max_seconds={rl_seconds:.1f}", "sft.optim.warmup_steps=20",
-                                          "sft.optim.schedule=constant"])
+                                          "sft.optim.schedule=constant", "sft.eval_every=0", "sft.stop_when=null"])
     t0 = time.perf_counter()
     run_sft(more_cfg, RunDir.open(out, "sft-more"))
     more_seconds = time.perf_counter() - t0

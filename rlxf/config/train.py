@@ -143,6 +143,14 @@ def check_divisible(samples: int, mini: int, micro: int) -> None:
         )
 
 
+class SFTStopConfig(Section):
+    metric: str = Field(
+        ..., description="A metric of SFT's held-out evaluation: `eval/accuracy`, or `eval/<source>/accuracy` "
+        "with several data sources (any key the evaluation logs)."
+    )
+    at_least: float = Field(..., description="Stop at the first evaluation where the metric is at least this.")
+
+
 class SFTConfig(Section):
     steps: int = Field(1000, ge=1, description="Optimizer steps of supervised fine-tuning (`rlxf sft`).")
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step.")
@@ -151,6 +159,10 @@ class SFTConfig(Section):
         None, gt=0, description="Stop after this much wall time even if `steps` are not done (a time-matched baseline)."
     )
     eval_every: int = Field(0, ge=0, description="Evaluate on the held-out prompts every N steps with the reward (0 = at the end only).")
+    stop_when: SFTStopConfig | None = Field(
+        None, description="Stop before `steps` at the first evaluation (every `eval_every` steps) where "
+        "`metric` is at least `at_least`: SFT to a level, e.g. \"sometimes right\" before RL. None = run all steps."
+    )
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
 
     @model_validator(mode="after")
@@ -159,4 +171,7 @@ class SFTConfig(Section):
             raise ValueError(
                 f"sft.micro_batch_size={self.micro_batch_size} does not divide sft.batch_size={self.batch_size}"
             )
+        if self.stop_when is not None and not self.eval_every:
+            raise ValueError("sft.stop_when is read at each evaluation, and sft.eval_every is 0 (evaluate at the end "
+                             "only); set sft.eval_every to how often to check it, e.g. 100")
         return self

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rlxf.config import Config
+from rlxf.config.load import ConfigError
 from rlxf.config.train import SFTConfig
 from rlxf.data import SFTExample, build_prompt_data, build_sampler, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
@@ -29,7 +30,7 @@ log = logging.getLogger("rlxf")
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
-              on_step: Callable[[int, dict[str, float]], None] | None = None, *,
+              on_step: Callable[[int, dict[str, float]], bool | None] | None = None, *,
               core: TrainableModel | None = None, start: int = 0) -> int:
     """Train ``model`` up to step ``cfg.steps``, or until ``cfg.max_seconds`` pass.
 
@@ -38,8 +39,8 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
 
     ``batches()`` gives the next batch of ``cfg.batch_size`` examples. ``on_step(step, metrics)``
     (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm, skipped (1 when a
-    non-finite loss or gradient skipped the step) and tokens/s.
-    Returns the last step taken.
+    non-finite loss or gradient skipped the step) and tokens/s; it returns True to stop there
+    (``sft.stop_when``). Returns the last step taken.
     """
     core = core if core is not None else TrainableModel(model, cfg.optim, cfg.steps, cfg.micro_batch_size)
     began = time.perf_counter()
@@ -53,8 +54,9 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         step += 1
         if on_step is not None:
             dt = time.perf_counter() - t0
-            on_step(step, {"sft/loss": sum(nlls), **step_metrics,
-                           "throughput/tokens_per_s": tokens / dt if dt > 0 else 0.0, "time/train": dt})
+            if on_step(step, {"sft/loss": sum(nlls), **step_metrics,
+                              "throughput/tokens_per_s": tokens / dt if dt > 0 else 0.0, "time/train": dt}):
+                break
         if cfg.max_seconds is not None and time.perf_counter() - began >= cfg.max_seconds:
             break
     model.eval()
@@ -95,16 +97,35 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     def checkpoint(step: int) -> Path:
         return checkpoint_trainable(run, step, core, tokenizer, sampler, keep_last=cfg.checkpoint.keep_last)
 
+    def reached(step: int, metrics: dict[str, float]) -> bool:
+        """Whether ``sft.stop_when`` holds at this evaluation."""
+        target = cfg.sft.stop_when
+        if target is None:
+            return False
+        if target.metric not in metrics:
+            evaluated = sorted(k for k in metrics if k.startswith("eval/"))
+            raise ConfigError(f"sft.stop_when.metric: {target.metric!r} is not a metric of the evaluation; it logs "
+                              f"{', '.join(evaluated) or 'none (no held-out prompts)'}")
+        if metrics[target.metric] < target.at_least:
+            return False
+        log.info("SFT: %s = %.3f at step %d reaches sft.stop_when (%g); stopping", target.metric,
+                 metrics[target.metric], step, target.at_least)
+        return True
+
     last: dict[str, float] = {}
+    evaluated_at = -1  # the step of the last evaluation in the loop
     stop = StopRequest()
     try:
         with stop, ProgressDisplay(cfg.sft.steps, start, enabled=cfg.logging.progress,
                                    log_every=cfg.logging.log_every, max_seconds=cfg.sft.max_seconds,
                                    fields=ProgressDisplay.SFT_FIELDS) as progress:
-            def on_step(step: int, metrics: dict[str, float]) -> None:
-                nonlocal last
+            def on_step(step: int, metrics: dict[str, float]) -> bool:
+                nonlocal last, evaluated_at
+                done = False
                 if cfg.sft.eval_every and step % cfg.sft.eval_every == 0:
                     metrics = {**metrics, **evaluate()}
+                    evaluated_at = step
+                    done = reached(step, metrics)
                 last = metrics
                 sink.log(step, metrics)
                 progress.update(step, metrics)
@@ -114,10 +135,11 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                     saved = checkpoint(step)
                 if stopping is not None:
                     raise TrainingInterrupted(stopping, step, saved)
+                return done
 
             steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step,
                               core=core, start=start)
-        final = evaluate()
+        final = evaluate() if evaluated_at != steps else {}  # (the loop's evaluation of this step stands)
         if final:
             sink.log(steps, {**last, **final})
             last = {**last, **final}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,21 +12,27 @@ from rlxf.cli.main import main
 from rlxf.models import load_model
 
 
-def test_sft_learns_and_saves(tmp_path, nano_model_dir):
+def _write_sft(tmp_path, nano_model_dir, train_size: int = 100, **sft) -> Path:
+    """An `rlxf sft` config on 1-digit additions (nano model), with ``sft`` over its defaults."""
     cfg = {
         "run": {"name": "sft", "output_dir": str(tmp_path), "seed": 0},
         "model": {"path": str(nano_model_dir)},
         "data": {"task": "arithmetic", "task_options": {"max_digits": 1, "ops": "+"},
-                 "train_size": 200, "test_size": 8, "max_prompt_len": 32},
+                 "train_size": train_size, "test_size": 8, "max_prompt_len": 32},
         "rollout": {"max_new_tokens": 4},
         "reward": {"verifiers": [{"type": "numeric", "extract": ["last_number"]}]},
-        "sft": {"steps": 20, "batch_size": 32, "micro_batch_size": 16, "eval_every": 10,
-                "optim": {"lr": 1e-2, "warmup_steps": 2}},
+        "sft": {"steps": 12, "batch_size": 8, "micro_batch_size": 8, "eval_every": 4, **sft},
         "eval": {"num_problems": 8},
         "logging": {"progress": False},
     }
     path = tmp_path / "sft.yaml"
     path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_sft_learns_and_saves(tmp_path, nano_model_dir):
+    path = _write_sft(tmp_path, nano_model_dir, train_size=200, steps=20, batch_size=32, micro_batch_size=16,
+                      eval_every=10, optim={"lr": 1e-2, "warmup_steps": 2})
     assert main(["sft", str(path)]) == 0
     records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["sft/loss"] for r in records]
@@ -37,6 +44,30 @@ def test_sft_learns_and_saves(tmp_path, nano_model_dir):
     model = load_model(tmp_path / "sft")
     assert sum(p.numel() for p in model.parameters()) > 0
     assert main(["sft", str(path)]) == 2          # refuses to overwrite without --overwrite
+
+
+def test_sft_stops_when_a_held_out_metric_reaches_its_level(tmp_path, nano_model_dir, capsys):
+    # reached at the first evaluation (step 4): the run ends there, with its model saved, and
+    # that evaluation is not repeated; a level never reached runs every step
+    path = _write_sft(tmp_path, nano_model_dir, stop_when={"metric": "eval/accuracy", "at_least": 0.0})
+    assert main(["sft", str(path)]) == 0
+    records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4] and "eval/accuracy" in records[-1]
+    assert sorted(p.name for p in (tmp_path / "sft" / "checkpoints").iterdir()) == ["step_4"]
+    path = _write_sft(tmp_path, nano_model_dir, stop_when={"metric": "eval/accuracy", "at_least": 1.01})
+    assert main(["sft", str(path), "--overwrite"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["step"] == 12
+    # a metric the evaluation does not log is named, with the ones it does
+    path = _write_sft(tmp_path, nano_model_dir, stop_when={"metric": "eval/acc", "at_least": 0.5})
+    capsys.readouterr()
+    assert main(["sft", str(path), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "sft.stop_when.metric" in err and "'eval/acc'" in err and "eval/accuracy" in err
+    # and it needs evaluations to read
+    path = _write_sft(tmp_path, nano_model_dir, eval_every=0, stop_when={"metric": "eval/accuracy", "at_least": 0.5})
+    assert main(["sft", str(path), "--overwrite"]) == 2
+    assert "sft.eval_every" in capsys.readouterr().err
 
 
 def test_sft_skips_a_step_with_a_non_finite_loss(nano_model_dir):
