@@ -95,7 +95,24 @@ class Config(Section):
                              "to a reward server: set ray.reward_actors=0")
         if self.rollout.mode == "async":
             self._check_async()
+        self._check_sft_stop()
         return self
+
+    def _check_sft_stop(self) -> None:
+        """``sft.stop_when`` names an evaluation metric; a source's must be a source of this run
+        (said now, not at the first evaluation). Other names are checked when it is first read."""
+        target = self.sft.stop_when
+        if target is None:
+            return
+        if not target.metric.startswith("eval/"):
+            raise ValueError(f"sft.stop_when.metric {target.metric!r}: SFT stops on a held-out evaluation's "
+                             f"metric, one of eval/accuracy, eval/reward_mean or eval/<source>/accuracy")
+        parts = target.metric.split("/")
+        labels = [s.label for s in self.data.sources]
+        if len(parts) == 3 and parts[1] not in labels:
+            have = f"this run's sources are {', '.join(labels)}" if labels else "this run has one source (no data.sources)"
+            raise ValueError(f"sft.stop_when.metric {target.metric!r} is a metric of source {parts[1]!r}, but "
+                             f"{have}; use eval/accuracy or eval/<source>/accuracy")
 
     def _check_async(self) -> None:
         """What ``rollout.mode: async`` cannot run with, said before any work starts."""

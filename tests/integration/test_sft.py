@@ -64,6 +64,12 @@ def test_sft_stops_when_a_held_out_metric_reaches_its_level(tmp_path, nano_model
     assert main(["sft", str(path), "--overwrite"]) == 2
     err = capsys.readouterr().err
     assert "sft.stop_when.metric" in err and "'eval/acc'" in err and "eval/accuracy" in err
+    # a source's metric in a run without that source is said at load time, before any step
+    (tmp_path / "new").mkdir()
+    path = _write_sft(tmp_path / "new", nano_model_dir, stop_when={"metric": "eval/hard/accuracy", "at_least": 0.5})
+    assert main(["sft", str(path)]) == 2
+    assert "source 'hard'" in capsys.readouterr().err
+    assert not (tmp_path / "new" / "sft").exists()
     # and it needs evaluations to read
     path = _write_sft(tmp_path, nano_model_dir, eval_every=0, stop_when={"metric": "eval/accuracy", "at_least": 0.5})
     assert main(["sft", str(path), "--overwrite"]) == 2
