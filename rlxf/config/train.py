@@ -111,7 +111,7 @@ class EvalConfig(Section):
     num_problems: int = Field(500, ge=1, description="Held-out problems per evaluation (at most the split's size); in a "
                               "mixture, per source (the first this many of each source's held-out split).")
     pass_k: int = Field(
-        0, ge=0, description="Also sample k responses per problem (temperature of rollout) for pass@k; 0 = greedy only."
+        0, ge=0, description="Also sample k responses per problem (temperature of rollout) for pass@k and mean@k (the fraction of samples right); 0 = greedy only."
     )
     max_new_tokens: int | None = Field(None, ge=1, description="Response length limit; default rollout.max_new_tokens.")
 

@@ -29,7 +29,8 @@ __all__ = ["PLOTS", "PHASES", "Plot", "RunMetrics", "default_output", "load_run"
 PLOTS = (
     Plot("Reward", ("reward/mean",), "mean reward"),
     Plot("Loss", ("sft/loss", "policy/loss"), "loss"),
-    Plot("Accuracy", ("accuracy", "eval/accuracy", "eval/source_mean_accuracy", "eval/pass@k"), "fraction correct"),
+    Plot("Accuracy", ("accuracy", "eval/accuracy", "eval/source_mean_accuracy", "eval/pass@k", "eval/mean@k"),
+         "fraction correct"),
     Plot("KL to reference", ("kl",), "KL (nats/token)"),
     Plot("Policy change per step (KL old → new, k3)", ("policy/approx_kl",), "KL (nats/token)"),
     Plot("Entropy", ("entropy",), "nats/token"),

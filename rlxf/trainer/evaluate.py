@@ -1,4 +1,4 @@
-"""Held-out evaluation: greedy accuracy, and pass@k from k samples per problem."""
+"""Held-out evaluation: greedy accuracy, and pass@k and mean@k from k samples per problem."""
 
 from __future__ import annotations
 
@@ -17,11 +17,14 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
 
     ``<prefix>accuracy``: fraction answered correctly with greedy decoding (one response each).
     ``<prefix>pass@k``: fraction with at least one correct answer among k samples drawn at
-    ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0).
+    ``sampling.temperature`` (when ``pass_k`` > 0; needs a temperature > 0), and
+    ``<prefix>mean@k`` the fraction of those k x problems samples that are correct: the policy's
+    own accuracy, which RL moves before (or without) moving the greedy answer.
     ``<prefix><source>/accuracy``: greedy accuracy per data source, when there are several, and
     ``<prefix>source_mean_accuracy``, their unweighted mean (each source counts once, however
-    many held-out problems it has), and ``<prefix><source>/pass@k`` with ``pass_k``: whether a
-    source is ever solved by sampling says whether RL has anything to learn from there.
+    many held-out problems it has), and ``<prefix><source>/pass@k`` and ``mean@k`` with
+    ``pass_k``: whether a source is ever solved by sampling says whether RL has anything to learn
+    from there.
     """
     if pass_k > 0 and sampling.temperature <= 0:
         raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
@@ -41,11 +44,16 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
         trajs = rollout.generate(prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
         rollout.score(trajs, sampled.max_new_tokens)
         solved = {t.group for t in trajs if t.correct}   # group i answers prompts[i]
+        right = [0] * len(prompts)                        # correct samples per prompt
+        for t in trajs:
+            right[t.group] += bool(t.correct)
         out[f"{prefix}pass@k"] = len(solved) / n
+        out[f"{prefix}mean@k"] = sum(right) / (n * pass_k)
         sources = [source_of(p.uid) for p in prompts]
         for source in sorted(set(sources)) if len(set(sources)) > 1 else ():
             rows = [i for i, s in enumerate(sources) if s == source]
             out[f"{prefix}{source}/pass@k"] = sum(i in solved for i in rows) / len(rows)
+            out[f"{prefix}{source}/mean@k"] = sum(right[i] for i in rows) / (len(rows) * pass_k)
         out[f"{prefix}k"] = float(pass_k)
     return out
 

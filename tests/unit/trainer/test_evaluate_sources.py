@@ -1,4 +1,4 @@
-"""Held-out evaluation per source: greedy accuracy and pass@k of each source of a mixture."""
+"""Held-out evaluation per source: greedy accuracy, pass@k and mean@k of each source of a mixture."""
 
 from __future__ import annotations
 
@@ -31,3 +31,6 @@ def test_pass_at_k_per_source():
     assert out["eval/easy/accuracy"] == 0.75 and out["eval/hard/accuracy"] == 0.25
     assert out["eval/pass@k"] == 6 / 8
     assert out["eval/easy/pass@k"] == 1.0 and out["eval/hard/pass@k"] == 0.5
+    # one sample of the 4 right on each solved prompt: 6 right of 32, 4 of 16 easy, 2 of 16 hard
+    assert out["eval/mean@k"] == 6 / 32
+    assert out["eval/easy/mean@k"] == 4 / 16 and out["eval/hard/mean@k"] == 2 / 16
