@@ -77,6 +77,7 @@ class Result:
     sft_more_seconds: float
     grpo_steps: int
     grpo_curve: dict[int, float] = field(default_factory=dict)   # step -> held-out accuracy during GRPO
+    mean_k: dict[str, float] = field(default_factory=dict)       # --sampled K: model -> held-out mean@K
 
 
 def _task_config(name: str, seed: int, eval_problems: int, out: Path) -> dict:
@@ -198,12 +199,15 @@ def run_task(name: str, args) -> Result:
     more_seconds = json.loads(more_json.read_text())["seconds"]
 
     # held-out greedy accuracy of the three models on the same problems
-    cfg = load_config(None, base=_merge(task, {"model": {"path": str(start)}}))
-    acc = {label: evaluate_saved_model(path, cfg, cfg.eval.num_problems)["eval/accuracy"]
-           for label, path in (("start", start), ("grpo", out / f"grpo{suffix}"), ("sft_more", more_dir))}
+    # (--sampled K: also K samples per problem at the rollout temperature, their mean accuracy)
+    cfg = load_config(None, base=_merge(task, {"model": {"path": str(start)}, "eval": {"pass_k": args.sampled}}))
+    evals = {label: evaluate_saved_model(path, cfg, cfg.eval.num_problems)
+             for label, path in (("start", start), ("grpo", out / f"grpo{suffix}"), ("sft_more", more_dir))}
+    acc = {label: m["eval/accuracy"] for label, m in evals.items()}
     result = Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
                     grpo_rows[-1]["step"],
-                    {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m})
+                    {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m},
+                    {label: m["eval/mean@k"] for label, m in evals.items() if "eval/mean@k" in m})
     (out / f"result{suffix}.json").write_text(json.dumps(
         {"cpu": cpu_model(), "load_average_end": load_average(), "budget": _budget(args),
          "grpo_set": args.grpo_set, **asdict(result)}, indent=2) + "\n")
@@ -238,6 +242,14 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str]) -> str
         lines.append(f"{r.task:<18} {r.sft_steps:>9} {r.start:>7.1%} {r.grpo:>7.1%} {100 * (r.grpo - r.start):>+7.1f} "
                      f"{sum(last) / len(last):>7.1%} {r.sft_more:>8.1%} {100 * (r.sft_more - r.start):>+7.1f} "
                      f"{r.grpo_steps:>10} {r.grpo_seconds:>7.0f} {r.sft_more_seconds:>6.0f}  {low:.1%}")
+    sampled = [r for r in results if r.mean_k]
+    if sampled:
+        lines.append("held-out mean@k (the fraction of --sampled samples per problem right, rollout temperature)")
+        lines.append(f"{'task':<18} {'start':>7} {'GRPO':>7} {'gain':>7} {'SFT more':>8} {'gain':>7}")
+        for r in sampled:
+            m = r.mean_k
+            lines.append(f"{r.task:<18} {m['start']:>7.1%} {m['grpo']:>7.1%} {100 * (m['grpo'] - m['start']):>+7.1f} "
+                         f"{m['sft_more']:>8.1%} {100 * (m['sft_more'] - m['start']):>+7.1f}")
     wins = sum(r.grpo - r.start >= 0.10 for r in results)
     worst = min((100 * (r.grpo - r.start) for r in results), default=0.0)
     lines.append(f"GRPO gained >= 10 points on {wins} of {len(results)} tasks; its worst change was {worst:+.1f} "
@@ -265,6 +277,9 @@ def main() -> None:
     ap.add_argument("--grpo-set", nargs="*", default=[], help="config overrides for GRPO (default: none)")
     ap.add_argument("--label", default="", help="names this variant's GRPO runs and results file")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--sampled", type=int, default=0, metavar="K",
+                    help="also score K samples per held-out problem (rollout temperature) and report their mean "
+                    "accuracy, mean@K; rerunning with the same --out and --label only evaluates again")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: print the table of the results already in --out (e.g. of tasks run "
                     "in parallel processes)")

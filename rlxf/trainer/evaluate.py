@@ -95,7 +95,7 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     """Greedy metrics of the model saved in ``model_dir`` on the first ``num_problems`` held-out
     problems of each source of ``cfg``'s data, sampled and scored as ``cfg`` says, every seed
     ``cfg.run.seed`` (the quickstart's and the benchmarks' final tables: one model after another
-    on the same problems)."""
+    on the same problems); with ``cfg.eval.pass_k``, pass@k and mean@k too."""
     from rlxf.data import build_prompt_data
     from rlxf.models import load_model, load_tokenizer
     from rlxf.rewards import build_run_reward
@@ -107,7 +107,7 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     reward = build_run_reward(cfg)
     try:
         return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
-                                seed=cfg.run.seed)
+                                pass_k=cfg.eval.pass_k, seed=cfg.run.seed)
     finally:
         reward.close()
 
