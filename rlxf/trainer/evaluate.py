@@ -43,17 +43,16 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
         sampled = replace(sampling, n=pass_k)
         trajs = rollout.generate(prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
         rollout.score(trajs, sampled.max_new_tokens)
-        solved = {t.group for t in trajs if t.correct}   # group i answers prompts[i]
-        right = [0] * len(prompts)                        # correct samples per prompt
+        right = [0] * len(prompts)   # correct samples per prompt (group i answers prompts[i])
         for t in trajs:
             right[t.group] += bool(t.correct)
-        out[f"{prefix}pass@k"] = len(solved) / n
+        out[f"{prefix}pass@k"] = sum(r > 0 for r in right) / n
         out[f"{prefix}mean@k"] = sum(right) / (n * pass_k)
         sources = [source_of(p.uid) for p in prompts]
         for source in sorted(set(sources)) if len(set(sources)) > 1 else ():
-            rows = [i for i, s in enumerate(sources) if s == source]
-            out[f"{prefix}{source}/pass@k"] = sum(i in solved for i in rows) / len(rows)
-            out[f"{prefix}{source}/mean@k"] = sum(right[i] for i in rows) / (len(rows) * pass_k)
+            rows = [right[i] for i, s in enumerate(sources) if s == source]
+            out[f"{prefix}{source}/pass@k"] = sum(r > 0 for r in rows) / len(rows)
+            out[f"{prefix}{source}/mean@k"] = sum(rows) / (len(rows) * pass_k)
         out[f"{prefix}k"] = float(pass_k)
     return out
 

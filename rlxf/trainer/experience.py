@@ -132,18 +132,17 @@ def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
     token, when a reference exists.
     """
     valid = exp.mask.bool()
+    gap = (exp.rollout_logprobs - trainer_logprobs).abs()
     fresh = valid
     out: dict[str, float] = {}
     if trainer_version is not None and exp.policy_versions is not None:
         fresh = valid & (exp.policy_versions == trainer_version)
-        stale = valid & ~fresh
-        if stale.any():
-            out["rollout/stale_logprob_gap_mean"] = float((exp.rollout_logprobs - trainer_logprobs).abs()[stale].mean())
-    if fresh.any() or not valid.any():
-        out |= {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
+        if (stale := valid & ~fresh).any():
+            out["rollout/stale_logprob_gap_mean"] = float(gap[stale].mean())
     if fresh.any():
-        diff = (exp.rollout_logprobs - trainer_logprobs).abs()[fresh]
-        out |= {"rollout/logprob_gap_max": float(diff.max()), "rollout/logprob_gap_mean": float(diff.mean())}
+        out |= {"rollout/logprob_gap_max": float(gap[fresh].max()), "rollout/logprob_gap_mean": float(gap[fresh].mean())}
+    elif not valid.any():  # nothing to measure: no gap
+        out |= {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
     if exp.ref_logprobs is not None:
         kl = kl_penalty(trainer_logprobs, exp.ref_logprobs, kl_estimator, mask=exp.mask)
         out["kl"] = float(masked_mean(kl, exp.mask))
