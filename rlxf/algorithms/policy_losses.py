@@ -48,7 +48,11 @@ import torch
 from torch import Tensor
 
 from rlxf.algorithms.masked import masked_count, masked_mean, zero_masked
-from rlxf.algorithms.registry import register
+from rlxf.algorithms.registry import Needs, register
+
+# Each built-in loss is -Â_t times a bounded factor, token by token: a sample with Â = 0 on every
+# token adds exactly 0 to the loss and to its gradient, whatever the other samples hold.
+_PER_TOKEN = Needs(zero_advantage_rows=False)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ def _finish(loss: Tensor, metrics: dict[str, Tensor], valid: Tensor) -> tuple[Te
     return zero_masked(loss, valid), metrics
 
 
-@register("policy_loss", "ppo_clip")
+@register("policy_loss", "ppo_clip", needs=_PER_TOKEN)
 def ppo_clip(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
              params: PolicyLossParams, rollout_logprobs: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017) with decoupled bounds (DAPO, Yu et al. 2025).
@@ -138,7 +142,7 @@ def ppo_clip(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: T
     return _finish(loss, metrics, valid)
 
 
-@register("policy_loss", "dual_clip")
+@register("policy_loss", "dual_clip", needs=_PER_TOKEN)
 def dual_clip(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
               params: PolicyLossParams, rollout_logprobs: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games").
@@ -163,7 +167,7 @@ def dual_clip(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
     return _finish(loss, metrics, valid)
 
 
-@register("policy_loss", "gspo")
+@register("policy_loss", "gspo", needs=_PER_TOKEN)
 def gspo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
          params: PolicyLossParams, rollout_logprobs: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """Group sequence policy optimisation (Zheng et al. 2025), the GSPO-token form.
@@ -198,7 +202,7 @@ def gspo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tenso
     return _finish(loss, metrics, valid)
 
 
-@register("policy_loss", "cispo")
+@register("policy_loss", "cispo", needs=_PER_TOKEN)
 def cispo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
           params: PolicyLossParams, rollout_logprobs: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped IS-weight policy optimisation (MiniMax 2025, "MiniMax-M1").
@@ -227,7 +231,7 @@ def cispo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tens
     return _finish(loss, metrics, valid)
 
 
-@register("policy_loss", "vanilla")
+@register("policy_loss", "vanilla", needs=_PER_TOKEN)
 def vanilla(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
             params: PolicyLossParams, rollout_logprobs: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """Vanilla (importance-weighted) policy gradient, no clipping (Williams 1992).

@@ -9,6 +9,9 @@
     @register("advantage", "my_critic_estimator", needs=Needs(values=True))
     def ...                                     # placement builds a critic for it
 
+    @register("policy_loss", "my_loss", needs=Needs(zero_advantage_rows=False))
+    def ...                                     # Â = 0 adds nothing: the actor skips such rows
+
 What a function needs from the rest of the run (a critic's values, groups of n >= 2 samples
 per prompt) is declared where it is registered, as ``Needs``; the placement, ``rlxf explain``
 and config validation ask ``needs(kind, name)`` instead of comparing names.
@@ -65,6 +68,11 @@ class Needs:
 
     values: bool = False    # V(s_t) from a learned critic (GAE): the placement builds one
     groups: bool = False    # several samples per prompt, compared with each other: rollout.n >= 2
+    # policy losses: whether a sample whose advantages are all 0 can change the loss or its
+    # gradient. False declares that it adds exactly 0 to both (every built-in loss is -Â x
+    # something per token), so the actor skips the forward and backward of such samples;
+    # the safe default, True, runs every sample.
+    zero_advantage_rows: bool = True
 
 
 _NEEDS: dict[str, dict[str, Needs]] = {kind: {} for kind in KINDS}

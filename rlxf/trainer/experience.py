@@ -118,7 +118,7 @@ class ExperienceMaker:
 
 
 def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
-                  trainer_version: int | None = None) -> dict[str, float]:
+                  trainer_version: int | None = None, rows: Tensor | None = None) -> dict[str, float]:
     """How far apart the policies are, measured on this batch's response tokens.
 
     ``trainer_logprobs`` are log π_old as the trainer computes it (recomputed, or the first
@@ -128,10 +128,13 @@ def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
     ``Experience.policy_versions`` < ``trainer_version``) differ by what training changed too, so
     they are measured apart, ``rollout/stale_logprob_gap_mean``; when every token is stale the
     mismatch cannot be told from training and the gap metrics are left out. ``trainer_version``
-    None: every token counts as sampled with the trainer's weights. ``kl``: KL(π_old ‖ π_ref) per
-    token, when a reference exists.
+    None: every token counts as sampled with the trainer's weights. ``rows`` (B,) bool: the rows
+    ``trainer_logprobs`` holds (the actor's update skips rows that add nothing to the loss, and
+    its first forward then has none for them); None: all. ``kl``: KL(π_old ‖ π_ref) per token,
+    when a reference exists.
     """
-    valid = exp.mask.bool()
+    held = exp.mask if rows is None else exp.mask * rows[:, None]
+    valid = held.bool()
     gap = (exp.rollout_logprobs - trainer_logprobs).abs()
     fresh = valid
     out: dict[str, float] = {}
@@ -141,9 +144,9 @@ def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
             out["rollout/stale_logprob_gap_mean"] = float(gap[stale].mean())
     if fresh.any():
         out |= {"rollout/logprob_gap_max": float(gap[fresh].max()), "rollout/logprob_gap_mean": float(gap[fresh].mean())}
-    elif not valid.any():  # nothing to measure: no gap
+    elif not exp.mask.bool().any():  # nothing to measure: no gap
         out |= {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
     if exp.ref_logprobs is not None:
-        kl = kl_penalty(trainer_logprobs, exp.ref_logprobs, kl_estimator, mask=exp.mask)
-        out["kl"] = float(masked_mean(kl, exp.mask))
+        kl = kl_penalty(trainer_logprobs, exp.ref_logprobs, kl_estimator, mask=held)
+        out["kl"] = float(masked_mean(kl, held))
     return out

@@ -82,14 +82,15 @@ class Learner:
         plan = mini_batch_plan(len(exp), self.mini_batch_size, self.ppo_epochs, self.seed, step)
         for role in self._trained if self.offload_optimizer else ():
             role.restore_optimizer_state()
-        metrics, first_logprobs = self.actor.update(exp, plan, self.kl.value, demos)
+        metrics, first_logprobs, ran = self.actor.update(exp, plan, self.kl.value, demos)
         if self.critic is not None:
             metrics |= self.critic.update(exp, plan)
         if self.offload_optimizer:  # rollout and experience until the next update: the moments wait in host memory
             metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in self._trained) / 2**20
-        old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs
+        # π_old: recomputed for every row, or the update's first forward, of the rows it ran
+        old, measured = (exp.old_logprobs, None) if exp.old_logprobs is not None else (first_logprobs, ran)
         # the trainer holds version step - 1 (the weights after step - 1 updates) when it trains step
-        drift = drift_metrics(exp, old, self.experience.kl_estimator, trainer_version=step - 1)
+        drift = drift_metrics(exp, old, self.experience.kl_estimator, trainer_version=step - 1, rows=measured)
         if "kl" in drift:
             self.kl.update(drift["kl"], len(exp))
         return {**metrics, **drift, "kl_coef": self.kl.value}

@@ -26,6 +26,11 @@ class Totals:
     # the missing rows were there with zero advantage, so that a handful of informative samples
     # moves the model as much as a handful warrants, not as much as a full batch.
     batch_fraction: float = 1.0
+    # valid tokens and sequences of the rows the actor runs, when it skips rows that add nothing
+    # to the loss (advantage 0 throughout; see ``PolicyObjective.zero_advantage_rows``): the
+    # metrics describe those rows. None: every row runs (``num_tokens``, ``num_seqs``).
+    run_tokens: Tensor | None = None
+    run_seqs: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.batch_fraction <= 1:
@@ -43,6 +48,11 @@ class PolicyObjective:
     kl_in_loss: bool          # kl_mode == "loss" and kl_coef > 0
     kl_estimator: str
     entropy_coef: float
+    # whether a row with advantage 0 on every token can change the loss or its gradient: the
+    # policy loss says so when registered (``Needs.zero_advantage_rows``), and a KL or entropy
+    # term in the loss always can. False lets the actor skip such rows (most of a GRPO batch
+    # once most groups agree) and still take exactly the full batch's step.
+    zero_advantage_rows: bool = True
 
     @classmethod
     def from_config(cls, algo: AlgorithmConfig, max_new_tokens: int) -> PolicyObjective:
@@ -57,6 +67,8 @@ class PolicyObjective:
             kl_in_loss=algo.kl_coef > 0 and algo.kl_mode == "loss",
             kl_estimator=algo.kl_estimator,
             entropy_coef=algo.entropy_coef,
+            zero_advantage_rows=(registry.needs("policy_loss", algo.policy_loss).zero_advantage_rows
+                                 or (algo.kl_coef > 0 and algo.kl_mode == "loss") or algo.entropy_coef > 0),
         )
 
     def __call__(self, logprobs: Tensor, entropy: Tensor | None, old_logprobs: Tensor, advantages: Tensor,
@@ -69,14 +81,16 @@ class PolicyObjective:
         token's policy loss. The loss is scaled by ``totals.batch_fraction``; the metrics describe
         the samples present and are not. Returns the scalar loss and detached 0-dim metrics, each also a
         share: summed over the micro-batches of a mini-batch it gives the mini-batch value
-        (token-weighted for means), except ``*_max`` / ``*_min``, which combine by max / min.
+        (token-weighted for means) over the rows that run (``totals.run_tokens``), except
+        ``*_max`` / ``*_min``, which combine by max / min.
         """
         agg = dict(num_tokens=totals.num_tokens, num_seqs=totals.num_seqs, norm=self.agg_norm)
         token_loss, loss_metrics = self.policy_loss(logprobs, old_logprobs, advantages, mask, self.params,
                                                     rollout_logprobs)
         weight, weight_metrics = self.correction(old_logprobs, rollout_logprobs, mask, self.off_policy)
         loss = self.aggregate(token_loss * weight, mask, **agg)
-        share = mask.sum() / totals.num_tokens.clamp(min=1)
+        run = agg if totals.run_tokens is None else dict(agg, num_tokens=totals.run_tokens, num_seqs=totals.run_seqs)
+        share = mask.sum() / run["num_tokens"].clamp(min=1)
         metrics = {f"{prefix}/{k}": v if k.endswith(("_max", "_min")) else v * share
                    for prefix, group in (("policy", loss_metrics), ("off_policy", weight_metrics))
                    for k, v in group.items()}
@@ -89,7 +103,7 @@ class PolicyObjective:
             ent = self.aggregate(entropy, mask, **agg)
             if self.entropy_coef > 0:
                 loss = loss - self.entropy_coef * ent
-            metrics["entropy"] = ent.detach()
+            metrics["entropy"] = (ent if run is agg else self.aggregate(entropy, mask, **run)).detach()
         if totals.batch_fraction != 1.0:
             loss = loss * totals.batch_fraction
         return loss, metrics

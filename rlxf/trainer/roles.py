@@ -292,14 +292,15 @@ class Actor(_Trainable):
                             prompt_ids, response_ids, spec.micro_batch_size, self.dp)
 
     def update(self, exp: Experience, mini_batches: list[list[int]], kl_coef: float,
-               demos: Sequence[Sequence[SFTExample]] | None = None) -> tuple[dict[str, float], Tensor]:
+               demos: Sequence[Sequence[SFTExample]] | None = None) -> tuple[dict[str, float], Tensor, Tensor]:
         """One optimizer step per mini-batch (a list of row indices of ``exp``).
 
         When ``exp.old_logprobs`` is None (exactly one optimizer step on fresh samples, so
         π_old = π_θ) the first forward's detached log-probs stand in for it. ``demos``: PPO-ptx
         demonstrations, one batch per optimizer step (at least as many as mini-batches), used
-        when ``ptx_coef`` > 0. Returns the step's metrics and the detached log-probs of each
-        row's first forward, (B, T).
+        when ``ptx_coef`` > 0. Returns the step's metrics, the detached log-probs of each
+        row's first forward, (B, T), and which rows ran at all, (B,) bool: rows that add nothing
+        to the loss are skipped (``_rows_to_run``), and their log-probs are left 0.
         """
         use_ptx = self.ptx_coef > 0 and demos is not None
         if use_ptx and len(demos) < len(mini_batches):
@@ -308,11 +309,14 @@ class Actor(_Trainable):
         acc = _Accumulator(self.dp)
         first = torch.zeros_like(exp.rollout_logprobs)
         seen = torch.zeros(len(exp), dtype=torch.bool)
-        for m, rows in enumerate(mini_batches):
-            mini = exp.select(rows)
+        ran = 0
+        for m, all_rows in enumerate(mini_batches):
             # totals of the whole mini-batch, on every rank: each rank's loss is its share of it
-            num_tokens, num_seqs = loss_totals(mini.mask)
-            totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(rows)))
+            num_tokens, num_seqs = loss_totals(exp.select(all_rows).mask)
+            rows = self._rows_to_run(exp, all_rows)
+            mini = exp.select(rows)
+            run = {} if len(rows) == len(all_rows) else dict(zip(("run_tokens", "run_seqs"), loss_totals(mini.mask)))
+            totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(all_rows)), **run)
             mine = list(self.dp.share(len(rows)))
             finite, passes = True, 0
             for idx in micro_batches(len(mine), self.spec.micro_batch_size):
@@ -328,7 +332,9 @@ class Actor(_Trainable):
                 fresh = ~seen[global_rows]
                 first[global_rows[fresh], :width] = logp.detach()[fresh]
             self._idle_passes(mini, passes, totals, kl_coef)
-            seen[torch.tensor(rows)] = True  # by some rank: a later epoch may hand the row to another
+            if rows:
+                seen[torch.tensor(rows)] = True  # by some rank: a later epoch may hand the row to another
+            ran += len(rows)
             if use_ptx:
                 finite = self._ptx_backward(demos[m], acc) and finite
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
@@ -338,8 +344,25 @@ class Actor(_Trainable):
         self.dp.sum_(first)  # each row's first forward ran on exactly one rank
         # groups that carry no signal (equal rewards), of those trained on: see trainer.diagnostics
         metrics = acc.result() | {"groups/zero_variance_frac": float(zero_variance_fraction(exp.rewards,
-                                                                                            exp.group_ids))}
-        return metrics, first
+                                                                                            exp.group_ids)),
+                                  "rows_run_frac": ran / max(1, sum(map(len, mini_batches)))}
+        return metrics, first, seen
+
+    def _rows_to_run(self, exp: Experience, rows: list[int]) -> list[int]:
+        """The rows of a mini-batch whose forward and backward can change the update: all of
+        them, unless the objective declares that a row with advantage 0 on every token adds
+        exactly 0 to the loss and its gradient (``PolicyObjective.zero_advantage_rows``
+        False: the built-in losses without a KL or entropy term). Then those rows are skipped:
+        the gradient is the full mini-batch's (its totals still count them), at the cost of
+        the rows with signal only; a GRPO group whose samples all earned the same reward is
+        such a group. A nan advantage counts as signal, so a broken batch still fails loudly.
+        ``train.optim.skip_zero_grad_steps: false`` runs every row (the old behaviour: AdamW
+        steps on the zero gradient of a batch without signal)."""
+        if self.objective.zero_advantage_rows or not self.skip_zero_grad_steps:
+            return rows
+        adv = exp.advantages[rows] * exp.mask[rows]
+        signal = (adv != 0).any(dim=1).tolist()
+        return [row for row, keep in zip(rows, signal, strict=True) if keep]
 
     def _loss(self, mb: Experience, totals: Totals, kl_coef: float) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """A micro-batch's forward: (its share of the loss, its metric shares, log-probs (b, t))."""

@@ -39,8 +39,9 @@ def test_grpo_learns_a_dense_reward(tmp_path, nano_model_dir):
         assert key in m, key
     assert m["rollout/logprob_gap_max"] < 1e-4
     # plots of metrics every GRPO run logs (KL to reference, critic, dynamic sampling: only when on)
-    grpo = {"Reward", "Loss", "Accuracy", "Policy change per step (KL old → new, k3)", "Entropy",
-            "Response length", "Clip fraction", "Gradient norm", "Learning rate", "Advantages"}
+    grpo = {"Reward", "Loss", "Accuracy", "Policy change per step (KL old → new, k3)",
+            "Entropy (of the samples trained on)", "Signal", "Response length", "Clip fraction", "Gradient norm",
+            "Learning rate", "Advantages"}
     empty = [plot.title for plot in PLOTS if plot.title in grpo and not any(key in m for key in plot.keys)]
     assert not empty and grpo <= {p.title for p in PLOTS}, f"report plots with no metric from a real run: {empty}"
 

@@ -1,7 +1,9 @@
 """What "no learning signal" means for the algorithms: the trainer skips an optimizer step
 whose gradient is exactly zero, so every policy loss must give exactly zero gradient (not a
-rounding residue) when all advantages are zero, whatever the ratios; and the fraction of
-signal-less groups the diagnostics read."""
+rounding residue) when all advantages are zero, whatever the ratios; a loss that declares
+``Needs(zero_advantage_rows=False)`` lets the actor skip such rows, so for it a row whose
+advantages are zero must add nothing to the loss or its gradient, whatever the other rows hold;
+and the fraction of signal-less groups the diagnostics read."""
 
 from __future__ import annotations
 
@@ -43,6 +45,42 @@ def test_zero_advantages_give_exactly_zero_gradient_in_every_policy_loss(b, t, s
             loss = agg(token_loss, mask, num_tokens=num_tokens, num_seqs=num_seqs, norm=5)
             (grad,) = torch.autograd.grad(loss, logp, retain_graph=True)
             assert not grad.ne(0).any(), (name, agg_name, grad)
+
+
+@FAST
+@given(st.integers(2, 6), st.integers(1, 6), st.integers(0, 2**31 - 1), st.floats(0.0, 3.0),
+       st.sampled_from(names("off_policy")))
+def test_a_zero_advantage_row_adds_nothing_to_a_loss_that_says_so(b, t, seed, spread, correction):
+    """Loss and gradient of a batch whose zero-advantage rows were dropped (its totals still
+    counting them, as the actor's are) equal those of the whole batch."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(b, t, generator=g) < 0.7).float()
+    mask[:, 0] = 1.0
+    old = -3 * torch.rand(b, t, generator=g)
+    rollout = old + 0.3 * torch.randn(b, t, generator=g)
+    adv = torch.randn(b, 1, generator=g).expand(b, t).clone()
+    adv[torch.rand(b, generator=g) < 0.5] = 0.0
+    adv[0] = 1.0   # one row with signal at least
+    keep = adv.ne(0).any(dim=1)
+    params = PolicyLossParams()
+    weight, _ = registry.get("off_policy", correction)(old, rollout, mask, OffPolicyParams(cap=2.0))
+    num_tokens, num_seqs = loss_totals(mask)
+    declared = [name for name in names("policy_loss") if not registry.needs("policy_loss", name).zero_advantage_rows]
+    assert {"ppo_clip", "dual_clip", "gspo", "cispo", "vanilla"} <= set(declared)
+    for name in declared:
+        logp = (old + spread * torch.randn(b, t, generator=g)).requires_grad_(True)
+        fn = registry.get("policy_loss", name)
+        for agg_name in names("loss_agg"):
+            agg = registry.get("loss_agg", agg_name)
+            totals = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm=5)
+            whole_loss = agg(fn(logp, old, adv, mask, params, rollout)[0] * weight, mask, **totals)
+            (whole,) = torch.autograd.grad(whole_loss, logp)
+            part_loss = agg(fn(logp[keep], old[keep], adv[keep], mask[keep], params, rollout[keep])[0] * weight[keep],
+                            mask[keep], **totals)
+            (part,) = torch.autograd.grad(part_loss, logp)
+            assert torch.allclose(part_loss, whole_loss, rtol=1e-6, atol=1e-7), (name, agg_name)
+            assert torch.allclose(part, whole, rtol=1e-6, atol=1e-7), (name, agg_name)
+            assert not part[~keep].ne(0).any()
 
 
 def test_zero_variance_fraction_hand_counted():

@@ -35,7 +35,7 @@ def test_report_renders_all_plots(tmp_path):
     out = write_report([run])
     page = out.read_text()
     assert out == run / "report.html"
-    for title in ("Reward", "Accuracy", "KL to reference", "Entropy", "Response length",
+    for title in ("Reward", "Accuracy", "KL to reference", "Entropy (of the samples trained on)", "Response length",
                   "Clip fraction", "Time per phase"):
         assert f'alt="{title}"' in page
     assert page.count("data:image/png;base64,") == 7   # plots without data are left out

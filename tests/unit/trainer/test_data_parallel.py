@@ -72,8 +72,8 @@ def _train(model_dir, dp: DataParallel) -> dict:
     actor = _actor(model_dir, dp)
     model = actor.model
     exp = _experience()
-    metrics, first = actor.update(exp, PLAN, kl_coef=0.0)
-    skips, _ = actor.update(exp, SKIPS, kl_coef=0.0)
+    metrics, first, _ = actor.update(exp, PLAN, kl_coef=0.0)
+    skips, _, _ = actor.update(exp, SKIPS, kl_coef=0.0)
     logprobs = actor.logprobs(exp.prompt_ids, exp.response_ids)  # a sharded forward, gathered
     out = {"weights": dp.full_state_dict(model), "optimizer": actor.state_dict()["optimizer"],
            "metrics": metrics, "skips": skips, "first": first, "logprobs": logprobs}

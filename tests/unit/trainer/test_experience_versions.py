@@ -46,3 +46,17 @@ def test_the_engine_trainer_gap_counts_only_tokens_sampled_with_the_trainers_wei
     # no version given: every token counts (as before versions existed)
     m = drift_metrics(exp, trainer, "k1")
     assert m["rollout/logprob_gap_mean"] == pytest.approx((0.5 + 0.5 + 0.1 + 0.3 + 1.0 + 2.0) / 6)
+
+
+def test_the_gap_counts_only_the_rows_the_update_ran():
+    # the actor skipped row 1 (no signal): its first forward holds no log-probs there (0.0), and
+    # the gap of the others is all there is; with no row run there is no gap to report
+    trajs = [_traj(0, [5, 5], 1.0), _traj(0, [5, 5], 1.0), _traj(1, [5], 0.0)]
+    maker = ExperienceMaker.from_config(AlgorithmConfig(), max_new_tokens=8, optimizer_steps_per_step=1)
+    exp, _ = maker(trajs, actor=None, reference=None, critic=None, kl_coef=0.0)
+    trainer = torch.tensor([[-1.2, -0.9], [0.0, 0.0], [-1.4, 0.0]])  # rollout: -1.0 everywhere
+    m = drift_metrics(exp, trainer, "k1", trainer_version=5, rows=torch.tensor([True, False, True]))
+    assert m["rollout/logprob_gap_mean"] == pytest.approx((0.2 + 0.1 + 0.4) / 3)
+    assert m["rollout/logprob_gap_max"] == pytest.approx(0.4)
+    m = drift_metrics(exp, trainer, "k1", trainer_version=5, rows=torch.tensor([False, False, False]))
+    assert "rollout/logprob_gap_mean" not in m

@@ -38,7 +38,7 @@ def _experience(actor: Actor, rollout_shift: float) -> Experience:
 def _updated(model_dir, correction: str, rollout_shift: float) -> tuple[dict, dict]:
     actor = _actor(model_dir, correction)
     exp = _experience(actor, rollout_shift)
-    metrics, _ = actor.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
+    metrics, _, _ = actor.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
     return {k: v.detach().clone() for k, v in actor.model.state_dict().items()}, metrics
 
 

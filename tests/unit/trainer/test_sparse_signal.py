@@ -7,10 +7,13 @@ The actor on the nano model, fed hand-built experience: the invariants of DESIGN
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
+from rlxf.algorithms import register
+from rlxf.algorithms.policy_losses import ppo_clip
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.train import OptimConfig
 from rlxf.models import load_model
@@ -37,10 +40,10 @@ def _experience(rows: int, advantage: float | None, seed: int = 0) -> Experience
 
 
 def _actor(model_dir, *, skip: bool = True, entropy_coef: float = 0.0, mini_batch_size: int | None = None,
-           max_grad_norm: float | None = 1.0) -> Actor:
+           max_grad_norm: float | None = 1.0, **algorithm) -> Actor:
     optim = OptimConfig(lr=1e-2, weight_decay=0.1, skip_zero_grad_steps=skip, max_grad_norm=max_grad_norm,
                         warmup_steps=3)
-    objective = PolicyObjective.from_config(AlgorithmConfig(entropy_coef=entropy_coef), max_new_tokens=8)
+    objective = PolicyObjective.from_config(AlgorithmConfig(entropy_coef=entropy_coef, **algorithm), max_new_tokens=8)
     return Actor(load_model(model_dir), objective, optim, total_steps=200, spec=SPEC,
                  mini_batch_size=mini_batch_size)
 
@@ -70,12 +73,12 @@ def test_hundred_steps_of_zero_advantages_leave_weights_and_optimizer_state_bit_
     actor = _actor(nano_model_dir)
     # one informative step first: AdamW's moments are non-zero, the case where stepping on zero
     # gradients would keep moving the weights
-    metrics, _ = actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
+    metrics, _, _ = actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
     assert metrics["no_signal"] == 0.0
     before = _snapshot(actor)
     zeros = _experience(4, 0.0, seed=1)
     for _ in range(100):
-        metrics, _ = actor.update(zeros, [[0, 1], [2, 3]], kl_coef=0.0)
+        metrics, _, _ = actor.update(zeros, [[0, 1], [2, 3]], kl_coef=0.0)
         assert metrics["no_signal"] == 1.0 and metrics["skipped"] == 0.0
         assert metrics["groups/zero_variance_frac"] == 1.0
     after = _snapshot(actor)
@@ -87,7 +90,7 @@ def test_without_the_skip_adamw_momentum_moves_the_weights_on_zero_gradients(nan
     actor = _actor(nano_model_dir, skip=False)
     actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
     weights, opt_state, _ = _snapshot(actor)
-    metrics, _ = actor.update(_experience(4, 0.0, seed=1), [[0, 1, 2, 3]], kl_coef=0.0)
+    metrics, _, _ = actor.update(_experience(4, 0.0, seed=1), [[0, 1, 2, 3]], kl_coef=0.0)
     assert metrics["no_signal"] == 0.0 and metrics["grad_norm"] == 0.0
     moved = [k for k, v in actor.model.state_dict().items() if not torch.equal(v, weights[k])]
     assert len(moved) == len(weights)
@@ -98,7 +101,7 @@ def test_without_the_skip_adamw_momentum_moves_the_weights_on_zero_gradients(nan
 def test_an_entropy_bonus_is_signal_even_with_zero_advantages(nano_model_dir):
     actor = _actor(nano_model_dir, entropy_coef=0.01)
     weights, _, _ = _snapshot(actor)
-    metrics, _ = actor.update(_experience(4, 0.0), [[0, 1, 2, 3]], kl_coef=0.0)
+    metrics, _, _ = actor.update(_experience(4, 0.0), [[0, 1, 2, 3]], kl_coef=0.0)
     assert metrics["no_signal"] == 0.0
     assert any(not torch.equal(v, weights[k]) for k, v in actor.model.state_dict().items())
 
@@ -109,8 +112,8 @@ def test_a_few_kept_samples_weigh_as_a_fraction_of_the_configured_batch(nano_mod
     exp = _experience(2, None, seed=3)
     kept = _actor(nano_model_dir, mini_batch_size=None, max_grad_norm=None)
     configured = _actor(nano_model_dir, mini_batch_size=8, max_grad_norm=None)
-    m_kept, _ = kept.update(exp, [[0, 1]], kl_coef=0.0)
-    m_conf, _ = configured.update(exp, [[0, 1]], kl_coef=0.0)
+    m_kept, _, _ = kept.update(exp, [[0, 1]], kl_coef=0.0)
+    m_conf, _, _ = configured.update(exp, [[0, 1]], kl_coef=0.0)
     assert m_kept["batch_fraction"] == 1.0 and m_conf["batch_fraction"] == 0.25
     assert m_conf["grad_norm"] == pytest.approx(0.25 * m_kept["grad_norm"], rel=1e-5)
     assert m_conf["policy/loss"] == pytest.approx(m_kept["policy/loss"], rel=1e-6)  # metrics: unscaled
@@ -123,6 +126,77 @@ def test_a_full_mini_batch_is_not_scaled(nano_model_dir):
     plain.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
     configured.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
     _assert_same(plain.model.state_dict(), configured.model.state_dict())
+
+
+def _gradients_stepped_on(actor: Actor) -> list[dict[str, torch.Tensor]]:
+    """The gradient of each optimizer step the actor takes from now on, as the step sees it."""
+    seen: list[dict[str, torch.Tensor]] = []
+    step = actor._optimizer_step
+
+    def spy(finite: bool):
+        seen.append({n: p.grad.clone() for n, p in actor.model.named_parameters() if p.grad is not None})
+        return step(finite)
+
+    actor._optimizer_step = spy
+    return seen
+
+
+@pytest.fixture
+def every_row_loss() -> str:
+    """ppo_clip itself, registered without the declaration that a zero-advantage row adds
+    nothing: the actor runs every row of it, as it did before rows were skipped."""
+    register("policy_loss", "ppo_clip_every_row_for_tests")(ppo_clip)
+    return "ppo_clip_every_row_for_tests"
+
+
+def test_rows_without_signal_are_not_run_and_the_step_is_the_full_batchs(nano_model_dir, every_row_loss):
+    exp = _experience(4, None, seed=5)
+    exp.advantages[[1, 3]] = 0.0   # rows 1 and 3 carry no signal (a group whose rewards agreed)
+    skipping = _actor(nano_model_dir, max_grad_norm=None)
+    every_row = _actor(nano_model_dir, max_grad_norm=None, policy_loss=every_row_loss)
+    assert not skipping.objective.zero_advantage_rows and every_row.objective.zero_advantage_rows
+    g_skip, g_all = _gradients_stepped_on(skipping), _gradients_stepped_on(every_row)
+    m_skip, first_skip, ran_skip = skipping.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
+    m_all, first_all, ran_all = every_row.update(exp, [[0, 1, 2, 3]], kl_coef=0.0)
+    assert ran_skip.tolist() == [True, False, True, False] and ran_all.all()
+    assert m_skip["rows_run_frac"] == 0.5 and m_all["rows_run_frac"] == 1.0
+    # the same gradient: the skipped rows' share is exactly 0, so only the rounding of the
+    # batch's matmuls differs
+    assert m_skip["policy/loss"] == pytest.approx(m_all["policy/loss"], rel=1e-6)
+    assert m_skip["grad_norm"] == pytest.approx(m_all["grad_norm"], rel=1e-5)
+    assert g_skip[0].keys() == g_all[0].keys()
+    for k, g in g_skip[0].items():
+        torch.testing.assert_close(g, g_all[0][k], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(first_skip[[0, 2]], first_all[[0, 2]], rtol=1e-6, atol=1e-6)
+    assert not first_skip[[1, 3]].any()
+    # the metrics describe the rows that ran: the entropy of rows 0 and 2 alone
+    alone = _actor(nano_model_dir, max_grad_norm=None, policy_loss=every_row_loss)
+    m_alone, _, _ = alone.update(exp.select([0, 2]), [[0, 1]], kl_coef=0.0)
+    assert m_skip["entropy"] == pytest.approx(m_alone["entropy"], rel=1e-6)
+
+
+@pytest.mark.parametrize("setting", [dict(entropy_coef=0.01), dict(kl_coef=0.1, kl_mode="loss"), dict(skip=False),
+                                     dict(policy_loss="ppo_clip_every_row_for_tests")])
+def test_every_row_runs_when_a_zero_advantage_row_can_move_the_model(nano_model_dir, every_row_loss, setting):
+    """An entropy bonus or a KL term pulls on every row; a plugin loss that does not declare
+    otherwise may; and ``skip_zero_grad_steps: false`` keeps the old step on zero gradients."""
+    exp = _experience(4, None, seed=6)
+    exp.advantages[[0, 1]] = 0.0
+    if "kl_coef" in setting:
+        exp = replace(exp, ref_logprobs=torch.zeros_like(exp.mask) - 1.0)
+    metrics, _, ran = _actor(nano_model_dir, **setting).update(exp, [[0, 1, 2, 3]], kl_coef=0.1)
+    assert ran.all() and metrics["rows_run_frac"] == 1.0
+
+
+def test_a_mini_batch_without_signal_runs_no_row_and_changes_nothing(nano_model_dir):
+    actor = _actor(nano_model_dir)
+    actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
+    before = _snapshot(actor)
+    exp = _experience(4, None, seed=7)
+    exp.advantages[[0, 1]] = 0.0
+    metrics, _, ran = actor.update(exp, [[0, 1], [2, 3]], kl_coef=0.0)
+    assert ran.tolist() == [False, False, True, True]
+    assert metrics["no_signal"] == 0.5 and metrics["rows_run_frac"] == 0.5
 
 
 def test_actor_rejects_a_mini_batch_size_below_one(nano_model_dir):
