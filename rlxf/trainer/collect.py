@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -174,7 +175,7 @@ def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]:
-    """Response lengths and throughput of the step (so far)."""
+    """Response lengths, how alike the responses are, and throughput of the step (so far)."""
     if not trajs:
         return {}
     lengths = [len(t.response_ids) for t in trajs]
@@ -182,7 +183,12 @@ def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]
     total_tokens = response_tokens + sum(len(t.prompt.prompt_ids) for t in trajs)
     elapsed = time.perf_counter() - timer.start
     rollout_s = timer.seconds.get("rollout", 0.0)
-    return {
+    out = {}
+    if len({t.prompt.uid for t in trajs}) > 1:
+        # the share of the step's samples, over its different prompts, that are one response:
+        # near 1 when the policy answers every question the same way (trainer.diagnostics)
+        out["response/same_frac"] = Counter(tuple(t.response_ids) for t in trajs).most_common(1)[0][1] / len(trajs)
+    return out | {
         "response/length_mean": response_tokens / len(trajs),
         "response/length_max": float(max(lengths)),
         "response/truncated_frac": sum(t.finish_reason == "length" for t in trajs) / len(trajs),

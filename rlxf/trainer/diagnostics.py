@@ -11,11 +11,13 @@ once per run (per eval source for the accuracy check), so a long run does not dr
 - **engine/trainer gap**: the engine's sampling log-probs and the trainer's log π_old of the
   same tokens disagree (bf16 vs fp32, a temperature mismatch, a missed weight sync);
 - **clipping**: a large fraction of tokens hit the PPO clip (steps too large for the trust region);
+- **one answer to every question**: most of a step's samples, over its different prompts, are
+  the same response (the policy learned which answer is most often right, not the task);
 - **forgetting / not learning**: held-out accuracy stayed below its first value for several evals.
 
 The metric names are the loop's (``rlxf.trainer``): ``groups/zero_variance_frac`` (the
 actor), ``sampling/kept_frac`` (dynamic sampling), ``rollout/logprob_gap_mean``,
-``policy/clipfrac_*`` and ``eval/accuracy`` or ``eval/<source>/accuracy``.
+``policy/clipfrac_*``, ``response/same_frac`` and ``eval/accuracy`` or ``eval/<source>/accuracy``.
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ class DiagnosticThresholds:
     clip_frac: float = 0.2            # fraction of tokens clipped (low + high + dual)
     patience: int = 3                 # consecutive steps over the gap / clip thresholds
     eval_patience: int = 3            # consecutive evals below the first one
+    same_response_frac: float = 0.5   # mean share of samples that are one response, over `window` steps
 
     def __post_init__(self) -> None:
         for name in ("window", "patience", "eval_patience"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DiagnosticThresholds.{name} must be >= 1, got {getattr(self, name)!r}")
-        if not 0 < self.zero_variance_frac <= 1:
-            raise ValueError(f"DiagnosticThresholds.zero_variance_frac must be in (0, 1], "
-                             f"got {self.zero_variance_frac!r}")
+        for name in ("zero_variance_frac", "same_response_frac"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"DiagnosticThresholds.{name} must be in (0, 1], got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -53,17 +56,20 @@ class Diagnostics:
     thresholds: DiagnosticThresholds = field(default_factory=DiagnosticThresholds)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("rlxf"))
     _zero_var: deque = field(init=False, repr=False)
+    _same: deque = field(init=False, repr=False)
     _streaks: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _eval_start: dict[str, float] = field(init=False, repr=False, default_factory=dict)
     _warned: set[str] = field(init=False, repr=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self._zero_var = deque(maxlen=self.thresholds.window)
+        self._same = deque(maxlen=self.thresholds.window)
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> list[str]:
         """Read one step's metrics; log and return the warnings issued now (usually none)."""
         issued = [msg for msg in (self._no_signal(step, metrics), self._gap(step, metrics),
-                                  self._clipping(step, metrics), *self._evals(step, metrics)) if msg]
+                                  self._clipping(step, metrics), self._one_answer(step, metrics),
+                                  *self._evals(step, metrics)) if msg]
         for msg in issued:
             self.logger.warning(msg)
         return issued
@@ -123,6 +129,23 @@ class Diagnostics:
             f"step {step}: {frac:.0%} of tokens hit the PPO clip ({' + '.join(sorted(keys))}) for "
             f"{t.patience} steps: each update moves the policy further than the trust region allows. "
             f"Lower train.optim.lr, use fewer train.ppo_epochs or a larger train.mini_batch_size."))
+
+    def _one_answer(self, step: int, m: Mapping[str, float]) -> str | None:
+        if "response/same_frac" not in m:
+            return None
+        self._same.append(m["response/same_frac"])
+        t = self.thresholds
+        mean = sum(self._same) / len(self._same)
+        if len(self._same) < t.window or mean < t.same_response_frac:
+            return None
+        return self._once("one_answer", (
+            f"step {step}: over the last {t.window} steps {mean:.0%} of the samples, over different "
+            f"prompts, were one and the same response (response/same_frac): the policy gives one "
+            f"answer to most questions. That is what RL learns from a model that knows which answer "
+            f"is most often right but not the task: the common answer earns reward wherever it "
+            f"happens to be right, and is reinforced everywhere. Check samples.jsonl; start from a "
+            f"model right more often than the most common answer is (SFT longer), or add "
+            f"algorithm.kl_coef to stay near the start."))
 
     def _evals(self, step: int, m: Mapping[str, float]) -> list[str | None]:
         out = []

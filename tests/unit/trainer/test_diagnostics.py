@@ -10,7 +10,7 @@ import pytest
 from rlxf.trainer.diagnostics import Diagnostics, DiagnosticThresholds
 
 HEALTHY = {"groups/zero_variance_frac": 0.3, "rollout/logprob_gap_mean": 1e-6,
-           "policy/clipfrac_low": 0.01, "policy/clipfrac_high": 0.02}
+           "policy/clipfrac_low": 0.01, "policy/clipfrac_high": 0.02, "response/same_frac": 0.3}
 
 
 def _feed(d: Diagnostics, rows: list[dict]) -> list[tuple[int, str]]:
@@ -95,7 +95,8 @@ def test_steps_without_the_metrics_are_ignored():
 
 
 @pytest.mark.parametrize(("field", "value"), [("window", 0), ("patience", 0), ("eval_patience", 0),
-                                              ("zero_variance_frac", 0.0), ("zero_variance_frac", 1.5)])
+                                              ("zero_variance_frac", 0.0), ("zero_variance_frac", 1.5),
+                                              ("same_response_frac", 0.0)])
 def test_thresholds_reject_impossible_values(field, value):
     with pytest.raises(ValueError, match=f"DiagnosticThresholds.{field}"):
         DiagnosticThresholds(**{field: value})
@@ -106,8 +107,36 @@ def test_every_warning_names_the_settings_to_change():
     import re
 
     d = Diagnostics(DiagnosticThresholds(window=1, patience=1, eval_patience=1))
-    bad = {"groups/zero_variance_frac": 1.0, "rollout/logprob_gap_mean": 0.5, "policy/clipfrac_low": 0.9}
+    bad = {"groups/zero_variance_frac": 1.0, "rollout/logprob_gap_mean": 0.5, "policy/clipfrac_low": 0.9,
+           "response/same_frac": 1.0}
     issued = d.observe(1, bad | {"eval/accuracy": 0.5}) + d.observe(2, bad | {"eval/accuracy": 0.1})
-    assert len(issued) == 4
+    assert len(issued) == 5
     for msg in issued:
         assert re.search(r"\b(?:train|algorithm|rollout|data)\.[a-z_]+", msg), msg
+
+
+def test_one_answer_to_every_question_warns_once_after_a_full_window():
+    """GRPO on family_relationships from a model at the most common answer's share ended with
+    "son" as all 128 samples of each step (benchmarks/README.md): same_frac rose from 0.2 to 1."""
+    d = Diagnostics(DiagnosticThresholds(window=4))
+    rows = [HEALTHY | {"response/same_frac": f} for f in (0.2, 0.6, 0.7, 0.3, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0)]
+    issued = _feed(d, rows)
+    # windows: (0.2, 0.6, 0.7, 0.3) = 0.45, (0.6, 0.7, 0.3, 0.8) = 0.60: the first over 0.5
+    assert [step for step, _ in issued] == [5] and "60% of the samples" in issued[0][1]
+
+
+def test_same_frac_counts_one_response_over_the_steps_prompts():
+    from rlxf.trainer.collect import step_metrics
+    from rlxf.trainer.timer import PhaseTimer
+    from rlxf.types import Prompt, Trajectory
+
+    def traj(uid: str, response: list[int]) -> Trajectory:
+        return Trajectory(prompt=Prompt(uid=uid, prompt_ids=[1], prompt_text="q"), group=0, response_ids=response,
+                          response_text="", rollout_logprobs=[0.0] * len(response), loss_mask=[1] * len(response),
+                          policy_versions=[0] * len(response), finish_reason="stop", reward=0.0)
+
+    # 3 of 5 samples, over two prompts, are the response [7, 2]
+    trajs = [traj("a", [7, 2]), traj("a", [7, 2]), traj("a", [5]), traj("b", [7, 2]), traj("b", [7])]
+    assert step_metrics(trajs, PhaseTimer())["response/same_frac"] == pytest.approx(3 / 5)
+    # one prompt: its samples agreeing is a sharp policy, not one answer to every question
+    assert "response/same_frac" not in step_metrics(trajs[:3], PhaseTimer())
