@@ -117,7 +117,7 @@ def test_every_warning_names_the_settings_to_change():
 
 def test_one_answer_to_every_question_warns_once_after_a_full_window():
     """GRPO on family_relationships from a model at the most common answer's share ended with
-    "son" as all 128 samples of each step (benchmarks/README.md): same_frac rose from 0.2 to 1."""
+    "son" as 99% of its samples (docs/algorithms.md): same_frac rising towards 1."""
     d = Diagnostics(DiagnosticThresholds(window=4))
     rows = [HEALTHY | {"response/same_frac": f} for f in (0.2, 0.6, 0.7, 0.3, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0)]
     issued = _feed(d, rows)
