@@ -11,7 +11,7 @@ runs' losses and weights ended apart (rounding only: the gradients are the same)
     python benchmarks/signal_rows.py --efficacy-out runs/efficacy --tasks gcd leg_counting --steps 60
     python benchmarks/signal_rows.py --model <dir> --tasks gcd --steps 60   # any model, e.g. a trained one
 
-``--efficacy-out`` reuses (or builds) ``efficacy.py``'s SFT start model of each task.
+``--efficacy-out`` reuses ``efficacy.py``'s SFT start model of each task (or builds one).
 """
 
 from __future__ import annotations
@@ -70,9 +70,12 @@ def main() -> None:
           f"{'train s skip':>12} {'every row':>9} {'ratio':>6}  max |Δ loss|  max |Δ weight|")
     for task in args.tasks:
         model = args.model
-        if model is None:
+        marker = args.efficacy_out / task / "start.json"
+        if model is None and marker.exists():   # whatever start efficacy.py built last
+            model = Path(json.loads(marker.read_text())["model"])
+        elif model is None:
             build = argparse.Namespace(seed=args.seed, eval_problems=300, sft_eval_every=50, sft_max_steps=1500,
-                                       start_eval_problems=200, start_min=0.10)
+                                       start_eval_problems=200, start_min=0.10, start_margin=0.10)
             model, _ = build_start(task, args.efficacy_out / task, build)
         times: dict[str, dict[str, list[float]]] = {side: {"step": [], "train": []} for side in SIDES}
         last: dict[str, tuple[list[dict], dict]] = {}
@@ -85,7 +88,9 @@ def main() -> None:
         (skip_rows, skip_w), (all_rows, all_w) = last["skip"], last["every row"]
         run_frac = statistics.mean(r["rows_run_frac"] for r in skip_rows)
         med = {side: {k: statistics.median(v) for k, v in t.items()} for side, t in times.items()}
-        d_loss = max(abs(a["policy/loss"] - b["policy/loss"]) for a, b in zip(skip_rows, all_rows))
+        # a step whose samples all lacked signal ran no row on the skipping side: no loss to compare
+        d_loss = max((abs(a["policy/loss"] - b["policy/loss"]) for a, b in zip(skip_rows, all_rows)
+                      if "policy/loss" in a), default=0.0)
         d_w = max(float((skip_w[k] - all_w[k]).abs().max()) for k in skip_w)
         s, e = med["skip"], med["every row"]
         print(f"{task:<18} {run_frac:>8.2f} {s['step']:>11.3f} {e['step']:>9.3f} {e['step'] / s['step']:>5.2f}x "

@@ -312,9 +312,10 @@ class Actor(_Trainable):
         ran = 0
         for m, all_rows in enumerate(mini_batches):
             # totals of the whole mini-batch, on every rank: each rank's loss is its share of it
-            num_tokens, num_seqs = loss_totals(exp.select(all_rows).mask)
+            num_tokens, num_seqs = loss_totals(exp.mask[all_rows])
             rows = self._rows_to_run(exp, all_rows)
             mini = exp.select(rows)
+            # the metrics describe the rows that run: their own totals when some were skipped
             run = {} if len(rows) == len(all_rows) else dict(zip(("run_tokens", "run_seqs"), loss_totals(mini.mask)))
             totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(all_rows)), **run)
             mine = list(self.dp.share(len(rows)))
