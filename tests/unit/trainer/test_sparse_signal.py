@@ -188,15 +188,16 @@ def test_every_row_runs_when_a_zero_advantage_row_can_move_the_model(nano_model_
     assert ran.all() and metrics["rows_run_frac"] == 1.0
 
 
-def test_a_mini_batch_without_signal_runs_no_row_and_changes_nothing(nano_model_dir):
+def test_a_mini_batch_without_signal_runs_no_row_and_takes_no_step(nano_model_dir):
     actor = _actor(nano_model_dir)
     actor.update(_experience(4, None), [[0, 1, 2, 3]], kl_coef=0.0)
-    before = _snapshot(actor)
     exp = _experience(4, None, seed=7)
     exp.advantages[[0, 1]] = 0.0
+    steps = actor.scheduler.state_dict()["last_epoch"]
     metrics, _, ran = actor.update(exp, [[0, 1], [2, 3]], kl_coef=0.0)
     assert ran.tolist() == [False, False, True, True]
     assert metrics["no_signal"] == 0.5 and metrics["rows_run_frac"] == 0.5
+    assert actor.scheduler.state_dict()["last_epoch"] == steps + 1   # the second mini-batch's step only
 
 
 def test_actor_rejects_a_mini_batch_size_below_one(nano_model_dir):
