@@ -80,6 +80,11 @@ class Diagnostics:
         self._warned.add(key)
         return message
 
+    def _window_mean(self, window: deque, value: float) -> float | None:
+        """Append ``value``; the mean of the window once it is full, else None."""
+        window.append(value)
+        return sum(window) / len(window) if len(window) == window.maxlen else None
+
     def _streak(self, key: str, over: bool) -> int:
         self._streaks[key] = self._streaks.get(key, 0) + 1 if over else 0
         return self._streaks[key]
@@ -91,10 +96,9 @@ class Diagnostics:
             fracs.append(1.0 - m["sampling/kept_frac"])
         if not fracs:
             return None
-        self._zero_var.append(max(fracs))
         t = self.thresholds
-        mean = sum(self._zero_var) / len(self._zero_var)
-        if len(self._zero_var) < t.window or mean < t.zero_variance_frac:
+        mean = self._window_mean(self._zero_var, max(fracs))
+        if mean is None or mean < t.zero_variance_frac:
             return None
         return self._once("no_signal", (
             f"step {step}: over the last {t.window} steps {mean:.0%} of groups had equal rewards for "
@@ -133,10 +137,9 @@ class Diagnostics:
     def _one_answer(self, step: int, m: Mapping[str, float]) -> str | None:
         if "response/same_frac" not in m:
             return None
-        self._same.append(m["response/same_frac"])
         t = self.thresholds
-        mean = sum(self._same) / len(self._same)
-        if len(self._same) < t.window or mean < t.same_response_frac:
+        mean = self._window_mean(self._same, m["response/same_frac"])
+        if mean is None or mean < t.same_response_frac:
             return None
         return self._once("one_answer", (
             f"step {step}: over the last {t.window} steps {mean:.0%} of the samples, over different "
