@@ -38,7 +38,7 @@ class DiagnosticThresholds:
     clip_frac: float = 0.2            # fraction of tokens clipped (low + high + dual)
     patience: int = 3                 # consecutive steps over the gap / clip thresholds
     eval_patience: int = 3            # consecutive evals below the first one
-    same_response_frac: float = 0.5   # mean share of samples that are one response, over `window` steps
+    same_response_frac: float = 0.75  # mean share of samples that are one response, over `window` steps
 
     def __post_init__(self) -> None:
         for name in ("window", "patience", "eval_patience"):

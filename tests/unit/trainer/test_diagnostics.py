@@ -119,10 +119,11 @@ def test_one_answer_to_every_question_warns_once_after_a_full_window():
     """GRPO on family_relationships from a model at the most common answer's share ended with
     "son" as 99% of its samples (docs/algorithms.md): same_frac rising towards 1."""
     d = Diagnostics(DiagnosticThresholds(window=4))
-    rows = [HEALTHY | {"response/same_frac": f} for f in (0.2, 0.6, 0.7, 0.3, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0)]
+    rows = [HEALTHY | {"response/same_frac": f} for f in (0.5, 0.7, 0.7, 0.6, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0)]
     issued = _feed(d, rows)
-    # windows: (0.2, 0.6, 0.7, 0.3) = 0.45, (0.6, 0.7, 0.3, 0.8) = 0.60: the first over 0.5
-    assert [step for step, _ in issued] == [5] and "60% of the samples" in issued[0][1]
+    # windows: 0.625, 0.725, 0.8 (steps 3-6): the first at 0.75 or more; gcd's start, whose
+    # samples were half "2" (the right answer to 30% of its problems), stays below
+    assert [step for step, _ in issued] == [6] and "80% of the samples" in issued[0][1]
 
 
 def test_same_frac_counts_one_response_over_the_steps_prompts():
