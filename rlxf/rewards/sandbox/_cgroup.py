@@ -19,6 +19,13 @@ class CgroupUnavailable(OSError):
     """No usable control groups here (the message says why)."""
 
 
+def base_name() -> str:
+    """A server's base group name: never the pid alone. A base group a killed server left
+    behind keeps its name, and a later server given the same pid found it taken (EEXIST) and
+    ran without control groups: memory hoarded in memfds and shared memory went unbounded."""
+    return f"rlxf-sandbox-{os.getpid()}-{os.urandom(4).hex()}"
+
+
 def _own_groups() -> dict[str, str]:
     """Controller (or "" for v2) -> this process's group path, from /proc/self/cgroup."""
     groups = {}
@@ -64,14 +71,25 @@ class Cgroups:
             return
         except OSError as e:
             errors.append(f"v2: {e}")
-            self.close()
+            self._undo()
         try:
             self._open_v1(mounts, own)
             self.kind = "v1"
         except OSError as e:
             errors.append(f"v1: {e}")
-            self.close()
+            self._undo()
             raise CgroupUnavailable("; ".join(errors)) from None
+
+    def _undo(self) -> None:
+        """Remove the base groups a failed open made (nothing runs in them yet), so none is left
+        behind under a name a later server could be given."""
+        for path in reversed(self.paths):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+        self.paths.clear()
+        self.close()
 
     def _open_v2(self, mounts: dict[str, str], own: dict[str, str]) -> None:
         if "" not in mounts or "" not in own:

@@ -685,7 +685,7 @@ def main() -> int:
     with open(os.path.join(here, "_runner.py")) as f:
         runner = f.read()
     sys.path.insert(0, here)
-    from _cgroup import Cgroups, CgroupUnavailable  # noqa: PLC0415 - our sibling, found via `here`
+    from _cgroup import Cgroups, CgroupUnavailable, base_name  # noqa: PLC0415 - our sibling, found via `here`
 
     for name in init.get("preload", []):
         try:
@@ -695,7 +695,7 @@ def main() -> int:
     paths = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
     cgroups = None
     try:  # before pivot_root: /sys is not in the minimal root
-        cgroups = Cgroups(f"rlxf-sandbox-{os.getpid()}")
+        cgroups = Cgroups(base_name())
         limits = [cgroups.description]
     except CgroupUnavailable as e:
         limits = [f"NO control groups ({e}): rlimits per process; CPU counted over every exited process; "
