@@ -316,8 +316,8 @@ class Actor(_Trainable):
             rows = self._rows_to_run(exp, all_rows)
             mini = exp.select(rows)
             # the metrics describe the rows that run: their own totals when some were skipped
-            run = {} if len(rows) == len(all_rows) else dict(zip(("run_tokens", "run_seqs"), loss_totals(mini.mask)))
-            totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(all_rows)), **run)
+            run_tokens, run_seqs = loss_totals(mini.mask) if len(rows) < len(all_rows) else (None, None)
+            totals = Totals(num_tokens, num_seqs, self._batch_fraction(len(all_rows)), run_tokens, run_seqs)
             mine = list(self.dp.share(len(rows)))
             finite, passes = True, 0
             for idx in micro_batches(len(mine), self.spec.micro_batch_size):

@@ -73,12 +73,16 @@ def test_a_zero_advantage_row_adds_nothing_to_a_loss_that_says_so(b, t, seed, sp
         for agg_name in names("loss_agg"):
             agg = registry.get("loss_agg", agg_name)
             totals = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm=5)
-            whole_loss = agg(fn(logp, old, adv, mask, params, rollout)[0] * weight, mask, **totals)
+            token_loss = fn(logp, old, adv, mask, params, rollout)[0] * weight
+            whole_loss = agg(token_loss, mask, **totals)
             (whole,) = torch.autograd.grad(whole_loss, logp)
             part_loss = agg(fn(logp[keep], old[keep], adv[keep], mask[keep], params, rollout[keep])[0] * weight[keep],
                             mask[keep], **totals)
             (part,) = torch.autograd.grad(part_loss, logp)
-            assert torch.allclose(part_loss, whole_loss, rtol=1e-6, atol=1e-7), (name, agg_name)
+            # the two sums add the same non-zero terms in another order: equal to fp32 rounding of
+            # the terms' size (ratios far from 1 make terms of 1e5 that may nearly cancel)
+            scale = float(token_loss.detach().abs().sum())
+            assert abs(float(part_loss) - float(whole_loss)) <= 1e-6 * scale + 1e-7, (name, agg_name)
             assert torch.allclose(part, whole, rtol=1e-6, atol=1e-7), (name, agg_name)
             assert not part[~keep].ne(0).any()
 
