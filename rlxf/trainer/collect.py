@@ -175,7 +175,8 @@ def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]:
-    """Response lengths, how alike the responses are, and throughput of the step (so far)."""
+    """Response lengths, how alike the responses are (over prompts and within groups), and
+    throughput of the step (so far)."""
     if not trajs:
         return {}
     lengths = [len(t.response_ids) for t in trajs]
@@ -188,6 +189,15 @@ def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]
         # the share of the step's samples, over its different prompts, that are one response:
         # near 1 when the policy answers every question the same way (trainer.diagnostics)
         out["response/same_frac"] = Counter(tuple(t.response_ids) for t in trajs).most_common(1)[0][1] / len(trajs)
+    # the share of groups whose samples are all one response: a policy that has become
+    # deterministic on its prompts, so there is nothing left to compare (trainer.diagnostics)
+    responses: dict[int, set[tuple[int, ...]]] = {}
+    sizes = Counter(t.group for t in trajs)
+    for t in trajs:
+        responses.setdefault(t.group, set()).add(tuple(t.response_ids))
+    groups = [g for g, size in sizes.items() if size > 1]
+    if groups:
+        out["groups/identical_frac"] = sum(len(responses[g]) == 1 for g in groups) / len(groups)
     return out | {
         "response/length_mean": response_tokens / len(trajs),
         "response/length_max": float(max(lengths)),

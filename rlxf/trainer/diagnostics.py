@@ -7,7 +7,9 @@
 Each check looks at a few steps, not one (a single bad batch is noise), and fires at most
 once per run (per eval source for the accuracy check), so a long run does not drown its log:
 
-- **no signal**: most groups had equal rewards (every advantage 0) over the last steps;
+- **no signal**: most groups had equal rewards (every advantage 0) over the last steps; when
+  most of those groups are one response sampled n times, the warning says the policy has
+  become deterministic (it sharpened faster than it learned) instead of that the task is too hard;
 - **engine/trainer gap**: the engine's sampling log-probs and the trainer's log π_old of the
   same tokens disagree (bf16 vs fp32, a temperature mismatch, a missed weight sync);
 - **clipping**: a large fraction of tokens hit the PPO clip (steps too large for the trust region);
@@ -16,7 +18,7 @@ once per run (per eval source for the accuracy check), so a long run does not dr
 - **forgetting / not learning**: held-out accuracy stayed below its first value for several evals.
 
 The metric names are the loop's (``rlxf.trainer``): ``groups/zero_variance_frac`` (the
-actor), ``sampling/kept_frac`` (dynamic sampling), ``rollout/logprob_gap_mean``,
+actor), ``groups/identical_frac``, ``sampling/kept_frac`` (dynamic sampling), ``rollout/logprob_gap_mean``,
 ``policy/clipfrac_*``, ``response/same_frac`` and ``eval/accuracy`` or ``eval/<source>/accuracy``.
 """
 
@@ -57,6 +59,7 @@ class Diagnostics:
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("rlxf"))
     _zero_var: deque = field(init=False, repr=False)
     _same: deque = field(init=False, repr=False)
+    _identical: deque = field(init=False, repr=False)
     _streaks: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _eval_start: dict[str, float] = field(init=False, repr=False, default_factory=dict)
     _warned: set[str] = field(init=False, repr=False, default_factory=set)
@@ -64,6 +67,7 @@ class Diagnostics:
     def __post_init__(self) -> None:
         self._zero_var = deque(maxlen=self.thresholds.window)
         self._same = deque(maxlen=self.thresholds.window)
+        self._identical = deque(maxlen=self.thresholds.window)
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> list[str]:
         """Read one step's metrics; log and return the warnings issued now (usually none)."""
@@ -98,8 +102,20 @@ class Diagnostics:
             return None
         t = self.thresholds
         mean = self._window_mean(self._zero_var, max(fracs))
+        identical = (self._window_mean(self._identical, m["groups/identical_frac"])
+                     if "groups/identical_frac" in m else None)
         if mean is None or mean < t.zero_variance_frac:
             return None
+        if identical is not None and identical >= mean / 2:
+            # most groups without signal are one response n times: not a task too hard, a policy
+            # that stopped exploring (efficacy.py's number_sequence at lr auto, benchmarks/README.md)
+            return self._once("deterministic", (
+                f"step {step}: over the last {t.window} steps {mean:.0%} of groups had equal rewards "
+                f"for every sample, and {identical:.0%} sampled one and the same response every time "
+                f"(groups/identical_frac): the policy has become deterministic on its prompts, so "
+                f"sampling explores nothing and RL has stopped learning. It sharpened faster than it "
+                f"learned: lower train.optim.lr, raise train.prompts_per_step (each step averages "
+                f"more prompts), or add algorithm.kl_coef to stay near the start."))
         return self._once("no_signal", (
             f"step {step}: over the last {t.window} steps {mean:.0%} of groups had equal rewards for "
             f"every sample (zero advantage, nothing to learn from). The task is too hard (or too easy) "

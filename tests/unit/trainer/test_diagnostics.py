@@ -126,18 +126,48 @@ def test_one_answer_to_every_question_warns_once_after_a_full_window():
     assert [step for step, _ in issued] == [6] and "80% of the samples" in issued[0][1]
 
 
+def _traj(uid: str, response: list[int], group: int = 0):
+    from rlxf.types import Prompt, Trajectory
+
+    return Trajectory(prompt=Prompt(uid=uid, prompt_ids=[1], prompt_text="q"), group=group, response_ids=response,
+                      response_text="", rollout_logprobs=[0.0] * len(response), loss_mask=[1] * len(response),
+                      policy_versions=[0] * len(response), finish_reason="stop", reward=0.0)
+
+
 def test_same_frac_counts_one_response_over_the_steps_prompts():
     from rlxf.trainer.collect import step_metrics
     from rlxf.trainer.timer import PhaseTimer
-    from rlxf.types import Prompt, Trajectory
-
-    def traj(uid: str, response: list[int]) -> Trajectory:
-        return Trajectory(prompt=Prompt(uid=uid, prompt_ids=[1], prompt_text="q"), group=0, response_ids=response,
-                          response_text="", rollout_logprobs=[0.0] * len(response), loss_mask=[1] * len(response),
-                          policy_versions=[0] * len(response), finish_reason="stop", reward=0.0)
 
     # 3 of 5 samples, over two prompts, are the response [7, 2]
-    trajs = [traj("a", [7, 2]), traj("a", [7, 2]), traj("a", [5]), traj("b", [7, 2]), traj("b", [7])]
+    trajs = [_traj("a", [7, 2]), _traj("a", [7, 2]), _traj("a", [5]), _traj("b", [7, 2]), _traj("b", [7])]
     assert step_metrics(trajs, PhaseTimer())["response/same_frac"] == pytest.approx(3 / 5)
     # one prompt: its samples agreeing is a sharp policy, not one answer to every question
     assert "response/same_frac" not in step_metrics(trajs[:3], PhaseTimer())
+
+
+def test_identical_frac_counts_the_groups_that_sampled_one_response():
+    from rlxf.trainer.collect import step_metrics
+    from rlxf.trainer.timer import PhaseTimer
+
+    trajs = [_traj("a", [7, 2], 0), _traj("a", [7, 2], 0), _traj("a", [7, 2], 0),   # one response three times
+             _traj("b", [7, 2], 1), _traj("b", [7], 1),                              # two responses
+             _traj("c", [4], 2), _traj("c", [4], 2),                                 # one response twice
+             _traj("d", [4], 3)]                                                     # a group of one: not counted
+    assert step_metrics(trajs, PhaseTimer())["groups/identical_frac"] == pytest.approx(2 / 3)
+    assert "groups/identical_frac" not in step_metrics(trajs[-1:], PhaseTimer())
+
+
+def test_no_signal_tells_a_deterministic_policy_from_a_task_too_hard():
+    """Zero-variance groups are either a task the policy never (or always) solves, whose samples
+    differ, or a policy that samples one response n times: GRPO at lr auto on efficacy's
+    number_sequence (benchmarks/README.md). The advice differs, so does the warning."""
+    rows = [HEALTHY | {"groups/zero_variance_frac": 0.9, "groups/identical_frac": f} for f in (0.2, 0.2, 0.9, 0.9)]
+    hard = _feed(Diagnostics(DiagnosticThresholds(window=2)), rows[:2])
+    assert len(hard) == 1 and "too hard" in hard[0][1] and "deterministic" not in hard[0][1]
+    # the window's mean identical share, 0.55, is at least half of its zero-variance share, 0.9
+    sharp = _feed(Diagnostics(DiagnosticThresholds(window=2)), rows[1:3])
+    assert len(sharp) == 1 and "deterministic" in sharp[0][1] and "train.optim.lr" in sharp[0][1]
+    assert "55% sampled one and the same response" in sharp[0][1]
+    # a run that starts too hard and later collapses gets both, each once
+    both = _feed(Diagnostics(DiagnosticThresholds(window=2)), rows + rows)
+    assert [("deterministic" in msg) for _, msg in both] == [False, True]
