@@ -3,7 +3,7 @@
 For each reasoning-gym dataset (small options, short answers, so a 3.4M-parameter model on two
 CPU cores can learn it partly):
 
-1. build the ``tiny`` preset model (``rlxf init-model``);
+1. build the ``tiny`` preset model (``rlxf init-model``; ``--preset`` for another size);
 2. SFT it on the task's question/answer pairs (``rlxf sft``, the quickstart's SFT settings),
    evaluating the held-out split every ``--sft-eval-every`` steps with a checkpoint each time;
    the start model is the first checkpoint that is "sometimes right" (held-out accuracy at
@@ -174,6 +174,9 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
     marker = out / "start.json"
     if marker.exists():
         found = json.loads(marker.read_text())
+        if found.get("preset", "tiny") != args.preset:
+            raise SystemExit(f"{marker}: the start there is a {found.get('preset', 'tiny')!r} model, not "
+                             f"{args.preset!r}: give each --preset its own --out")
         if found["sft_curve"][-1][1] >= threshold or found["steps"] >= args.sft_max_steps:
             return Path(found["model"]), found["steps"]
         # runs from the old start are stale: GRPO and continued SFT run again from the new one
@@ -181,7 +184,7 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
             stale.unlink()
     base = out / "base-model"
     if not (base / "config.json").exists():
-        init_model("tiny", base, seed=args.seed)
+        init_model(args.preset, base, seed=args.seed)
     cfg = _merge(_task_config(name, args.seed, args.eval_problems, out), {
         "run": {"name": "sft"}, "model": {"path": str(base)},
         "sft": {"steps": args.sft_eval_every, "batch_size": 32, "micro_batch_size": 32,
@@ -200,7 +203,7 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
         curve.append((steps, _metrics(out / "sft")[-1]["eval/accuracy"]))
         print(f"{name}: SFT step {steps}: held-out accuracy {curve[-1][1]:.1%}", flush=True)
     model = out / "sft" / "checkpoints" / f"step_{curve[-1][0]}" / "model"
-    marker.write_text(json.dumps({"model": str(model), "steps": curve[-1][0], "threshold": threshold,
+    marker.write_text(json.dumps({"model": str(model), "preset": args.preset, "steps": curve[-1][0], "threshold": threshold,
                                   "sft_curve": curve}, indent=2) + "\n")
     return model, curve[-1][0]
 
@@ -321,6 +324,9 @@ def main() -> None:
                     "wall time): on a loaded machine a time budget buys few steps, a step budget compares "
                     "settings on equal work")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--preset", default="tiny", choices=["nano", "tiny", "small", "base"],
+                    help="size of the model built for the starts (rlxf init-model); a start already in --out is "
+                    "kept, so give each preset its own --out")
     ap.add_argument("--eval-problems", type=int, default=300, help="held-out problems per final evaluation")
     ap.add_argument("--eval-every", type=int, default=50, help="GRPO steps between held-out evaluations")
     ap.add_argument("--sft-max-steps", type=int, default=1500)
