@@ -21,7 +21,7 @@ with the ``rlxf`` command line, so each can be rerun by hand. The SFT start mode
 a later run with the same ``--out`` starts at step 3 (``--grpo-set`` then compares settings
 on the same start models, e.g. ``--grpo-set train.optim.lr=1e-4 --label lr1e-4``).
 
-    python benchmarks/efficacy.py --out runs/efficacy                      # 11 tasks x 5 minutes of RL
+    python benchmarks/efficacy.py --out runs/efficacy                      # 12 tasks x 5 minutes of RL
     python benchmarks/efficacy.py --out runs/efficacy --tasks gcd products --minutes 2
 
     python benchmarks/efficacy.py --out runs/efficacy --tasks leg_counting --steps 60   # a step budget
