@@ -148,6 +148,10 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
     if algo.dynamic_sampling:
         metrics |= {"sampling/rounds": float(rnd + 1), "sampling/prompts_drawn": float(drawn),
                     "sampling/kept_frac": min(informative, need * n) / max(1, len(generated))}
+        # over everything sampled: the groups kept disagree, so they never show a policy that
+        # samples one response n times
+        if (identical := identical_group_frac(generated)) is not None:
+            metrics["sampling/identical_frac"] = identical
     metrics |= failures
     if curriculum is not None:
         metrics |= curriculum.step_metrics()
@@ -174,6 +178,18 @@ def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
     return out
 
 
+def identical_group_frac(trajs: list[Trajectory]) -> float | None:
+    """The share of groups (of two samples or more) whose samples are all one response: a
+    policy that has become deterministic on its prompts, so there is nothing left to compare
+    (trainer.diagnostics). None without such groups."""
+    responses: dict[int, set[tuple[int, ...]]] = {}
+    sizes = Counter(t.group for t in trajs)
+    for t in trajs:
+        responses.setdefault(t.group, set()).add(tuple(t.response_ids))
+    groups = [g for g, size in sizes.items() if size > 1]
+    return sum(len(responses[g]) == 1 for g in groups) / len(groups) if groups else None
+
+
 def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]:
     """Response lengths, how alike the responses are (over prompts and within groups), and
     throughput of the step (so far)."""
@@ -189,15 +205,9 @@ def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]
         # the share of the step's samples, over its different prompts, that are one response:
         # near 1 when the policy answers every question the same way (trainer.diagnostics)
         out["response/same_frac"] = Counter(tuple(t.response_ids) for t in trajs).most_common(1)[0][1] / len(trajs)
-    # the share of groups whose samples are all one response: a policy that has become
-    # deterministic on its prompts, so there is nothing left to compare (trainer.diagnostics)
-    responses: dict[int, set[tuple[int, ...]]] = {}
-    sizes = Counter(t.group for t in trajs)
-    for t in trajs:
-        responses.setdefault(t.group, set()).add(tuple(t.response_ids))
-    groups = [g for g, size in sizes.items() if size > 1]
-    if groups:
-        out["groups/identical_frac"] = sum(len(responses[g]) == 1 for g in groups) / len(groups)
+    identical = identical_group_frac(trajs)
+    if identical is not None:
+        out["groups/identical_frac"] = identical
     return out | {
         "response/length_mean": response_tokens / len(trajs),
         "response/length_max": float(max(lengths)),

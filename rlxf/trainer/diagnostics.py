@@ -18,7 +18,8 @@ once per run (per eval source for the accuracy check), so a long run does not dr
 - **forgetting / not learning**: held-out accuracy stayed below its first value for several evals.
 
 The metric names are the loop's (``rlxf.trainer``): ``groups/zero_variance_frac`` (the
-actor), ``groups/identical_frac``, ``sampling/kept_frac`` (dynamic sampling), ``rollout/logprob_gap_mean``,
+actor), ``groups/identical_frac``, ``sampling/kept_frac`` and ``sampling/identical_frac``
+(dynamic sampling), ``rollout/logprob_gap_mean``,
 ``policy/clipfrac_*``, ``response/same_frac`` and ``eval/accuracy`` or ``eval/<source>/accuracy``.
 """
 
@@ -102,8 +103,9 @@ class Diagnostics:
             return None
         t = self.thresholds
         mean = self._window_mean(self._zero_var, max(fracs))
-        identical = (self._window_mean(self._identical, m["groups/identical_frac"])
-                     if "groups/identical_frac" in m else None)
+        # dynamic sampling hands the actor only groups that disagree: read what it sampled
+        key = "sampling/identical_frac" if "sampling/identical_frac" in m else "groups/identical_frac"
+        identical = self._window_mean(self._identical, m[key]) if key in m else None
         if mean is None or mean < t.zero_variance_frac:
             return None
         if identical is not None and identical >= mean / 2:

@@ -46,7 +46,7 @@ from rlxf.data import Sampler
 from rlxf.data.errors import DataError
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupRequest, GroupStream
-from rlxf.trainer.collect import batch_metrics_of, check_reward_failures, collect
+from rlxf.trainer.collect import batch_metrics_of, check_reward_failures, collect, identical_group_frac
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
 from rlxf.types import Prompt, Trajectory
@@ -337,6 +337,8 @@ class AsyncBatches:
             metrics |= {"sampling/rounds": float(max(rnd for _, rnd, _ in sampled) + 1),
                         "sampling/prompts_drawn": float(len(sampled)),
                         "sampling/kept_frac": informative / max(1, len(generated))}
+            if (identical := identical_group_frac(generated)) is not None:   # as collect's
+                metrics["sampling/identical_frac"] = identical
         staleness = [step - 1 - g.version for g in batch if g.version is not None] or [0]
         metrics |= {f"async/staleness_{j}": staleness.count(j) / len(staleness)
                     for j in range(self.buffer.max_staleness + 1)}

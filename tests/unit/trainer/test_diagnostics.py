@@ -146,7 +146,7 @@ def test_same_frac_counts_one_response_over_the_steps_prompts():
 
 
 def test_identical_frac_counts_the_groups_that_sampled_one_response():
-    from rlxf.trainer.collect import step_metrics
+    from rlxf.trainer.collect import identical_group_frac, step_metrics
     from rlxf.trainer.timer import PhaseTimer
 
     trajs = [_traj("a", [7, 2], 0), _traj("a", [7, 2], 0), _traj("a", [7, 2], 0),   # one response three times
@@ -155,6 +155,7 @@ def test_identical_frac_counts_the_groups_that_sampled_one_response():
              _traj("d", [4], 3)]                                                     # a group of one: not counted
     assert step_metrics(trajs, PhaseTimer())["groups/identical_frac"] == pytest.approx(2 / 3)
     assert "groups/identical_frac" not in step_metrics(trajs[-1:], PhaseTimer())
+    assert identical_group_frac(trajs[-1:]) is None
 
 
 def test_no_signal_tells_a_deterministic_policy_from_a_task_too_hard():
@@ -171,3 +172,7 @@ def test_no_signal_tells_a_deterministic_policy_from_a_task_too_hard():
     # a run that starts too hard and later collapses gets both, each once
     both = _feed(Diagnostics(DiagnosticThresholds(window=2)), rows + rows)
     assert [("deterministic" in msg) for _, msg in both] == [False, True]
+    # dynamic sampling: the actor's groups all disagree; what was sampled is one response per group
+    ds = [HEALTHY | {"groups/zero_variance_frac": 0.0, "groups/identical_frac": 0.0,
+                     "sampling/kept_frac": 0.05, "sampling/identical_frac": 0.8}] * 2
+    assert "deterministic" in _feed(Diagnostics(DiagnosticThresholds(window=2)), ds)[0][1]
