@@ -35,7 +35,7 @@ PLOTS = (
     Plot("Policy change per step (KL old → new, k3)", ("policy/approx_kl",), "KL (nats/token)"),
     Plot("Entropy (of the samples trained on)", ("entropy",), "nats/token"),
     Plot("Signal", ("groups/zero_variance_frac", "groups/identical_frac", "rows_run_frac", "response/same_frac"),
-         "fraction (groups all agreeing / groups of one response / samples run / samples that are one response)"),
+         "fraction (groups all agreeing / groups of one wrong response / samples run / samples that are one response)"),
     Plot("Response length", ("response/length_mean", "response/length_max"), "tokens"),
     Plot("Clip fraction", ("policy/clipfrac_low", "policy/clipfrac_high"), "fraction of tokens"),
     Plot("Gradient norm", ("grad_norm", "critic/grad_norm"), "L2 norm (before clipping)"),

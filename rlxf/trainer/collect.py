@@ -179,15 +179,20 @@ def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 def identical_group_frac(trajs: list[Trajectory]) -> float | None:
-    """The share of groups (of two samples or more) whose samples are all one response: a
-    policy that has become deterministic on its prompts, so there is nothing left to compare
-    (trainer.diagnostics). None without such groups."""
+    """The share of groups (of two samples or more) whose samples are all one response, not a
+    right one: a policy that has become deterministic on prompts it has not solved, so there is
+    nothing left to compare (trainer.diagnostics). A group of one right response sampled n
+    times is a prompt solved, and does not count; without an accuracy verdict (``correct``
+    None) every such group counts. None without groups."""
     responses: dict[int, set[tuple[int, ...]]] = {}
-    sizes = Counter(t.group for t in trajs)
+    right: dict[int, bool] = {}
     for t in trajs:
         responses.setdefault(t.group, set()).add(tuple(t.response_ids))
+        right[t.group] = right.get(t.group, True) and t.correct is True
+    sizes = Counter(t.group for t in trajs)
     groups = [g for g, size in sizes.items() if size > 1]
-    return sum(len(responses[g]) == 1 for g in groups) / len(groups) if groups else None
+    stuck = sum(len(responses[g]) == 1 and not right[g] for g in groups)
+    return stuck / len(groups) if groups else None
 
 
 def step_metrics(trajs: list[Trajectory], timer: PhaseTimer) -> dict[str, float]:

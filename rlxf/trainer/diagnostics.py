@@ -8,7 +8,7 @@ Each check looks at a few steps, not one (a single bad batch is noise), and fire
 once per run (per eval source for the accuracy check), so a long run does not drown its log:
 
 - **no signal**: most groups had equal rewards (every advantage 0) over the last steps; when
-  most of those groups are one response sampled n times, the warning says the policy has
+  most of those groups are one wrong response sampled n times, the warning says the policy has
   become deterministic (it sharpened faster than it learned) instead of that the task is too hard;
 - **engine/trainer gap**: the engine's sampling log-probs and the trainer's log π_old of the
   same tokens disagree (bf16 vs fp32, a temperature mismatch, a missed weight sync);
@@ -109,15 +109,15 @@ class Diagnostics:
         if mean is None or mean < t.zero_variance_frac:
             return None
         if identical is not None and identical >= mean / 2:
-            # most groups without signal are one response n times: not a task too hard, a policy
+            # most groups without signal are one wrong response n times: not a task too hard, a policy
             # that stopped exploring (efficacy.py's number_sequence at lr auto, benchmarks/README.md)
             return self._once("deterministic", (
                 f"step {step}: over the last {t.window} steps {mean:.0%} of groups had equal rewards "
-                f"for every sample, and {identical:.0%} sampled one and the same response every time "
-                f"(groups/identical_frac): the policy has become deterministic on its prompts, so "
-                f"sampling explores nothing and RL has stopped learning. It sharpened faster than it "
-                f"learned: lower train.optim.lr, raise train.prompts_per_step (each step averages "
-                f"more prompts), or add algorithm.kl_coef to stay near the start."))
+                f"for every sample, and {identical:.0%} sampled one and the same wrong response every "
+                f"time (groups/identical_frac): the policy has become deterministic on prompts it has "
+                f"not solved, so sampling explores nothing and RL has stopped learning. It sharpened "
+                f"faster than it learned: lower train.optim.lr, raise train.prompts_per_step (each step "
+                f"averages more prompts), or add algorithm.kl_coef to stay near the start."))
         return self._once("no_signal", (
             f"step {step}: over the last {t.window} steps {mean:.0%} of groups had equal rewards for "
             f"every sample (zero advantage, nothing to learn from). The task is too hard (or too easy) "

@@ -126,12 +126,12 @@ def test_one_answer_to_every_question_warns_once_after_a_full_window():
     assert [step for step, _ in issued] == [6] and "80% of the samples" in issued[0][1]
 
 
-def _traj(uid: str, response: list[int], group: int = 0):
+def _traj(uid: str, response: list[int], group: int = 0, correct: bool | None = None):
     from rlxf.types import Prompt, Trajectory
 
     return Trajectory(prompt=Prompt(uid=uid, prompt_ids=[1], prompt_text="q"), group=group, response_ids=response,
                       response_text="", rollout_logprobs=[0.0] * len(response), loss_mask=[1] * len(response),
-                      policy_versions=[0] * len(response), finish_reason="stop", reward=0.0)
+                      policy_versions=[0] * len(response), finish_reason="stop", reward=0.0, correct=correct)
 
 
 def test_same_frac_counts_one_response_over_the_steps_prompts():
@@ -156,6 +156,11 @@ def test_identical_frac_counts_the_groups_that_sampled_one_response():
     assert step_metrics(trajs, PhaseTimer())["groups/identical_frac"] == pytest.approx(2 / 3)
     assert "groups/identical_frac" not in step_metrics(trajs[-1:], PhaseTimer())
     assert identical_group_frac(trajs[-1:]) is None
+    # one right response sampled n times is a prompt solved, not a policy stuck: only the wrong one counts
+    verdicts = [_traj("a", [7], 0, True), _traj("a", [7], 0, True),
+                _traj("b", [5], 1, False), _traj("b", [5], 1, False),
+                _traj("c", [5], 2, True), _traj("c", [6], 2, False)]
+    assert identical_group_frac(verdicts) == pytest.approx(1 / 3)
 
 
 def test_no_signal_tells_a_deterministic_policy_from_a_task_too_hard():
@@ -168,7 +173,7 @@ def test_no_signal_tells_a_deterministic_policy_from_a_task_too_hard():
     # the window's mean identical share, 0.55, is at least half of its zero-variance share, 0.9
     sharp = _feed(Diagnostics(DiagnosticThresholds(window=2)), rows[1:3])
     assert len(sharp) == 1 and "deterministic" in sharp[0][1] and "train.optim.lr" in sharp[0][1]
-    assert "55% sampled one and the same response" in sharp[0][1]
+    assert "55% sampled one and the same wrong response" in sharp[0][1]
     # a run that starts too hard and later collapses gets both, each once
     both = _feed(Diagnostics(DiagnosticThresholds(window=2)), rows + rows)
     assert [("deterministic" in msg) for _, msg in both] == [False, True]
