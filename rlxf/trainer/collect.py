@@ -184,14 +184,12 @@ def identical_group_frac(trajs: list[Trajectory]) -> float | None:
     nothing left to compare (trainer.diagnostics). A group of one right response sampled n
     times is a prompt solved, and does not count; without an accuracy verdict (``correct``
     None) every such group counts. None without groups."""
-    responses: dict[int, set[tuple[int, ...]]] = {}
-    right: dict[int, bool] = {}
+    by_group: dict[int, list[Trajectory]] = {}
     for t in trajs:
-        responses.setdefault(t.group, set()).add(tuple(t.response_ids))
-        right[t.group] = right.get(t.group, True) and t.correct is True
-    sizes = Counter(t.group for t in trajs)
-    groups = [g for g, size in sizes.items() if size > 1]
-    stuck = sum(len(responses[g]) == 1 and not right[g] for g in groups)
+        by_group.setdefault(t.group, []).append(t)
+    groups = [g for g in by_group.values() if len(g) > 1]
+    stuck = sum(len({tuple(t.response_ids) for t in g}) == 1 and not all(t.correct is True for t in g)
+                for g in groups)
     return stuck / len(groups) if groups else None
 
 
