@@ -46,6 +46,8 @@ from pathlib import Path
 import yaml
 from common import cpu_model, load_average
 
+from rlxf.models.presets import PRESETS
+
 
 @dataclass(frozen=True)
 class Task:
@@ -324,7 +326,7 @@ def main() -> None:
                     "wall time): on a loaded machine a time budget buys few steps, a step budget compares "
                     "settings on equal work")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--preset", default="tiny", choices=["nano", "tiny", "small", "base"],
+    ap.add_argument("--preset", default="tiny", choices=list(PRESETS),
                     help="size of the model built for the starts (rlxf init-model); a start already in --out is "
                     "kept, so give each preset its own --out")
     ap.add_argument("--eval-problems", type=int, default=300, help="held-out problems per final evaluation")
