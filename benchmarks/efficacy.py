@@ -8,7 +8,11 @@ CPU cores can learn it partly):
    evaluating the held-out split every ``--sft-eval-every`` steps with a checkpoint each time;
    the start model is the first checkpoint that is "sometimes right" (held-out accuracy at
    least ``--start-min``, 10% by default, and ``--start-margin``, 10 points, above what always
-   giving the most common answer scores), or the last one;
+   giving the most common answer scores), or the last one. ``--starts easier`` is the
+   quickstart's design instead, RL where the demonstrations run out: SFT on an easier variant
+   of the dataset (fewer animals, smaller numbers, ``Task.easier``), with 200 of the task's own
+   demonstrations in 2% of the draws, and the start is also ``--easier-learned`` (80%) right
+   on the easier variant;
 3. GRPO from it with **rlxf's defaults**: the config says only what defines the task (data,
    an exact-match reward, the answer length), the time budget (``train.max_seconds``) and a
    micro-batch size (throughput only); everything else (lr, warm-up, loss aggregation, KL,
@@ -25,11 +29,13 @@ on the same start models, e.g. ``--grpo-set train.optim.lr=1e-4 --label lr1e-4``
     python benchmarks/efficacy.py --out runs/efficacy --tasks gcd products --minutes 2
 
     python benchmarks/efficacy.py --out runs/efficacy --tasks leg_counting --steps 60   # a step budget
+    python benchmarks/efficacy.py --out runs/efficacy-easier --starts easier         # 9 tasks, easier starts
 
 Writes ``<out>/<task>/result[-<label>].json`` per task and ``<out>/efficacy[-<label>].json``, and
 prints the table with the CPU model and load average, and the target counted over all tasks and
-over those continued SFT lifts by 10 points (the model can learn more of them in the time); ``--table-only`` prints the table of
-results already there (of tasks run in parallel processes, say). benchmarks/README.md has the
+over those continued SFT lifts by 10 points (the model can learn more of them in the time);
+``--table-only`` prints the table of results already there (of tasks run in parallel
+processes, say). benchmarks/README.md has the
 figures measured so far.
 """
 
@@ -56,25 +62,36 @@ class Task:
     options: dict
     max_new_tokens: int   # the answer's tokens and the end-of-turn token, with room to spare
     max_prompt_len: int = 128
+    # options of an easier variant of the same dataset, whose problems are a part of the task's
+    # (fewer animals, smaller numbers, shorter offsets): what ``--starts easier`` SFTs on
+    easier: dict | None = None
 
 
 TASKS = {
     "basic_arithmetic": Task({"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
                               "operators": ["+", "-"]}, 6),
-    "chain_sum": Task({"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}, 6),
-    "leg_counting": Task({"min_animals": 1, "max_animals": 2, "max_instances": 3}, 5),
-    "gcd": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 100}, 5),
+    "chain_sum": Task({"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}, 6,
+                      easier={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+    "leg_counting": Task({"min_animals": 1, "max_animals": 2, "max_instances": 3}, 5,
+                         easier={"min_animals": 1, "max_animals": 2, "max_instances": 1}),
+    "gcd": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 100}, 5,
+                easier={"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}),
     "products": Task({"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, 6),
-    "count_bits": Task({"min_n": 1, "max_n": 4095}, 4),
-    "simple_equations": Task({"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 20}, 5),
-    "lcm": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}, 5),
+    "count_bits": Task({"min_n": 1, "max_n": 4095}, 4, easier={"min_n": 1, "max_n": 255}),
+    "simple_equations": Task({"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 20}, 5,
+                             easier={"min_terms": 2, "max_terms": 2, "min_value": 1, "max_value": 5}),
+    "lcm": Task({"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}, 5,
+                easier={"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 10}),
     # three more, added after the first eight showed that a task the 3.4M model cannot learn
     # more of in 5 minutes even from labels says nothing about RL (benchmarks/README.md); picked
     # for short prompts and answers and a structure to learn, before any RL ran on them (a
     # fourth, aiw's siblings questions, was dropped: SFT's first 50 steps solved all of it)
-    "calendar_arithmetic": Task({"tasks": ["weekday_offset"], "offset_upper_bound": 30}, 5),
-    "family_relationships": Task({"min_family_size": 4, "max_family_size": 5}, 7),
-    "number_sequence": Task({"max_complexity": 2, "min_value": -20, "max_value": 20, "max_terms": 6}, 6),
+    "calendar_arithmetic": Task({"tasks": ["weekday_offset"], "offset_upper_bound": 30}, 5,
+                                easier={"tasks": ["weekday_offset"], "offset_upper_bound": 7}),
+    "family_relationships": Task({"min_family_size": 4, "max_family_size": 5}, 7,
+                                 easier={"min_family_size": 3, "max_family_size": 3}),
+    "number_sequence": Task({"max_complexity": 2, "min_value": -20, "max_value": 20, "max_terms": 6}, 6,
+                            easier={"max_complexity": 1, "min_value": -20, "max_value": 20, "max_terms": 6}),
     # one more whose answer is one of the six colours the prompt names, added when the four
     # learnable tasks above were too few for the target's six, before any RL ran on it. Tried
     # and not kept: letter_counting (its most common answer, 1, is right on 31-59% of its
@@ -120,6 +137,45 @@ def _task_config(name: str, seed: int, eval_problems: int, out: Path) -> dict:
         "eval": {"num_problems": eval_problems},
         "logging": {"progress": False},
     }
+
+
+# --starts easier: the share of SFT's draws that are the task's own demonstrations, and how many
+# of them there are (the quickstart's SFT: one draw in 51, from 200)
+TASK_SHARE, TASK_DEMOS = 0.02, 200
+
+
+def _sft_task(name: str, args, out: Path) -> dict:
+    """The task part of the SFT runs' config (the start's and continued SFT's): the task's own
+    demonstrations, or (``--starts easier``) a mixture of the easier variant's with 200 of the
+    task's shown rarely, whose held-out ``task`` source is the task's held-out split."""
+    cfg = _task_config(name, args.seed, args.eval_problems, out)
+    task = TASKS[name]
+    if args.starts == "easier":
+        cfg["data"] = {
+            "sources": [
+                {"name": "task", "task": f"reasoning_gym:{name}", "task_options": task.options,
+                 "train_size": TASK_DEMOS, "test_size": args.eval_problems, "weight": TASK_SHARE},
+                # 50 held out: an easier variant has few distinct questions (lcm's 100, count_bits'
+                # 255), and 300 would leave few to train on
+                {"name": "easier", "task": f"reasoning_gym:{name}", "task_options": task.easier,
+                 "train_size": 5000, "test_size": 50, "weight": 1 - TASK_SHARE}],
+            "max_prompt_len": task.max_prompt_len}
+    return cfg
+
+
+def _point(row: dict, args) -> tuple:
+    """(step, the task's held-out accuracy) of an SFT evaluation's metrics row, and with
+    ``--starts easier`` the easier variant's held-out accuracy after them."""
+    if args.starts == "same":
+        return row["step"], row["eval/accuracy"]
+    return row["step"], row["eval/task/accuracy"], row["eval/easier/accuracy"]
+
+
+def _is_start(point: tuple, threshold: float, args) -> bool:
+    """Sometimes right on the task; with ``--starts easier``, also the easier variant learned
+    (``--easier-learned``): the quickstart's start knows what its demonstrations teach, and RL
+    is left what they do not."""
+    return point[1] >= threshold and (args.starts == "same" or point[2] >= args.easier_learned)
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -176,10 +232,11 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
     marker = out / "start.json"
     if marker.exists():
         found = json.loads(marker.read_text())
-        if found.get("preset", "tiny") != args.preset:
-            raise SystemExit(f"{marker}: the start there is a {found.get('preset', 'tiny')!r} model, not "
-                             f"{args.preset!r}: give each --preset its own --out")
-        if found["sft_curve"][-1][1] >= threshold or found["steps"] >= args.sft_max_steps:
+        for what, value, default in (("preset", args.preset, "tiny"), ("starts", args.starts, "same")):
+            if found.get(what, default) != value:
+                raise SystemExit(f"{marker}: the start there was built with --{what} {found.get(what, default)}, "
+                                 f"not {value}: give each --{what} its own --out")
+        if _is_start(found["sft_curve"][-1], threshold, args) or found["steps"] >= args.sft_max_steps:
             return Path(found["model"]), found["steps"]
         # runs from the old start are stale: GRPO and continued SFT run again from the new one
         for stale in [marker, *out.glob("grpo*.json"), *out.glob("sft-more-*.json")]:
@@ -187,7 +244,7 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
     base = out / "base-model"
     if not (base / "config.json").exists():
         init_model(args.preset, base, seed=args.seed)
-    cfg = _merge(_task_config(name, args.seed, args.eval_problems, out), {
+    cfg = _merge(_sft_task(name, args, out), {
         "run": {"name": "sft"}, "model": {"path": str(base)},
         "sft": {"steps": args.sft_eval_every, "batch_size": 32, "micro_batch_size": 32,
                 "optim": {"lr": 1e-3, "betas": [0.9, 0.99], "warmup_steps": 30}},
@@ -196,16 +253,18 @@ def build_start(name: str, out: Path, args) -> tuple[Path, int]:
     })
     # an interrupted build continues from its last stretch
     done = _metrics(out / "sft") if (out / "sft" / "metrics.jsonl").exists() else []
-    curve = [(m["step"], m["eval/accuracy"]) for m in done if "eval/accuracy" in m]
+    curve = [_point(m, args) for m in done if "eval/num_problems" in m]
     first = curve[-1][0] + args.sft_eval_every if curve else args.sft_eval_every
     for steps in range(first, args.sft_max_steps + 1, args.sft_eval_every):
-        if curve and curve[-1][1] >= threshold:
+        if curve and _is_start(curve[-1], threshold, args):
             break
         _rlxf("sft", cfg, out / "sft.yaml", f"sft.steps={steps}", *(["--resume"] if curve else ["--overwrite"]))
-        curve.append((steps, _metrics(out / "sft")[-1]["eval/accuracy"]))
-        print(f"{name}: SFT step {steps}: held-out accuracy {curve[-1][1]:.1%}", flush=True)
+        curve.append(_point(_metrics(out / "sft")[-1], args))
+        print(f"{name}: SFT step {steps}: held-out accuracy {curve[-1][1]:.1%}"
+              + (f" (easier variant {curve[-1][2]:.1%})" if len(curve[-1]) > 2 else ""), flush=True)
     model = out / "sft" / "checkpoints" / f"step_{curve[-1][0]}" / "model"
-    marker.write_text(json.dumps({"model": str(model), "preset": args.preset, "steps": curve[-1][0], "threshold": threshold,
+    marker.write_text(json.dumps({"model": str(model), "preset": args.preset, "starts": args.starts,
+                                  "steps": curve[-1][0], "threshold": threshold,
                                   "sft_curve": curve}, indent=2) + "\n")
     return model, curve[-1][0]
 
@@ -239,11 +298,11 @@ def run_task(name: str, args) -> Result:
     more_dir = out / (f"sft-more-{args.steps}steps" if args.steps else f"sft-more-{args.minutes:g}m")
     more_json = more_dir.with_suffix(".json")
     if not more_json.exists():
-        more = _merge(task, {"run": {"name": more_dir.name}, "model": {"path": str(start)},
-                             "sft": {"steps": 1_000_000, "max_seconds": round(grpo_seconds, 1), "batch_size": 32,
-                                     "micro_batch_size": 32,
-                                     "optim": {"lr": 1e-3, "betas": [0.9, 0.99], "warmup_steps": 20}},
-                             "checkpoint": {"every": 0, "keep_last": 1}})
+        more = _merge(_sft_task(name, args, out), {
+            "run": {"name": more_dir.name}, "model": {"path": str(start)},
+            "sft": {"steps": 1_000_000, "max_seconds": round(grpo_seconds, 1), "batch_size": 32, "micro_batch_size": 32,
+                    "optim": {"lr": 1e-3, "betas": [0.9, 0.99], "warmup_steps": 20}},
+            "checkpoint": {"every": 0, "keep_last": 1}})
         t0 = time.perf_counter()
         _rlxf("sft", more, more_dir.with_suffix(".yaml"), "--overwrite")
         more_json.write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
@@ -260,7 +319,7 @@ def run_task(name: str, args) -> Result:
                     {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m},
                     {label: m["eval/mean@k"] for label, m in evals.items() if "eval/mean@k" in m})
     (out / f"result{suffix}.json").write_text(json.dumps(
-        {"cpu": cpu_model(), "load_average_end": load_average(), "budget": _budget(args),
+        {"cpu": cpu_model(), "load_average_end": load_average(), "budget": _budget(args), "starts": args.starts,
          "grpo_set": args.grpo_set, **asdict(result)}, indent=2) + "\n")
     return result
 
@@ -278,11 +337,14 @@ def _budget(args) -> str:
     return f"{args.steps} GRPO steps" if args.steps else f"{args.minutes:g} min of GRPO"
 
 
-def format_table(results: list[Result], budget: str, grpo_set: list[str]) -> str:
+def format_table(results: list[Result], budget: str, grpo_set: list[str], starts: str = "same") -> str:
     settings = " ".join(grpo_set) or "rlxf's defaults"
+    sft_data = ("the task's demonstrations" if starts == "same" else
+                f"an easier variant's, with {TASK_DEMOS} of the task's in {TASK_SHARE:.0%} of draws")
     lines = [f"CPU: {cpu_model()}; load average {load_average()}; {budget} per task; "
              f"GRPO settings: {settings}",
-             "greedy held-out accuracy (start = the SFT model RL and continued SFT both start from)",
+             f"greedy held-out accuracy on the task (start = the SFT model RL and continued SFT both start from; "
+             f"SFT data: {sft_data})",
              f"{'task':<18} {'SFT steps':>9} {'start':>7} {'GRPO':>7} {'gain':>7} {'last 3':>7} {'SFT more':>8} "
              f"{'gain':>7} {'GRPO steps':>10} {'GRPO s':>7} {'SFT s':>6}  lowest eval during GRPO"]
     for r in results:
@@ -319,7 +381,8 @@ def _verdict(which: str, results: list[Result]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/efficacy"))
-    ap.add_argument("--tasks", nargs="+", default=DEFAULT_TASKS, choices=sorted(TASKS))
+    ap.add_argument("--tasks", nargs="+", choices=sorted(TASKS),
+                    help="default: all twelve (with --starts easier, the nine that have an easier variant)")
     ap.add_argument("--minutes", type=float, default=5.0, help="wall time of GRPO (and of continued SFT) per task")
     ap.add_argument("--steps", type=int, default=0,
                     help="run GRPO for this many steps instead of --minutes (continued SFT still gets GRPO's "
@@ -338,6 +401,12 @@ def main() -> None:
     ap.add_argument("--start-min", type=float, default=0.10, help="accuracy that makes a checkpoint the start")
     ap.add_argument("--start-margin", type=float, default=0.10,
                     help="... and at least this much above the accuracy of always giving the most common answer")
+    ap.add_argument("--starts", choices=["same", "easier"], default="same",
+                    help="what the start models are SFT'd on: the task's own demonstrations (same), or an easier "
+                    "variant's with the task's shown rarely, 200 of them in 2%% of draws (easier: the quickstart's "
+                    "design, RL where the demonstrations run out); continued SFT goes on with the same data")
+    ap.add_argument("--easier-learned", type=float, default=0.8,
+                    help="--starts easier: the start is also at least this accurate on the easier variant")
     ap.add_argument("--grpo-set", nargs="*", default=[], help="config overrides for GRPO (default: none)")
     ap.add_argument("--label", default="", help="names this variant's GRPO runs and results file")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
@@ -348,6 +417,10 @@ def main() -> None:
                     help="run nothing: print the table of the results already in --out (e.g. of tasks run "
                     "in parallel processes)")
     args = ap.parse_args()
+    if args.tasks is None:
+        args.tasks = [t for t in DEFAULT_TASKS if args.starts == "same" or TASKS[t].easier is not None]
+    if args.starts == "easier" and (plain := [t for t in args.tasks if TASKS[t].easier is None]):
+        ap.error(f"--starts easier: {', '.join(plain)} has no easier variant (Task.easier in {__file__})")
     import torch
 
     torch.set_num_threads(args.threads)
@@ -363,9 +436,10 @@ def main() -> None:
         results.append(found)
         results_path.write_text(json.dumps({
             "cpu": cpu_model(), "load_average_start": load_start, "load_average_now": load_average(),
-            "budget": _budget(args), "grpo_set": args.grpo_set, "results": [asdict(r) for r in results]},
+            "budget": _budget(args), "grpo_set": args.grpo_set, "starts": args.starts,
+            "results": [asdict(r) for r in results]},
             indent=2) + "\n")
-    print(format_table(results, _budget(args), args.grpo_set))
+    print(format_table(results, _budget(args), args.grpo_set, args.starts))
     when = "now (the runs' own are in their result files)" if args.table_only else "at the start"
     print(f"load average {when}: {load_start}; results: {results_path}")
 

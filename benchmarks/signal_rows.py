@@ -74,7 +74,8 @@ def main() -> None:
             model = Path(json.loads(marker.read_text())["model"])
         elif model is None:
             build = argparse.Namespace(seed=args.seed, eval_problems=300, sft_eval_every=50, sft_max_steps=1500,
-                                       start_eval_problems=200, start_min=0.10, start_margin=0.10, preset="tiny")
+                                       start_eval_problems=200, start_min=0.10, start_margin=0.10, preset="tiny",
+                                       starts="same")
             model, _ = build_start(task, args.efficacy_out / task, build)
         times: dict[str, dict[str, list[float]]] = {side: {"step": [], "train": []} for side in SIDES}
         last: dict[str, tuple[list[dict], dict]] = {}
