@@ -62,8 +62,9 @@ class Task:
     options: dict
     max_new_tokens: int   # the answer's tokens and the end-of-turn token, with room to spare
     max_prompt_len: int = 128
-    # options of an easier variant of the same dataset, whose problems are a part of the task's
-    # (fewer animals, smaller numbers, shorter offsets): what ``--starts easier`` SFTs on
+    # options of an easier variant of the same dataset, what ``--starts easier`` SFTs on: a part
+    # of the task's problems (smaller numbers, shorter offsets, one of each animal), or for
+    # family_relationships smaller families
     easier: dict | None = None
 
 
