@@ -150,17 +150,15 @@ def _sft_task(name: str, args, out: Path) -> dict:
     demonstrations, or (``--starts easier``) a mixture of the easier variant's with 200 of the
     task's shown rarely, whose held-out ``task`` source is the task's held-out split."""
     cfg = _task_config(name, args.seed, args.eval_problems, out)
-    task = TASKS[name]
     if args.starts == "easier":
-        cfg["data"] = {
-            "sources": [
-                {"name": "task", "task": f"reasoning_gym:{name}", "task_options": task.options,
-                 "train_size": TASK_DEMOS, "test_size": args.eval_problems, "weight": TASK_SHARE},
-                # 50 held out: an easier variant has few distinct questions (lcm's 100, count_bits'
-                # 255), and 300 would leave few to train on
-                {"name": "easier", "task": f"reasoning_gym:{name}", "task_options": task.easier,
-                 "train_size": 5000, "test_size": 50, "weight": 1 - TASK_SHARE}],
-            "max_prompt_len": task.max_prompt_len}
+        own = dict(cfg["data"])   # the task as GRPO and the evaluation see it
+        limit = own.pop("max_prompt_len")
+        cfg["data"] = {"max_prompt_len": limit, "sources": [
+            own | {"name": "task", "train_size": TASK_DEMOS, "weight": TASK_SHARE},
+            # 50 held out: an easier variant has few distinct questions (lcm's 100, count_bits'
+            # 255), and 300 would leave few to train on
+            own | {"name": "easier", "task_options": TASKS[name].easier, "test_size": 50,
+                   "weight": 1 - TASK_SHARE}]}
     return cfg
 
 
