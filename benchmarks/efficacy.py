@@ -25,18 +25,17 @@ with the ``rlxf`` command line, so each can be rerun by hand. The SFT start mode
 a later run with the same ``--out`` starts at step 3 (``--grpo-set`` then compares settings
 on the same start models, e.g. ``--grpo-set train.optim.lr=1e-4 --label lr1e-4``).
 
-    python benchmarks/efficacy.py --out runs/efficacy                      # 15 tasks x 5 minutes of RL
+    python benchmarks/efficacy.py --out runs/efficacy                      # every task x 5 minutes of RL
     python benchmarks/efficacy.py --out runs/efficacy --tasks gcd products --minutes 2
 
     python benchmarks/efficacy.py --out runs/efficacy --tasks leg_counting --steps 60   # a step budget
-    python benchmarks/efficacy.py --out runs/efficacy-easier --starts easier         # 12 tasks, easier starts
+    python benchmarks/efficacy.py --out runs/efficacy-easier --starts easier   # the tasks with an easier variant
 
 Writes ``<out>/<task>/result[-<label>].json`` per task and ``<out>/efficacy[-<label>].json``, and
 prints the table with the CPU model and load average, and the target counted over all tasks and
 over those continued SFT lifts by 10 points (the model can learn more of them in the time);
 ``--table-only`` prints the table of results already there (of tasks run in parallel
-processes, say). benchmarks/README.md has the
-figures measured so far.
+processes, say). benchmarks/README.md has the figures measured so far.
 """
 
 from __future__ import annotations
@@ -113,7 +112,7 @@ TASKS = {
 }
 # continued SFT's held-out gain that shows the model can learn more of a task in the time
 LEARNABLE = 0.10
-DEFAULT_TASKS = list(TASKS)   # fifteen: two of them (basic_arithmetic, chain_sum) the tiny model never learns to 10%
+DEFAULT_TASKS = list(TASKS)   # two of them (basic_arithmetic, chain_sum) the tiny model never learns to 10%
 
 
 @dataclass
@@ -392,7 +391,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/efficacy"))
     ap.add_argument("--tasks", nargs="+", choices=sorted(TASKS),
-                    help="default: all fifteen (with --starts easier, the twelve that have an easier variant)")
+                    help=f"default: all {len(TASKS)} (with --starts easier, the "
+                    f"{sum(t.easier is not None for t in TASKS.values())} that have an easier variant)")
     ap.add_argument("--minutes", type=float, default=5.0, help="wall time of GRPO (and of continued SFT) per task")
     ap.add_argument("--steps", type=int, default=0,
                     help="run GRPO for this many steps instead of --minutes (continued SFT still gets GRPO's "
@@ -413,8 +413,9 @@ def main() -> None:
                     help="... and at least this much above the accuracy of always giving the most common answer")
     ap.add_argument("--starts", choices=["same", "easier"], default="same",
                     help="what the start models are SFT'd on: the task's own demonstrations (same), or an easier "
-                    "variant's with the task's shown rarely, 200 of them in 2%% of draws (easier: the quickstart's "
-                    "design, RL where the demonstrations run out); continued SFT goes on with the same data")
+                    f"variant's with the task's shown rarely, {TASK_DEMOS} of them in {100 * TASK_SHARE:g}%% of draws "
+                    "(easier: the quickstart's design, RL where the demonstrations run out); continued SFT goes on "
+                    "with the same data")
     ap.add_argument("--easier-learned", type=float, default=0.8,
                     help="--starts easier: the start is also at least this accurate on the easier variant")
     ap.add_argument("--grpo-set", nargs="*", default=[], help="config overrides for GRPO (default: none)")
