@@ -20,11 +20,14 @@ oneDNN) keeps ``F.linear``.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 LinearKernels = Literal["auto", "onednn", "torch"]
 
@@ -108,10 +111,12 @@ def use_fast_linears(model: nn.Module, kernels: LinearKernels = "auto") -> int:
     if not usable:
         if kernels == "onednn":
             raise RuntimeError("oneDNN linear kernels need a CPU float32 model and a torch build with oneDNN")
+        log.info("%s: linear layers on torch's own kernels (linear_kernels=%s)", type(model).__name__, kernels)
         return 0
     count = 0
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = OneDNNLinear
             count += 1
+    log.info("%s: %d linear layers on oneDNN (linear_kernels=%s)", type(model).__name__, count, kernels)
     return count

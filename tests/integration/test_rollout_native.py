@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import threading
+import time
 
 import pytest
 import torch
@@ -105,6 +107,45 @@ def test_a_small_call_is_shared_by_all_decode_workers(tiny, tokenizer_for_tests)
     assert engine.last_stats.kv_cache_bytes > 0
     assert all(c.prompt is None and c.gen is None for c in engine.caches)
     assert ids(out) == ids(build_engine("native", tiny, tokenizer_for_tests, threads=1).generate(prompts(4, seed=21), sp))
+
+
+@pytest.mark.parametrize("slow", ["rlxf-decode-0", "rlxf-decode-1"])
+def test_which_requests_share_a_batch_does_not_depend_on_thread_timing(tiny, tokenizer_for_tests, monkeypatch, slow):
+    """A run is reproducible (and a resume exact) even where the matmuls round a row by batch size.
+
+    torch's F.linear (MKL) gives a row other last bits for other numbers of rows, so a request's
+    log-probs can depend on which requests share its batch. Two workers, ten requests whose
+    responses end at different steps (the context window): when requests went to whichever
+    worker had room first, slowing one worker changed every later batch.
+    """
+    from rlxf.rollout.native import engine as native
+    from rlxf.rollout.native.kernels import TorchKernels
+
+    def run(delay: float):
+        eng = build_engine("native", tiny, tokenizer_for_tests, threads=2, max_batch_size=8, max_model_len=48)
+        eng.kernels = TorchKernels()
+        batches: list[tuple[str, tuple[int, ...]]] = []
+        step = native._Run.step
+
+        def recorded(r):
+            name = threading.current_thread().name
+            batches.append((name, tuple(sorted(set(r.row_req[:r.B].tolist())))))
+            if name == slow:
+                time.sleep(delay)
+            step(r)
+
+        with monkeypatch.context() as m:
+            m.setattr(native._Run, "step", recorded)
+            out = eng.generate(prompts(10, lo=18, hi=46, seed=31),
+                               SamplingParams(n=2, temperature=1.0, max_new_tokens=24, ignore_eos=True, seed=4))
+        return out, sorted(batches)
+
+    expected, expected_batches = run(0.0)
+    got, got_batches = run(0.003)
+    assert len({len(g[0].response_ids) for g in got}) > 3  # responses end at different steps
+    assert got_batches == expected_batches
+    assert ids(got) == ids(expected)
+    assert [[c.logprobs for c in g] for g in got] == [[c.logprobs for c in g] for g in expected]
 
 
 def test_a_group_larger_than_the_batch_is_split_across_admissions(tiny, tokenizer_for_tests):

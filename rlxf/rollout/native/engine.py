@@ -82,7 +82,8 @@ class NativeEngine:
     On CPU a call runs ``options.threads`` decode workers (default: torch's thread count), each
     a Python thread with one intra-op thread and its own continuous batch of up to
     ``max_batch_size / threads`` rows (and at most its even share of the call's requests),
-    pulling requests from a shared queue. Against one batch split across OpenMP threads this
+    taking its requests in turn (request i goes to worker i mod threads). Against one batch
+    split across OpenMP threads this
     drops the ~100 thread barriers of every decode step, each of which stalls for a scheduler
     time slice whenever another process holds a core (measured 3x faster on this shared 2-core
     machine; the same work when it is idle). The results do not depend on it: sampling
@@ -122,6 +123,8 @@ class NativeEngine:
             else (None if weight_bytes <= options.PACK_WEIGHTS_AUTO_MAX_BYTES else False)
         # torch.compile cannot trace oneDNN's linear op: a compiled decode step uses plain torch
         self.kernels = select_kernels(device, dtype, prefer="torch" if options.compile else "auto", pack=pack)
+        log.info("native engine: %s matmuls%s", self.kernels.name,
+                 ", packed weights" if getattr(self.kernels, "_reorder", None) is not None else "")
         self.policy_version = 0
         self.last_stats = RunStats()
         self._seed_rng = np.random.default_rng(options.seed)
@@ -203,11 +206,9 @@ class NativeEngine:
                              f"(EngineOptions.threads=1); this call would run {workers}")
         while len(self.caches) < workers:
             self.caches.append(KVCache(self.spec, self.device, self.dtype))
-        shared = _Shared(prompts, seeds, sampling.n, on_done, between_steps)
-        # Each worker's batch holds at most its even share of the call's sequences (in whole
-        # requests): a worker admits requests while it has room, so with the whole
-        # max_batch_size as room the first worker to start would take every request of a
-        # small call (8 prompts x 8 samples) and decode them alone while the others idle.
+        shared = _Shared(prompts, seeds, sampling.n, workers, on_done, between_steps)
+        # Each worker's batch holds at most its share of max_batch_size, and no more rows than
+        # its own requests can fill (its KV cache is sized by them).
         share = -(-len(prompts) // workers) * sampling.n
         rows = max(1, min(self.options.max_batch_size // workers, share))
         try:
@@ -222,7 +223,7 @@ class NativeEngine:
     def _decode_workers(self, shared: _Shared, sampling: SamplingParams, workers: int, rows: int) -> RunStats:
         if self.device.type != "cpu":
             with torch.inference_mode():
-                return _Run(self, self.caches[0], shared, sampling, rows).run()
+                return _Run(self, self.caches[0], shared, sampling, rows, worker=0).run()
         # CPU: every worker runs with one intra-op thread, also when there is only one, so that a
         # request's floating-point results (and so its samples) do not depend on how many
         # requests share the call.
@@ -234,7 +235,7 @@ class NativeEngine:
             try:
                 torch.set_num_threads(1)
                 with torch.inference_mode():
-                    stats[k] = _Run(self, self.caches[k], shared, sampling, rows).run()
+                    stats[k] = _Run(self, self.caches[k], shared, sampling, rows, worker=k).run()
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
                 errors.append(e)
                 shared.abort()
@@ -256,33 +257,40 @@ class NativeEngine:
 
 
 class _Shared:
-    """What the decode workers of one call share: the queue of requests not yet taken, and the results.
+    """What the decode workers of one call share: the requests, each worker's next one, and the results.
 
-    A worker takes a whole request (all n samples) so that its prompt is prefilled once; taking
-    them one at a time, when a worker has room, balances the workers whatever the responses'
-    lengths.
+    Request i belongs to worker i mod ``workers``, which takes its requests in order, a whole
+    request (all n samples) at a time so that its prompt is prefilled once. The assignment is
+    fixed, not first come first served: which requests share a batch then never depends on
+    thread timing, so a run's floating-point results (and its samples) are the same on every
+    rerun and resume even where the matmul kernels round a row differently by batch size
+    (MKL's sgemm does; ``OneDNNKernels`` does not). Dealt in turn, each worker gets an even
+    share of a call's requests, whose order carries no meaning for their lengths.
     """
 
-    def __init__(self, prompts: list[Sequence[int]], seeds: list[int], n: int, on_done=None, between_steps=None):
+    def __init__(self, prompts: list[Sequence[int]], seeds: list[int], n: int, workers: int = 1,
+                 on_done=None, between_steps=None):
         self.on_done = on_done              # (request, its n completions) as soon as its last one finishes
         self.between_steps = between_steps  # before every decode step (DecodeHooks)
         self.prompts = [torch.as_tensor(list(p), dtype=torch.long) for p in prompts]
         self.plen = np.array([len(p) for p in prompts], dtype=np.int64)
         self.seeds = np.array(seeds, dtype=np.uint64)
         self.results: list[list[Completion | None]] = [[None] * n for _ in prompts]
-        self._next = 0
-        self._lock = threading.Lock()
+        self.workers = workers
+        self._next = list(range(workers))   # worker k's next request: k, k + workers, ...
+        self._aborted = False
 
-    def take(self) -> int | None:
-        with self._lock:
-            if self._next >= len(self.prompts):
-                return None
-            self._next += 1
-            return self._next - 1
+    def take(self, worker: int) -> int | None:
+        """Worker ``worker``'s next request, or None when it has none left (or the call failed)."""
+        nxt = self._next[worker]
+        if self._aborted or nxt >= len(self.prompts):
+            return None
+        self._next[worker] = nxt + self.workers
+        return nxt
 
     def abort(self) -> None:
-        with self._lock:
-            self._next = len(self.prompts)
+        """A worker failed: the others take nothing more."""
+        self._aborted = True
 
 
 @dataclass
@@ -314,8 +322,9 @@ class _Run:
     Requests are indexed as in ``shared``; this worker only touches the ones it took.
     """
 
-    def __init__(self, engine: NativeEngine, cache: KVCache, shared: _Shared, sampling: SamplingParams, rows: int):
-        self.e, self.sp, self.shared = engine, sampling, shared
+    def __init__(self, engine: NativeEngine, cache: KVCache, shared: _Shared, sampling: SamplingParams, rows: int,
+                 worker: int = 0):
+        self.e, self.sp, self.shared, self.worker = engine, sampling, shared, worker
         self.w, self.cache, dev = engine.weights, cache, engine.device
         self.dev = dev
         spec = engine.spec
@@ -382,7 +391,7 @@ class _Run:
             if not self.queue:
                 if self.G == self.g_max:
                     break
-                taken = self.shared.take()
+                taken = self.shared.take(self.worker)
                 if taken is None:
                     break
                 self.queue.append(taken)

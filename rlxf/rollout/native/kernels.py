@@ -131,6 +131,9 @@ def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto
         except (AttributeError, RuntimeError):
             k = None
         if k is not None and _probe(k, dtype):
+            # the probe's weights are freed: a later tensor at one of their addresses, of the
+            # same shape and version, would otherwise find their packed copy
+            k._packs.clear()
             return k
     if prefer == "onednn":
         raise RuntimeError("oneDNN linear kernels are not usable here (not a CPU, or this torch build lacks them)")

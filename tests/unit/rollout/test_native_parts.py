@@ -54,6 +54,9 @@ def test_packed_weights_give_the_unpacked_bits_and_follow_in_place_updates():
         w[:48].copy_(torch.randn(48, 64, generator=g))              # what update_weights does: an in-place copy
     torch.testing.assert_close(k.linear(x, w), x @ w.T, atol=1e-4, rtol=1e-5)
     assert len(k._packs) == 1                                       # re-packed in place of the stale one
+    # the selection's probe runs on random weights that are freed after it: none of their packed
+    # copies is left for a later tensor at the same address to find
+    assert select_kernels(torch.device("cpu"), torch.float32, prefer="onednn")._packs == {}
 
 
 def test_interleaved_rotation_equals_transformers_half_split_rotation():
