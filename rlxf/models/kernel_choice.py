@@ -13,8 +13,11 @@ second on an idle machine), the three choices it makes:
 The result is cached as JSON under ``$XDG_CACHE_HOME/rlxf`` (default ``~/.cache/rlxf``),
 keyed by the CPU model, the torch version and the thread count, so every later run on the
 machine makes the same choice (and rounds the same way: a run stays reproducible on its
-machine) without measuring again. Delete the file to measure again; set
-``model.linear_kernels`` to ``onednn`` or ``torch`` to choose by hand.
+machine, and a resume exact) without measuring again. Where that directory cannot be written
+(a read-only home in a container), the file goes to ``<tempdir>/rlxf-<uid>`` instead; where
+neither can, every process measures again, its choice may differ from the last one, and a
+warning says so. Delete the file to measure again; set ``model.linear_kernels`` to ``onednn``
+or ``torch`` to choose the trainer's by hand.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import platform
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,6 +36,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 PACK_ROWS = 64  # the batch-size hint oneDNN picks its blocked weight layout for (engine decode)
 CACHE_VERSION = 1
@@ -94,6 +101,12 @@ def cpu_model() -> str:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlxf"
+
+
+def fallback_cache_dir() -> Path:
+    """Where the choice is kept when ``cache_dir()`` cannot be written: per user, under the temp dir."""
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"rlxf-{uid}"
 
 
 def cache_file(directory: Path | None = None) -> Path:
@@ -164,29 +177,43 @@ def _read(path: Path) -> KernelChoice | None:
         return None
 
 
-def _write(path: Path, choice: KernelChoice) -> None:
+def _write(path: Path, choice: KernelChoice) -> bool:
+    """Write ``choice`` to ``path`` atomically; False where that cannot be done (read-only)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps(asdict(choice), indent=2) + "\n")
         tmp.replace(path)  # atomic: a concurrent reader sees the old file or the new one
+        return True
     except OSError:
-        pass  # a read-only home: measure again next time rather than fail the run
+        return False
 
 
 @functools.cache
-def _cached(path: Path, measure: Callable[[], KernelChoice]) -> KernelChoice:
-    choice = _read(path)
-    if choice is None:
-        choice = measure()
-        _write(path, choice)
+def _cached(paths: tuple[Path, ...], measure: Callable[[], KernelChoice]) -> KernelChoice:
+    """The first of ``paths`` that holds a choice, or a new measurement written to the first
+    that can be written."""
+    for path in paths:
+        if (choice := _read(path)) is not None:
+            return choice
+    choice = measure()
+    if not any(_write(path, choice) for path in paths):
+        log.warning("could not save the kernel calibration to %s: every process measures again, and a close "
+                    "measurement may choose other kernels (other rounding: reruns and resumes are then not "
+                    "bit-identical); make one of them writable, or set model.linear_kernels",
+                    " or ".join(str(p.parent) for p in paths))
     return choice
+
+
+def cache_files() -> tuple[Path, ...]:
+    """Where this machine's choice is looked for, in order: the user's cache, then the fallback."""
+    return cache_file(), cache_file(fallback_cache_dir())
 
 
 def machine_kernel_choice(path: Path | None = None,
                           measure: Callable[[], KernelChoice] = calibrate) -> KernelChoice:
     """This machine's choice: read from the cache file, or measured once and written there."""
-    return _cached(path or cache_file(), measure)
+    return _cached((path,) if path is not None else cache_files(), measure)
 
 
 def explain(linear_kernels: str, device: str, dtype: str) -> list[str]:
@@ -196,11 +223,13 @@ def explain(linear_kernels: str, device: str, dtype: str) -> list[str]:
     if not cpu_fp32:
         return [f"model.device={device}, model.dtype={dtype}: not a CPU float32 model, so torch's own "
                 "kernels (the oneDNN choice applies to CPU fp32 only)"]
-    path = cache_file()
-    cached = path.exists()
-    choice = machine_kernel_choice(path)
-    head = (f"measured on this machine ({choice.cpu}, torch {choice.torch_version}, {choice.threads} "
-            f"threads), {'read from' if cached else 'now cached in'} {path}")
+    paths = cache_files()
+    cached = next((p for p in paths if p.exists()), None)
+    choice = machine_kernel_choice()
+    written = next((p for p in paths if p.exists()), None)
+    where = (f"read from {cached}" if cached else f"now cached in {written}" if written
+             else f"not saved: neither {paths[0].parent} nor {paths[1].parent} can be written")
+    head = f"measured on this machine ({choice.cpu}, torch {choice.torch_version}, {choice.threads} threads), {where}"
     lines = [head]
     reasons = choice.reasons()
     if linear_kernels != "auto":

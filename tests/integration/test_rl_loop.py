@@ -64,9 +64,24 @@ def test_resume_is_bit_identical(tmp_path, nano_model_dir):
     assert any(not torch.equal(a[k], base[k]) for k in a)  # it trained: the equality is not vacuous
     ma, mb = metrics(tmp_path / "runs/straight"), metrics(tmp_path / "runs/split")
     assert [m["step"] for m in mb] == [1, 2, 3, 4]
-    drop = ("time/", "throughput/")
+
+    def kernels(run: str) -> list[str]:  # what train.log says each model's matmuls ran on
+        lines = (tmp_path / "runs" / run / "train.log").read_text().splitlines()
+        return [line.split(" INFO ", 1)[1] for line in lines if "oneDNN" in line or "matmuls" in line
+                or "own kernels" in line]
+
+    assert kernels("straight"), "train.log names no kernels"
+    assert set(kernels("split")) == set(kernels("straight"))  # both parts of the split run (one log)
+    # The engine/trainer log-prob gap is float noise (~1e-6), measured from two forwards that the
+    # update itself does not use (no off-policy correction here; the backward recomputes its own).
+    # Its last bits differed between the two runs, rarely (once in CI, once in ~60 runs here),
+    # while the weights and every other metric stayed identical: compared to 2e-6, not exactly.
+    drop, gap = ("time/", "throughput/"), ("rollout/logprob_gap", "rollout/stale_logprob_gap")
     for x, y in zip(ma, mb):
-        assert {k: v for k, v in x.items() if not k.startswith(drop)} == {k: v for k, v in y.items() if not k.startswith(drop)}
+        assert {k: v for k, v in x.items() if not k.startswith(drop + gap)} == \
+            {k: v for k, v in y.items() if not k.startswith(drop + gap)}, kernels("straight")
+        assert {k for k in x if k.startswith(gap)} == {k for k in y if k.startswith(gap)}
+        assert all(abs(x[k] - y[k]) <= 2e-6 for k in x if k.startswith(gap)), (x, y)
 
 
 def test_resume_refuses_a_different_experiment(tmp_path, nano_model_dir, capsys):

@@ -25,6 +25,7 @@ needs_onednn = pytest.mark.skipif(not onednn_linear_works(), reason="no usable o
 def machine(tmp_path, monkeypatch):
     """An empty per-machine cache under tmp_path; returns a function that writes a choice there."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(kc, "fallback_cache_dir", lambda: tmp_path / "fallback")
 
     def write(choice: kc.KernelChoice) -> None:
         path = kc.cache_file()
@@ -66,6 +67,26 @@ def test_a_torn_cache_file_is_measured_again(tmp_path):
     path.write_text('{"trainer": "onednn", "eng')
     assert kc.machine_kernel_choice(path, lambda: CHOICE) == CHOICE
     assert kc._read(path) == CHOICE
+
+
+def test_a_read_only_cache_dir_falls_back_to_the_temp_dir_and_neither_warns(tmp_path, monkeypatch, caplog):
+    calls = []
+
+    def fake_measure():
+        calls.append(1)
+        return CHOICE
+
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a_file"))  # ~/.cache/rlxf cannot be made
+    monkeypatch.setattr(kc, "fallback_cache_dir", lambda: tmp_path / "fallback")
+    assert kc.machine_kernel_choice(measure=fake_measure) == CHOICE
+    assert kc._read(kc.cache_file(tmp_path / "fallback")) == CHOICE
+    kc._cached.cache_clear()  # as a new process: reads the fallback instead of measuring
+    assert kc.machine_kernel_choice(measure=fake_measure) == CHOICE and len(calls) == 1
+    assert "could not save" not in caplog.text
+    monkeypatch.setattr(kc, "fallback_cache_dir", lambda: tmp_path / "a_file" / "x")  # neither can be written
+    assert kc.machine_kernel_choice(measure=fake_measure) == CHOICE and len(calls) == 2
+    assert "could not save the kernel calibration" in caplog.text and "not bit-identical" in caplog.text
 
 
 def test_cache_is_keyed_by_cpu_model_torch_version_and_threads(tmp_path, monkeypatch):
