@@ -98,19 +98,24 @@ def mixture_counts(weights: Sequence[float], n: int) -> list[int]:
 
 
 def _next_source(weights: Sequence[float], counts: Sequence[int], k: int) -> int:
-    """The source furthest behind its share after ``k`` draws: argmax_i (k+1)·w_i/W - counts_i,
-    the lowest index on a tie. Every prefix of the draws then holds each source's share to
-    within one prompt (a weighted round robin), so no batch's mix drifts from the weights."""
+    """The source of draw k + 1 by Balinski and Young's quota method: among the sources still
+    below their share of k + 1 draws (c_i < (k+1)·w_i/W, so one more stays within the upper
+    quota), the one with the largest w_i / (c_i + 1), the lowest index on a tie. Every prefix of
+    the draws then holds each source's count between the floor and the ceiling of its share, so
+    within one prompt of it, and no batch's mix drifts from the weights (Balinski & Young, "The
+    quota method of apportionment", 1975). The plain "furthest behind its share" rule does not:
+    weights 87, 87, 3.5, 3.5, 3.5, 3.375 put a source 1.07 prompts off its share at draw 147."""
     total = sum(weights)
-    deficits = [(k + 1) * w / total - c for w, c in zip(weights, counts)]
-    return max(range(len(weights)), key=lambda i: (deficits[i], -i))
+    below = [i for i, (w, c) in enumerate(zip(weights, counts)) if c < (k + 1) * w / total]
+    return max(below or range(len(weights)), key=lambda i: (weights[i] / (counts[i] + 1), -i))
 
 
 class MixtureSampler:
     """Prompts from several sources in proportion to their weights, deterministically.
 
-    The i-th prompt comes from the source furthest behind its share (``_next_source``), and
-    from that source's own ``PromptSampler`` (its own shuffled epochs). A batch of 16 from
+    The i-th prompt comes from the source the quota method picks (``_next_source``: every
+    prefix holds each share to within one prompt), and from that source's own
+    ``PromptSampler`` (its own shuffled epochs). A batch of 16 from
     weights 3:1 holds 12 and 4, every time, where independent draws would give the second
     source a binomial count (mean 4, standard deviation 1.7). The state is the per-source samplers' and counts, so a
     resumed run continues the same sequence mid-mixture.
