@@ -98,22 +98,26 @@ def mixture_counts(weights: Sequence[float], n: int) -> list[int]:
 
 
 def _next_source(weights: Sequence[float], counts: Sequence[int], k: int) -> int:
-    """The source of draw k + 1 by Balinski and Young's quota method: among the sources still
-    below their share of k + 1 draws (c_i < (k+1)·w_i/W, so one more stays within the upper
-    quota), the one with the largest w_i / (c_i + 1), the lowest index on a tie. Every prefix of
-    the draws then holds each source's count between the floor and the ceiling of its share, so
-    within one prompt of it, and no batch's mix drifts from the weights (Balinski & Young, "The
-    quota method of apportionment", 1975). The plain "furthest behind its share" rule does not:
-    weights 87, 87, 3.5, 3.5, 3.5, 3.375 put a source 1.07 prompts off its share at draw 147."""
-    total = sum(weights)
-    below = [i for i, (w, c) in enumerate(zip(weights, counts)) if c < (k + 1) * w / total]
-    return max(below or range(len(weights)), key=lambda i: (weights[i] / (counts[i] + 1), -i))
+    """The source of draw t = k + 1, by Tijdeman's rule for m sources: among those at least
+    s = 1/(2m - 2) behind their share (t·w_i/W - c_i >= s), the one whose deadline comes first,
+    (c_i + 1 - s)·W/w_i, the lowest index on a tie. Every prefix of the draws then holds each
+    source's count to within 1 - s of its share (Tijdeman, "The chairman assignment problem",
+    1980): within one prompt, so no batch's mix drifts from the weights. For two sources it is
+    the "furthest behind its share" rule, draw for draw; for more that rule is not enough
+    (weights 87, 87, 3.5, 3.5, 3.5, 3.375 put a source 1.07 prompts behind at draw 147)."""
+    m = len(weights)
+    if m == 1:
+        return 0
+    total, t, s = sum(weights), k + 1, 1 / (2 * m - 2)
+    behind = [t * w / total - c for w, c in zip(weights, counts)]
+    due = [i for i in range(m) if behind[i] >= s] or [max(range(m), key=lambda i: (behind[i], -i))]
+    return min(due, key=lambda i: ((counts[i] + 1 - s) * total / weights[i], i))
 
 
 class MixtureSampler:
     """Prompts from several sources in proportion to their weights, deterministically.
 
-    The i-th prompt comes from the source the quota method picks (``_next_source``: every
+    The i-th prompt comes from the source Tijdeman's rule picks (``_next_source``: every
     prefix holds each share to within one prompt), and from that source's own
     ``PromptSampler`` (its own shuffled epochs). A batch of 16 from
     weights 3:1 holds 12 and 4, every time, where independent draws would give the second

@@ -42,9 +42,7 @@ def _runs(tmp_path, nano_model_dir, names: tuple[str, ...], algorithm: dict | No
     step 2 (a checkpoint), then resumed. Dynamic sampling over three rounds, groups of 2."""
     runs = {}
     for name in names:
-        # seed 4: on the mixture, steps whose rounds run out (groups left out) and ones that replace
-        cfg = write_config(tmp_path / name, nano_model_dir,
-                           run={"name": name, "output_dir": str(tmp_path / "runs"), "seed": 4},
+        cfg = write_config(tmp_path / name, nano_model_dir, run={"name": name, "output_dir": str(tmp_path / "runs")},
                            train={"steps": 3}, eval={"every": 2, "num_problems": 4}, checkpoint={"every": 0},
                            rollout={"n": 2, "max_new_tokens": 8},
                            algorithm={"dynamic_sampling": True, "max_sampling_rounds": 3, **(algorithm or {})},
