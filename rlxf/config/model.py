@@ -51,8 +51,10 @@ class ModelConfig(Section):
         description="Matmuls of the linear layers in training forwards/backwards: `auto` runs them on "
         "oneDNN for CPU float32 models when it works here and measured faster than torch's own on this "
         "machine (a short calibration, cached per CPU model, torch version and thread count under "
-        "~/.cache/rlxf; it also picks the rollout engine's kernels and weight packing; `rlxf explain` "
-        "shows the choice and the figures), else torch's own; `onednn` insists; `torch` always F.linear.",
+        "~/.cache/rlxf; it also decides the rollout engine's weight packing; `rlxf explain` shows the "
+        "choice and the figures), else torch's own; `onednn` insists; `torch` always F.linear. The native "
+        "engine's matmuls are oneDNN wherever it works, whatever was faster: its rows round the same "
+        "whatever the batch, so a sequence's samples do not depend on what it was batched with.",
     )
     logprob_chunk_size: int = Field(
         1024, ge=1,

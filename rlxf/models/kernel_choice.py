@@ -7,7 +7,9 @@ CPU generation, so ``auto`` measures, side by side in one short calibration (wel
 second on an idle machine), the three choices it makes:
 
 - **trainer**: a linear layer's forward + backward (``OneDNNLinear`` vs ``F.linear``);
-- **engine**: a decode-sized matmul (few rows) of the native engine, oneDNN vs ``F.linear``;
+- **engine**: a decode-sized matmul (few rows) of the native engine, oneDNN vs ``F.linear``,
+  reported only: the engine runs oneDNN wherever it works, because oneDNN rounds a row the same
+  way whatever the number of rows and MKL does not (``rlxf.rollout.native.kernels``);
 - **pack**: whether oneDNN's pre-reordered (blocked) weights beat reordering in every call.
 
 The result is cached as JSON under ``$XDG_CACHE_HOME/rlxf`` (default ``~/.cache/rlxf``),
@@ -48,7 +50,7 @@ class KernelChoice:
     """The kernels ``auto`` uses on one machine, and the measurements behind them (ms per call)."""
 
     trainer: str                    # "onednn" or "torch": the trainer's linear layers (fp32 CPU)
-    engine: str                     # "onednn" or "torch": the native engine's matmuls (fp32 CPU)
+    engine: str                     # "onednn" or "torch": faster at the engine's matmuls (reported)
     pack: bool                      # engine keeps oneDNN weights reordered (when it uses oneDNN)
     trainer_ms: dict[str, float]    # {"onednn": ..., "torch": ...}; empty when not measured
     engine_ms: dict[str, float]     # {"onednn": ..., "onednn_packed": ..., "torch": ...}
@@ -56,14 +58,6 @@ class KernelChoice:
     torch_version: str
     threads: int
     note: str = ""                  # why nothing was measured (no oneDNN op here), if so
-
-    def engine_for(self, pack: bool | None) -> str:
-        """The engine's kernels when packing is ``pack`` (None: as measured best). A model too
-        large to keep a packed copy of compares unpacked oneDNN with torch."""
-        if pack is None or pack == self.pack or not self.engine_ms:
-            return self.engine
-        onednn = self.engine_ms["onednn_packed" if pack else "onednn"]
-        return "onednn" if onednn < self.engine_ms["torch"] else "torch"
 
     def reasons(self) -> list[str]:
         """One line per choice: what was picked and the measurement that decided it."""
@@ -80,8 +74,8 @@ class KernelChoice:
         other = {"onednn": "torch", "torch": "onednn"}
         lines = [f"trainer linear layers: {self.trainer} (forward+backward, 256 tokens x 512 -> 512: "
                  f"{versus(t, self.trainer, other[self.trainer])})",
-                 f"engine matmuls: {self.engine} (16-row decode matmul, 512 -> 1536: "
-                 f"{versus(e, self.engine, other[self.engine])})"]
+                 f"engine matmuls: onednn, whichever is faster, so that a sequence's samples do not depend on "
+                 f"its batch (16-row decode matmul, 512 -> 1536: {versus(e, self.engine, other[self.engine])})"]
         e = self.engine_ms
         packed, plain = ("onednn_packed", "onednn") if self.pack else ("onednn", "onednn_packed")
         lines.append(f"engine weight packing: {'on' if self.pack else 'off'} ({versus(e, packed, plain)})")

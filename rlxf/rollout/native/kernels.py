@@ -6,9 +6,14 @@ shapes, slower than MKL on an Intel Xeon. Its linear op also fuses what follows 
 residual add, and the SiLU gate times the up projection of the MLP. Both compute in IEEE fp32
 (no reduced-precision modes are enabled).
 
-``select_kernels("auto")`` uses oneDNN on CPU when the op exists, agrees with ``F.linear`` on a
-probe and, for fp32, measured faster on this machine (``rlxf.models.kernel_choice``, measured
-once and cached; it also decides weight packing); plain torch otherwise (CUDA, other builds).
+``select_kernels("auto")`` uses oneDNN on CPU when the op exists and agrees with ``F.linear`` on
+a probe, even where MKL measured faster: single-threaded, oneDNN rounds a row the same way
+whatever the number of rows (``OneDNNKernels``), and MKL's sgemm does not (measured here on
+the nano model: each request's log-probs came in two variants across batch compositions).
+Seeded samples that do not depend on the batch are what let a resumed or asynchronous run,
+whose requests are batched differently, repeat the uninterrupted one. Whether to keep the
+weights packed is measured (``rlxf.models.kernel_choice``, once per machine, cached). Plain
+torch otherwise (CUDA, builds without oneDNN).
 """
 
 from __future__ import annotations
@@ -113,15 +118,14 @@ def _probe(k: TorchKernels, dtype: torch.dtype) -> bool:
 
 def select_kernels(device: torch.device, dtype: torch.dtype, prefer: str = "auto", *,
                    pack: bool | None = True) -> TorchKernels:
-    """oneDNN on CPU when it works (``"onednn"``; ``"auto"``: and, in fp32, when it measured
-    faster on this machine), plain torch otherwise. ``pack``: oneDNN keeps its weights
-    reordered (one more copy of them in memory); None: when that measured faster here."""
+    """oneDNN on CPU when it works (``"auto"`` and ``"onednn"``; see the module docstring for
+    why ``auto`` does not ask which is faster), plain torch otherwise. ``pack``: oneDNN keeps
+    its weights reordered (one more copy of them in memory); None: when that measured faster
+    here."""
     if prefer not in ("auto", "onednn", "torch"):
         raise ValueError(f"unknown kernels {prefer!r}; valid: auto, onednn, torch")
-    measured = machine_kernel_choice() if device.type == "cpu" and dtype == torch.float32 \
-        and (prefer == "auto" or pack is None) else None
-    if prefer == "auto" and measured is not None and measured.engine_for(pack) == "torch":
-        return TorchKernels()
+    measured = machine_kernel_choice() if device.type == "cpu" and dtype == torch.float32 and pack is None \
+        and prefer != "torch" else None
     if pack is None:
         pack = measured.pack if measured is not None else True
     if prefer != "torch" and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
