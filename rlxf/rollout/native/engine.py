@@ -83,11 +83,10 @@ class NativeEngine:
     a Python thread with one intra-op thread and its own continuous batch of up to
     ``max_batch_size / threads`` rows (and at most its even share of the call's requests),
     taking its requests in turn (request i goes to worker i mod threads). Against one batch
-    split across OpenMP threads this
-    drops the ~100 thread barriers of every decode step, each of which stalls for a scheduler
-    time slice whenever another process holds a core (measured 3x faster on this shared 2-core
-    machine; the same work when it is idle). The results do not depend on it: sampling
-    randomness is per request.
+    split across OpenMP threads this drops the ~100 thread barriers of every decode step, each
+    of which stalls for a scheduler time slice whenever another process holds a core (measured
+    3x faster on this shared 2-core machine; the same work when it is idle). The results do not
+    depend on it: sampling randomness is per request.
     """
 
     name = "native"
