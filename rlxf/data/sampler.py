@@ -110,6 +110,8 @@ def _next_source(weights: Sequence[float], counts: Sequence[int], k: int) -> int
         return 0
     total, t, s = sum(weights), k + 1, 1 / (2 * m - 2)
     behind = [t * w / total - c for w, c in zip(weights, counts)]
+    # the shortfalls sum to 1, so the largest is >= 1/m >= s and some source is due; the max is
+    # there for when rounding puts two sources' halves a hair under s = 1/2
     due = [i for i in range(m) if behind[i] >= s] or [max(range(m), key=lambda i: (behind[i], -i))]
     return min(due, key=lambda i: ((counts[i] + 1 - s) * total / weights[i], i))
 
