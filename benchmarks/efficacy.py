@@ -127,6 +127,7 @@ class Result:
     grpo_steps: int
     grpo_curve: dict[int, float] = field(default_factory=dict)   # step -> held-out accuracy during GRPO
     mean_k: dict[str, float] = field(default_factory=dict)       # --sampled K: model -> held-out mean@K
+    pass_k: dict[str, float] = field(default_factory=dict)       # --sampled K: model -> held-out pass@K
 
 
 def _task_config(name: str, seed: int, eval_problems: int, out: Path) -> dict:
@@ -326,7 +327,8 @@ def run_task(name: str, args) -> Result:
     result = Result(name, sft_steps, acc["start"], acc["grpo"], acc["sft_more"], grpo_seconds, more_seconds,
                     grpo_rows[-1]["step"],
                     {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m},
-                    {label: m["eval/mean@k"] for label, m in evals.items() if "eval/mean@k" in m})
+                    {label: m["eval/mean@k"] for label, m in evals.items() if "eval/mean@k" in m},
+                    {label: m["eval/pass@k"] for label, m in evals.items() if "eval/pass@k" in m})
     (out / f"result{suffix}.json").write_text(json.dumps(
         {"cpu": cpu_model(), "load_average_end": load_average(), "budget": _budget(args), "starts": args.starts,
          "grpo_set": args.grpo_set, **asdict(result)}, indent=2) + "\n")
@@ -366,12 +368,16 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str], starts
                      f"{r.grpo_steps:>10} {r.grpo_seconds:>7.0f} {r.sft_more_seconds:>6.0f}  {low:.1%}")
     sampled = [r for r in results if r.mean_k]
     if sampled:
-        lines.append("held-out mean@k (the fraction of --sampled samples per problem right, rollout temperature)")
-        lines.append(f"{'task':<18} {'start':>7} {'GRPO':>7} {'gain':>7} {'SFT more':>8} {'gain':>7}")
+        # pass@k is what sharpening alone could reach: a start that solves a problem in 1 of k
+        # samples has the answer in it for RL to make greedy
+        lines.append("held-out mean@k and pass@k (of --sampled k samples per problem at the rollout temperature: "
+                     "the fraction right, and the fraction of problems with one right)")
+        lines.append(f"{'task':<18} {'mean@k: start':>13} {'GRPO':>7} {'SFT more':>8}   "
+                     f"{'pass@k: start':>13} {'GRPO':>7} {'SFT more':>8}")
         for r in sampled:
-            m = r.mean_k
-            lines.append(f"{r.task:<18} {m['start']:>7.1%} {m['grpo']:>7.1%} {100 * (m['grpo'] - m['start']):>+7.1f} "
-                         f"{m['sft_more']:>8.1%} {100 * (m['sft_more'] - m['start']):>+7.1f}")
+            m, p = r.mean_k, r.pass_k
+            passes = (f"{p['start']:>13.1%} {p['grpo']:>7.1%} {p['sft_more']:>8.1%}" if p else f"{'-':>13} {'-':>7} {'-':>8}")
+            lines.append(f"{r.task:<18} {m['start']:>13.1%} {m['grpo']:>7.1%} {m['sft_more']:>8.1%}   {passes}")
     lines.append(_verdict("all tasks", results))
     # a task where even its labels, for the same minutes, do not lift held-out accuracy by 10
     # points is one the model cannot learn more of in that time: it tests the model, not RL
@@ -423,7 +429,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--sampled", type=int, default=0, metavar="K",
                     help="also score K samples per held-out problem (rollout temperature) and report their mean "
-                    "accuracy, mean@K; rerunning with the same --out and --label only evaluates again")
+                    "accuracy, mean@K, and the share of problems with one right, pass@K; rerunning with the same "
+                    "--out and --label only evaluates again")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: print the table of the results already in --out (e.g. of tasks run "
                     "in parallel processes)")
