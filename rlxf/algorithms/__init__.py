@@ -4,7 +4,7 @@ No config objects, no ``.item()``, no I/O: tensors and plain numbers in, tensors
 in every docstring. Importing this package imports torch and nothing else outside the
 standard library. The trainer picks functions by name from four registries (``registry``):
 
-- ``advantage``: gae, grpo, rloo, reinforce_pp, reinforce_pp_baseline, reinforce
+- ``advantage``: gae, grpo, maxrl, rloo, reinforce_pp, reinforce_pp_baseline, reinforce
 - ``policy_loss``: ppo_clip, dual_clip, gspo, cispo, vanilla
 - ``loss_agg``: token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm
 - ``off_policy``: none, tis, mis, decoupled (a weight per token, for samples π_old did not draw)
@@ -23,6 +23,7 @@ from rlxf.algorithms.advantages import (
     discounted_returns,
     gae,
     grpo,
+    maxrl,
     reinforce,
     reinforce_pp,
     reinforce_pp_baseline,
@@ -102,6 +103,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "maxrl",
     "mis",
     "names",
     "needs",

@@ -22,12 +22,12 @@ Two families:
 
 - token-level (gae, reinforce_pp, reinforce) work from the reward-to-go, so per-turn rewards
   credit only the tokens before them;
-- group-level (grpo, rloo, reinforce_pp_baseline) score each sample by its whole return
+- group-level (grpo, maxrl, rloo, reinforce_pp_baseline) score each sample by its whole return
   S = Σ_t r_t (the trajectory-level credit these methods are defined with), compare it with
   the other samples of its group, and give the result to every valid token. ``gamma`` does
   not enter their advantages.
 
-A group of one sample cannot be compared with anything: grpo and rloo give it advantage 0
+A group of one sample cannot be compared with anything: grpo, maxrl and rloo give it advantage 0
 (no gradient) rather than nan. Rows with no valid token get 0 everywhere. Advantages are
 data, not differentiated; compute them under ``torch.no_grad()``.
 """
@@ -114,7 +114,7 @@ def gae(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
     if values is None:
         raise ValueError(
             "gae needs values (B, T) from a critic; pass the critic's V(s_t), or choose an "
-            "estimator without a critic (grpo, rloo, reinforce_pp, reinforce_pp_baseline, reinforce)"
+            "estimator without a critic (grpo, maxrl, rloo, reinforce_pp, reinforce_pp_baseline, reinforce)"
         )
     valid = mask.bool()
     rewards = zero_masked(rewards, valid)
@@ -154,6 +154,37 @@ def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     adv = scores - mean
     if params.norm_by_std:
         adv = adv / (std + params.eps)
+    return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
+
+
+@register("advantage", "maxrl", needs=Needs(groups=True))
+def maxrl(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
+          params: AdvantageParams) -> tuple[Tensor, Tensor]:
+    """Maximum-likelihood RL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning").
+
+        Â_i = (S_i - mean_g(S)) / mean_g(S)     on every valid token of sample i
+
+    For a pass/fail reward, mean_g(S) estimates the prompt's pass rate p, and the policy
+    gradient with these advantages is the mean of ∇log π over the group's right samples minus
+    the mean over all of them: an estimate of ∇log p = ∇p / p, where GRPO's estimates ∇p / σ.
+    So every prompt with a right sample pulls as hard as supervised learning on that sample
+    would, and prompts already solved pull little (with 8 samples of which 7 are right, the
+    right ones get 1/7 and the wrong one -1). A group of one sample, or whose rewards are all 0,
+    gets Â = 0. Scores must be ≥ 0 (a pass rate, or partial credit in [0, 1]); signed rewards
+    need another estimator: a negative one raises ValueError (the one check in this package that
+    reads a tensor's values, a single host sync per step). Returns: reward-to-go G_t.
+    """
+    _check_inputs("maxrl", rewards, mask, group_ids, None)
+    scores = sequence_scores(rewards, mask)
+    if (scores < 0).any():
+        raise ValueError(
+            f"maxrl: a sample's return is {scores.min().item():g}; maxrl divides by the group's mean "
+            "return, a pass rate, so returns must be >= 0. Use rewards in [0, 1] (no negative penalties or "
+            "shaping), or choose grpo"
+        )
+    mean, _, size = group_mean_std(scores, group_ids)
+    solved = (mean > 0) & (size > 1)
+    adv = torch.where(solved, (scores - mean) / torch.where(solved, mean, 1.0), 0.0)
     return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
 
 

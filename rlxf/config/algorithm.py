@@ -50,7 +50,7 @@ class AlgorithmConfig(Section):
         "grpo", description="Algorithm preset; sets the defaults of the fields below (see module doc)."
     )
     advantage: str = Field(
-        "grpo", description="Advantage estimator (registry name): gae, grpo, rloo, reinforce_pp, "
+        "grpo", description="Advantage estimator (registry name): gae, grpo, maxrl, rloo, reinforce_pp, "
         "reinforce_pp_baseline, reinforce, or one you registered."
     )
     norm_adv_by_std: bool = Field(
@@ -161,4 +161,13 @@ class AlgorithmConfig(Section):
                              f"unset); for the uncapped weight use off_policy: decoupled")
         if self.is_floor is not None and self.is_cap is not None and self.is_floor > self.is_cap:
             raise ValueError(f"algorithm.is_floor ({self.is_floor}) must not exceed algorithm.is_cap ({self.is_cap})")
+        if self.advantage == "maxrl":
+            # maxrl divides by the group's mean return, a pass rate: the penalties that make a
+            # return negative are refused here, before a run starts
+            if self.kl_coef > 0 and self.kl_mode == "reward":
+                raise ValueError("algorithm.advantage=maxrl needs returns >= 0, and kl_mode: reward subtracts "
+                                 "the KL penalty from them: use kl_mode: loss")
+            if self.overlong_buffer > 0 and self.overlong_penalty > 0:
+                raise ValueError("algorithm.advantage=maxrl needs returns >= 0, and the overlong penalty "
+                                 "(algorithm.overlong_buffer) subtracts from them: set overlong_buffer: 0")
         return self

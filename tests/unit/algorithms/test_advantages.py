@@ -16,6 +16,7 @@ from rlxf.algorithms import (
     gae,
     group_mean_std,
     grpo,
+    maxrl,
     reinforce,
     reinforce_pp,
     reinforce_pp_baseline,
@@ -71,6 +72,43 @@ def test_returns_are_discounted_reward_to_go():
         _, returns = fn(REWARDS, MASK, GROUPS, None, AdvantageParams(gamma=0.5))
         torch.testing.assert_close(returns, expected, msg=fn.__name__)
     torch.testing.assert_close(discounted_returns(REWARDS, MASK, 0.5), expected)
+
+
+def test_maxrl_divides_by_the_group_mean():
+    # group 7: mean 2, (1-2)/2 = -1/2, (0-2)/2 = -1, (5-2)/2 = 3/2; group 3: mean 3, -1/3, 1/3
+    adv, returns = maxrl(REWARDS, MASK, GROUPS, None, AdvantageParams())
+    torch.testing.assert_close(adv, on_tokens([-0.5, -1.0, 1.5, -1 / 3, 1 / 3]))
+    torch.testing.assert_close(returns, discounted_returns(REWARDS, MASK, 1.0))
+
+
+def test_maxrl_on_pass_fail_groups():
+    # 8 samples: 1 right -> p = 1/8, right (1 - 1/8) / (1/8) = 7, wrong -1;
+    # 7 right -> p = 7/8, right (1/8) / (7/8) = 1/7, wrong -1; all wrong and all right -> 0
+    scores = [1, 0, 0, 0, 0, 0, 0, 0] + [1, 1, 1, 1, 1, 1, 1, 0] + [0] * 8 + [1] * 8
+    mask = torch.ones(32, 1, dtype=D)
+    adv, _ = maxrl(torch.tensor(scores, dtype=D)[:, None], mask, torch.arange(32) // 8, None, AdvantageParams())
+    expected = [7] + [-1] * 7 + [1 / 7] * 7 + [-1] + [0] * 16
+    torch.testing.assert_close(adv[:, 0], torch.tensor(expected, dtype=D))
+
+
+def test_maxrl_gradient_is_the_right_samples_likelihood_gradient():
+    # a categorical policy over 4 answers, 6 samples of one prompt, answers 0 and 2 right:
+    # (1/N) Σ_i Â_i ∇log π(a_i) = (1/K) Σ_{i right} ∇log π(a_i) - (1/N) Σ_i ∇log π(a_i)
+    logits = torch.tensor([0.3, -1.0, 0.5, 2.0], dtype=D, requires_grad=True)
+    answers = torch.tensor([0, 3, 2, 3, 1, 0])
+    right = (answers == 0) | (answers == 2)
+    adv, _ = maxrl(right.to(D)[:, None], torch.ones(6, 1, dtype=D), torch.zeros(6, dtype=torch.long), None,
+                   AdvantageParams())
+    logp = torch.log_softmax(logits, -1)[answers]
+    (grad,) = torch.autograd.grad((adv[:, 0] * logp).mean(), logits, retain_graph=True)
+    (expected,) = torch.autograd.grad(logp[right].mean() - logp.mean(), logits)
+    torch.testing.assert_close(grad, expected)
+
+
+def test_maxrl_refuses_negative_returns():
+    with pytest.raises(ValueError, match=r"maxrl: a sample's return is -1.*must be >= 0.*choose grpo"):
+        maxrl(torch.tensor([[1.0], [-1.0]], dtype=D), torch.ones(2, 1, dtype=D), torch.tensor([0, 0]), None,
+              AdvantageParams())
 
 
 def test_rloo_leave_one_out():
@@ -149,7 +187,7 @@ def test_groups_of_one_and_empty_rows_give_zero_not_nan():
     rewards = torch.tensor([[1.0, 2.0], [3.0, 0.0], [0.0, 0.0]], dtype=D)
     mask = torch.tensor([[1, 1], [1, 0], [0, 0]], dtype=D)
     singletons = torch.tensor([0, 1, 2])
-    for fn in (grpo, rloo):
+    for fn in (grpo, rloo, maxrl):
         adv, returns = fn(rewards, mask, singletons, None, AdvantageParams())
         assert torch.equal(adv, torch.zeros_like(adv)), fn.__name__
         assert torch.isfinite(returns).all()
@@ -157,7 +195,7 @@ def test_groups_of_one_and_empty_rows_give_zero_not_nan():
         adv, returns = fn(rewards, mask, singletons, None, AdvantageParams())
         assert torch.isfinite(adv).all() and adv[2].abs().sum() == 0, fn.__name__
     # everything masked: all zeros
-    for fn in (grpo, rloo, reinforce_pp, reinforce_pp_baseline, reinforce):
+    for fn in (grpo, maxrl, rloo, reinforce_pp, reinforce_pp_baseline, reinforce):
         adv, returns = fn(rewards, torch.zeros_like(mask), torch.tensor([0, 0, 0]), None, AdvantageParams())
         assert torch.equal(adv, torch.zeros_like(adv)) and torch.equal(returns, torch.zeros_like(returns))
     adv, returns = gae(rewards, torch.zeros_like(mask), singletons, rewards, AdvantageParams())

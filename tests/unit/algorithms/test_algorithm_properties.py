@@ -23,6 +23,7 @@ from rlxf.algorithms import (
     masked_mean,
     masked_var,
     masked_whiten,
+    maxrl,
     names,
     outcome_token_rewards,
     registry,
@@ -92,8 +93,9 @@ def first_valid(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 @FAST
 @given(batches(min_valid=1), st.booleans())
 def test_group_advantages_have_zero_mean_per_group(b, norm):
-    for fn in (grpo, rloo):
-        adv, _ = fn(b.rewards, b.mask, b.group_ids, None, AdvantageParams(norm_by_std=norm))
+    for fn in (grpo, rloo, maxrl):
+        rewards = b.rewards.abs() if fn is maxrl else b.rewards
+        adv, _ = fn(rewards, b.mask, b.group_ids, None, AdvantageParams(norm_by_std=norm))
         per_sample = first_valid(adv, b.mask)
         for gid in b.group_ids.unique():
             in_group = b.group_ids == gid
@@ -181,9 +183,10 @@ def test_masked_tokens_never_change_outputs_or_gradients(b, seed):
     base = {"mask": b.mask}
     for name in names("advantage"):
         fn = registry.get("advantage", name)
+        rewards = b.rewards.abs() if name == "maxrl" else b.rewards   # maxrl refuses negative returns
         _assert_mask_invariant(
             lambda rewards, values, mask, fn=fn: fn(rewards, mask, b.group_ids, values, AdvantageParams()),
-            {**base, "rewards": b.rewards, "values": b.values}, b.mask, (), {"rewards", "values"}, seed)
+            {**base, "rewards": rewards, "values": b.values}, b.mask, (), {"rewards", "values"}, seed)
     params = PolicyLossParams(clip_eps_low=0.2, clip_eps_high=0.28)
     for name in names("off_policy"):
         fn = registry.get("off_policy", name)

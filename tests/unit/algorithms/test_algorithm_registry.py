@@ -11,7 +11,7 @@ from rlxf.algorithms.registry import UnknownNameError
 
 def test_builtin_names_match_the_config():
     assert registry.names("advantage") == sorted(
-        ["gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "reinforce"])
+        ["gae", "grpo", "maxrl", "rloo", "reinforce_pp", "reinforce_pp_baseline", "reinforce"])
     assert registry.names("policy_loss") == ["cispo", "dual_clip", "gspo", "ppo_clip", "vanilla"]
     assert registry.names("loss_agg") == [
         "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_mean"]
@@ -78,7 +78,8 @@ def test_every_registered_function_takes_bool_or_float_masks_in_either_precision
         old = x - 0.1
         for mask in (bool_mask, bool_mask.to(dtype)):
             for name in registry.names("advantage"):
-                adv, ret = registry.get("advantage", name)(x, mask, torch.tensor([0, 0, 1]), x, AdvantageParams())
+                rewards = x.abs() if name == "maxrl" else x   # maxrl refuses negative returns
+                adv, ret = registry.get("advantage", name)(rewards, mask, torch.tensor([0, 0, 1]), x, AdvantageParams())
                 assert adv.dtype == dtype and ret.dtype == dtype and torch.isfinite(adv).all(), name
             for name in registry.names("policy_loss"):
                 loss, m = registry.get("policy_loss", name)(x, old, x, mask, PolicyLossParams(),

@@ -107,6 +107,16 @@ def test_group_estimator_needs_groups(cfg_file):
         load_config(cfg_file(), ["rollout.n=1"])
 
 
+def test_maxrl_refuses_the_penalties_that_make_returns_negative(cfg_file):
+    assert load_config(cfg_file(), ["algorithm.advantage=maxrl"]).algorithm.advantage == "maxrl"
+    with pytest.raises(ConfigError, match="kl_mode: reward subtracts"):
+        load_config(cfg_file(), ["algorithm.advantage=maxrl", "algorithm.kl_coef=0.01", "algorithm.kl_mode=reward"])
+    with pytest.raises(ConfigError, match="overlong_buffer: 0"):
+        load_config(cfg_file(), ["algorithm.name=dapo", "algorithm.advantage=maxrl"])
+    # the KL in the loss leaves the returns alone
+    load_config(cfg_file(), ["algorithm.advantage=maxrl", "algorithm.kl_coef=0.01"])
+
+
 def test_unknown_registry_name_lists_valid_ones(cfg_file):
     with pytest.raises(ConfigError) as e:
         load_config(cfg_file(), ["algorithm.advantage=nope"])
