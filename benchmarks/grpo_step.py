@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="OMP_WAIT_POLICY of both workers. default: unset, what either library gets out of "
                    "the box (libgomp spins briefly at a barrier, then sleeps); passive: threads sleep at "
                    "once, which spares a loaded machine the spinning and costs every parallel region a "
-                   "wake-up (rlxf's training forward/backward ~30% slower here, TRL's step ~14%)")
+                   "wake-up (rlxf's training forward/backward ~30%% slower here, TRL's step ~14%%)")
     p.add_argument("--models", type=Path, default=None, help="where the built models go (default: a temp dir)")
     p.add_argument("--worker", choices=["trl", "rlxf", "rlxf-async"], help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
