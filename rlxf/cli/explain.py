@@ -63,11 +63,66 @@ def _titled_table(console, title: str, columns: tuple[str, ...], rows) -> None:
     console.print(table)
 
 
+def _data_files(cfg) -> list[tuple[tuple, str, bool]]:
+    """Each data file a run reads before its first step: (location, path, whether it exists).
+    Hub datasets (``source: hf``) are not files; PPO-ptx's count only with ``algorithm.ptx_coef`` > 0."""
+    from rlxf.config.load import source_locations
+
+    files = []
+    for loc, source in source_locations(cfg):
+        if source.source in ("task", "hf") or (loc == ("data", "ptx") and cfg.algorithm.ptx_coef <= 0):
+            continue
+        for key in ("train_path", "test_path"):
+            path = getattr(source, key)
+            if path is not None:
+                files.append(((*loc, key), path, Path(path).expanduser().is_file()))
+    return files
+
+
+def data_problems(cfg) -> list[tuple[tuple, str]]:
+    """What ``rlxf train`` checks of the data before it loads a model (``check_inputs``), where
+    it is cheap: each task made with its options, the first record of each data file against
+    ``data.fields``. Not the tokenizer (the model may not be made yet), not a hub dataset (the
+    network), not a missing data file (it may not be made yet either: ``run`` warns of it)."""
+    from rlxf.cli.preflight import _check_source
+    from rlxf.config.load import source_locations
+    from rlxf.data.prompts import source_config
+    from rlxf.errors import UserInputError
+
+    problems: list[tuple[tuple, str]] = []
+    for loc, source in source_locations(cfg):
+        ptx = loc == ("data", "ptx")
+        if ptx and cfg.algorithm.ptx_coef <= 0:
+            continue
+        data = source_config(cfg.data, source)
+        if data.source == "task":
+            checks = [((*loc, "task"), data)]
+        elif data.source != "hf" and not ptx:  # PPO-ptx's files are SFT data, checked when read
+            checks = [((*loc, key), data.model_copy(update={other: None}))
+                      for key, other in (("train_path", "test_path"), ("test_path", "train_path"))
+                      if getattr(data, key) is not None and Path(getattr(data, key)).expanduser().is_file()]
+        else:
+            checks = []
+        for where, one in checks:
+            try:
+                _check_source(one, prompts=not ptx)
+            except UserInputError as e:
+                if where[-1] == "task" and "task_options" in str(e):
+                    where = (*where[:-1], "task_options")
+                problems.append((where, str(e)))
+    return problems
+
+
 def run(config: Path, overrides: list[str], *, full_config: bool = False) -> None:
     from rlxf.config import load_config
+    from rlxf.config.explain import unused_settings
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, overrides, checks=(data_problems,))
     console = Console()
+    missing = [f"{'.'.join(map(str, loc))}: data file {path} does not exist (yet); `rlxf train` stops on it"
+               for loc, path, exists in _data_files(cfg) if not exists]
+    for warning in (*missing, *unused_settings(cfg)):
+        console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     try:
         _print_tables(console, cfg)
         _print_kernels(console, cfg)

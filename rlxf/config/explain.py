@@ -269,3 +269,14 @@ def placement_notes(cfg: Config) -> list[str]:
         notes.append(f"weight sync: learner rank 0 puts the weights in Ray's object store once; each of the "
                      f"{rc.engines} engine(s) fetches them after each step")
     return notes
+
+
+def unused_settings(cfg: Config) -> list[str]:
+    """Fields set to a value the rest of the config never reads: valid, so loading accepts them,
+    but likely a mistake (the run behaves as if they were unset)."""
+    notes = []
+    if cfg.rollout.mode != "async" and cfg.rollout.max_staleness > 0:
+        notes.append(f"rollout.max_staleness={cfg.rollout.max_staleness} does nothing under rollout.mode="
+                     f"{cfg.rollout.mode}: each step samples from the weights the previous step produced. "
+                     f"Set rollout.mode=async to let generation run ahead of training")
+    return notes

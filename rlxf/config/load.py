@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +91,62 @@ def _list_index(node: list, part: str, path: list[str], origin: str) -> int:
     return int(part)
 
 
+def _duplicate_key(node: yaml.Node | None, path: tuple[str, ...] = (),
+                   visited: set[int] | None = None) -> tuple[str, int, int] | None:
+    """The first key written twice in one mapping: (dotted path, its line, the first one's line).
+
+    YAML keeps the last of two equal keys without a word, so a second ``train:`` block would
+    silently drop every field of the first. Merge keys (``<<: *anchor``) are not duplicates.
+    """
+    visited = set() if visited is None else visited
+    if id(node) in visited:  # an alias of a node already walked (or of its own parent)
+        return None
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key, _value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                continue
+            line = key.start_mark.line + 1
+            first = seen.setdefault((key.tag, key.value), line)
+            if first != line:
+                return ".".join((*path, key.value)), line, first
+        children = ((str(key.value), value) for key, value in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        children = ((str(i), value) for i, value in enumerate(node.value))
+    else:
+        return None
+    for part, child in children:
+        found = _duplicate_key(child, (*path, part), visited)
+        if found:
+            return found
+    return None
+
+
 def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.y*ml"))
+        inside = f" (it holds {', '.join(found[:5])}{', ...' if len(found) > 5 else ''})" if found else ""
+        raise ConfigError(f"{path} is a directory, not a config file; give the path of a YAML file{inside}")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}); "
+                          f"save the config as UTF-8") from None
     try:
         node = yaml.compose(text, Loader=_Loader)
+        duplicate = _duplicate_key(node)
+        if duplicate:
+            key, line, first = duplicate
+            raise ConfigError(f"{path}:{line}: `{key}` is set twice (first on line {first}); YAML would keep "
+                              f"only the last and drop the first without a word. Merge the two into one.")
         data = _load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -181,7 +234,7 @@ def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridde
     points at every field its message names, so an override is blamed when it caused the problem
     rather than the YAML file that was fine on its own.
     """
-    direct = next((o for k, o in overridden.items() if loc[: len(k)] == k), None)
+    direct = next((o for k, o in overridden.items() if tuple(map(str, loc[: len(k)])) == k), None)
     if direct is not None:
         return direct
     named = [m.split(".") for m in dict.fromkeys(_FIELD_PATH.findall(msg)) if m.split(".")[0] in Config.model_fields]
@@ -190,10 +243,12 @@ def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridde
     parts: list[str] = []
     for path in named:
         override = overridden.get(tuple(path))
+        # an override inside the field (data.task_options.x=1) is part of its value, as is the file's
+        inside = [] if override else [o for k, o in overridden.items() if k[: len(path)] == tuple(path)]
         line = None if override else _exact_line(node, path)
-        where = override or (f"{source}:{line}" if line else None)
-        if where and where not in parts:
-            parts.append(where)
+        for where in (override, *inside, f"{source}:{line}" if line else None):
+            if where and where not in parts:
+                parts.append(where)
     if parts:
         return ", ".join(sorted(parts, key=lambda p: not p.startswith("override")))
     line = _line_of(node, loc)
@@ -225,35 +280,100 @@ def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
     return "\n".join(lines)
 
 
+@dataclass
+class Origins:
+    """Where the values of a loaded config came from (the file, its YAML nodes, the overrides),
+    so a check run after the schema names the file and line, or the override, as schema errors do."""
+
+    source: str = "defaults"
+    node: yaml.Node | None = None
+    overridden: dict[tuple, str] = field(default_factory=dict)
+
+    def __call__(self, loc: tuple, msg: str = "") -> str:
+        return _origin(loc, msg, self.source, self.node, self.overridden)
+
+    def error(self, problems: list[tuple[tuple, str]], *, names_in_message: bool = True) -> ConfigError:
+        """One ConfigError listing every ``(location, message)`` problem with its origin.
+
+        ``names_in_message``: the fields a message names are blamed too (a check across fields);
+        off for messages of lower layers, which call any source's task ``data.task``.
+        """
+        lines = [f"invalid config ({self.source}): {len(problems)} problem(s)"]
+        lines += [f"  - {'.'.join(map(str, loc))} ({self(loc, msg if names_in_message else '')}): {msg}"
+                  for loc, msg in problems]
+        return ConfigError("\n".join(lines))
+
+
+# a check a command adds to loading: (cfg) -> [(location, message), ...]; each is reported with its origin
+Check = Callable[[Config], list[tuple[tuple, str]]]
+
+
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
-                base: dict[str, Any] | None = None, *, given_rewards: bool = False) -> Config:
+                base: dict[str, Any] | None = None, *, given_rewards: bool = False,
+                checks: tuple[Check, ...] = ()) -> Config:
     """Read ``path`` (YAML), apply ``overrides`` (``dotted.key=value``), validate.
 
     ``base`` seeds the data before the file (used by tests and by commands with defaults).
-    Raises ConfigError naming every problem.
+    ``checks``: more checks of the valid config (``rlxf explain`` checks the data); their
+    problems are reported like the schema's. Raises ConfigError naming every problem.
     """
     data: dict[str, Any] = dict(base or {})
-    node = None
-    source = "defaults"
+    origins = Origins()
     if path is not None:
-        file_data, node = _read_yaml(Path(path))
+        file_data, origins.node = _read_yaml(Path(path))
         data.update(file_data)
-        source = str(path)
-    overridden: dict[tuple, str] = {}
+        origins.source = str(path)
     for text in overrides:
         keys, value = parse_override(text)
         _set_path(data, keys, value, f"override {text!r}")
-        overridden[tuple(keys)] = f"override {text!r}"
+        origins.overridden[tuple(keys)] = f"override {text!r}"
     try:
         cfg = Config.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, source, node, overridden)) from None
-    check_names(cfg, Path(path).resolve().parent if path is not None else None, given_rewards=given_rewards)
+        raise ConfigError(_format_errors(err, origins.source, origins.node, origins.overridden)) from None
+    check_names(cfg, Path(path).resolve().parent if path is not None else None, given_rewards=given_rewards,
+                origins=origins)
+    problems = [problem for check in checks for problem in check(cfg)]
+    if problems:
+        raise origins.error(problems, names_in_message=False)
     return cfg
 
 
-def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: bool = False) -> None:
-    """Import ``cfg.plugins``, then check every registry name in the config exists.
+def _import_failure(module: str, e: ImportError | SyntaxError, where: str) -> str:
+    """Why ``module`` (a plugin or a reward function's module) could not be imported, and what to do.
+
+    A module that is missing is put on the path or installed; one that is found but fails its
+    own import (a dependency it imports is missing, a syntax error) is fixed where it fails.
+    """
+    if isinstance(e, SyntaxError):
+        text = f": {e.text.strip()}" if e.text and e.text.strip() else ""
+        return f"{e.filename}:{e.lineno}: {type(e).__name__} in {module!r}: {e.msg}{text}"
+    if e.name and (module == e.name or module.startswith(f"{e.name}.")):
+        return f"cannot import {module!r}: {e}. Put it in {where}, or install it"
+    try:
+        spec = importlib.util.find_spec(module)
+        found = f" ({spec.origin})" if spec is not None and spec.origin else ""
+    except (ImportError, ValueError):
+        found = ""
+    fix = (f"Install {e.name!r}, which it imports, or remove that import"
+           if isinstance(e, ModuleNotFoundError) and e.name else "Fix that import")
+    return f"{module!r}{found} was found, but its own import failed: {e}. {fix}"
+
+
+def source_locations(cfg: Config) -> list[tuple[tuple, Any]]:
+    """Each data source with its location in the config: ``data`` itself, or each entry of
+    ``data.sources`` (a mixture); then ``data.ptx`` when set."""
+    sources: list[tuple[tuple, Any]] = ([(("data", "sources", i), s) for i, s in enumerate(cfg.data.sources)]
+                                        or [(("data",), cfg.data)])
+    if cfg.data.ptx is not None:
+        sources.append((("data", "ptx"), cfg.data.ptx))
+    return sources
+
+
+def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: bool = False,
+                origins: Origins | None = None) -> None:
+    """Import ``cfg.plugins``, then check every registry name in the config exists (the
+    algorithm's parts, each source's task; a reasoning-gym dataset is checked when it is made).
 
     Plugin modules and custom reward functions (``reward.verifiers[i].function``) are imported
     here, found on ``sys.path`` plus the working directory and the config file's directory (as
@@ -261,7 +381,9 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     ``plugins:``. Registries live in lower layers (they import torch), so they
     are imported here, lazily, once the schema itself is valid. ``given_rewards``: the caller
     hands the reward functions over as objects (``rlxf.train``), so their names are not imported.
+    ``origins``: where the values came from, named in the errors.
     """
+    origins = origins or Origins()
     # reward.url: the verifiers are the server's, imported there
     custom = [] if cfg.reward.url or given_rewards else [(i, v.function) for i, v in enumerate(cfg.reward.verifiers)
                                         if v.type == "custom"]
@@ -272,12 +394,11 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
         if (cfg.plugins or custom or own_env) and extra is not None and str(extra) not in sys.path:
             sys.path.append(str(extra))
     where = f"the working directory or {config_dir}" if config_dir else "the working directory"
-    for module in cfg.plugins:
+    for i, module in enumerate(cfg.plugins):
         try:
             importlib.import_module(module)
-        except ImportError as e:
-            raise ConfigError(f"plugins: cannot import {module!r}: {e}. Put it in {where}, "
-                              f"or install it") from None
+        except (ImportError, SyntaxError) as e:
+            raise origins.error([(("plugins", i), _import_failure(module, e, where))]) from None
     # a reward function that cannot be imported is a config mistake (exit 2), found before any
     # model loads or run directory exists
     from rlxf.rewards.custom import load_function  # noqa: PLC0415 - lazy, like the registries
@@ -285,27 +406,40 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     for i, spec in custom:
         try:
             load_function(spec)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"reward.verifiers.{i}.function: {e}. The module must be importable: "
-                              f"put it in {where}, or install it") from None
+        except AttributeError as e:
+            raise ConfigError(f"reward.verifiers.{i}.function: {e}") from None
+        except (ImportError, SyntaxError) as e:
+            cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
+            module = spec.partition(":")[0]
+            raise ConfigError(f"reward.verifiers.{i}.function: custom verifier {spec!r}: "
+                              f"{_import_failure(module, cause, where)}") from None
     from rlxf.algorithms import registry  # noqa: PLC0415 - lazy on purpose
 
-    problems = []
-    for field, kind in (("advantage", "advantage"), ("policy_loss", "policy_loss"),
-                        ("loss_agg", "loss_agg"), ("off_policy", "off_policy")):
-        name = getattr(cfg.algorithm, field)
+    problems: list[tuple[tuple, str]] = []
+    for name_field, kind in (("advantage", "advantage"), ("policy_loss", "policy_loss"),
+                             ("loss_agg", "loss_agg"), ("off_policy", "off_policy")):
+        name = getattr(cfg.algorithm, name_field)
         valid = registry.names(kind)
         if name not in valid:
-            problems.append(f"  - algorithm.{field}: unknown name {name!r}; valid: {', '.join(valid)}")
+            problems.append((("algorithm", name_field), f"unknown name {name!r}; valid: {', '.join(valid)}"))
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
-        problems.append(f"  - rollout.n: algorithm.advantage={cfg.algorithm.advantage!r} compares samples of one "
-                        f"prompt and needs rollout.n >= 2 (got {cfg.rollout.n})")
+        problems.append((("rollout", "n"), f"algorithm.advantage={cfg.algorithm.advantage!r} compares samples of "
+                         f"one prompt and needs rollout.n >= 2 (got {cfg.rollout.n})"))
     fsdp = cfg.run.placement == "ray" and cfg.ray.learners > 1 and cfg.ray.learner_strategy == "fsdp"
     if not problems and fsdp and registry.needs("advantage", cfg.algorithm.advantage).values:
-        problems.append(f"  - ray.learner_strategy: fsdp does not shard a critic, which algorithm.advantage="
-                        f"{cfg.algorithm.advantage!r} needs; use ray.learner_strategy=ddp")
+        problems.append((("ray", "learner_strategy"), f"fsdp does not shard a critic, which algorithm.advantage="
+                         f"{cfg.algorithm.advantage!r} needs; use ray.learner_strategy=ddp"))
+    from rlxf.data.tasks import REASONING_GYM_PREFIX, task_names  # noqa: PLC0415 - lazy, after the plugins
+
+    known = task_names()
+    for loc, source in source_locations(cfg):
+        if source.source == "task" and source.task and not source.task.startswith(REASONING_GYM_PREFIX) \
+                and source.task not in known:
+            close = difflib.get_close_matches(source.task, known, n=1)
+            hint = f" Did you mean `{close[0]}`?" if close else ""
+            problems.append(((*loc, "task"), f"unknown task {source.task!r}.{hint} Valid tasks: {', '.join(known)}"))
     if problems:
-        raise ConfigError("invalid config:\n" + "\n".join(problems))
+        raise origins.error(problems)
 
 
 def dump_config(cfg: Config) -> str:
