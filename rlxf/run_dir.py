@@ -8,11 +8,16 @@
       checkpoints/step_N/  model/ (HF format) + trainer state; SFT and RL alike (rlxf.models.paths)
       eval.jsonl         what `rlxf eval` measured on this run's checkpoints
       report.html        plots (`rlxf report`)
+      run.json           which command made the run (``{"command": "sft"}``): `--resume` with another
+                         one is refused, and `--overwrite` deletes only a directory that holds it,
+                         config.yaml, or the train.log and checkpoints/ of a run from before it
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +29,47 @@ from rlxf.errors import UserInputError
 
 
 class RunDirError(UserInputError):
-    """The run directory cannot be used as asked (exists, or is missing on --resume)."""
+    """The run directory cannot be used as asked (exists, is missing on --resume, is not a run,
+    or cannot be created)."""
+
+
+RECORD = "run.json"
+
+
+def looks_like_run(path: Path) -> bool:
+    """``path`` holds what RunDir.open or a run writes first: the record, the resolved config,
+    or (a run from before the record, stopped before its config) its log and checkpoints/."""
+    return ((path / RECORD).is_file() or (path / "config.yaml").is_file()
+            or ((path / "train.log").is_file() and (path / "checkpoints").is_dir()))
+
+
+def recorded_command(path: Path) -> str | None:
+    """The command that made the run at ``path`` (run.json), or None for a run made before
+    rlxf recorded it (or an unreadable record)."""
+    try:
+        return json.loads((path / RECORD).read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _unusable(path: Path, err: OSError) -> RunDirError:
+    reason = err.strerror or type(err).__name__
+    return RunDirError(f"run.output_dir/run.name: cannot use {path} as the run directory ({reason}); "
+                       f"set run.output_dir to a writable directory and run.name to a new name")
+
+
+def _check_creatable(path: Path) -> None:
+    """Raise the RunDirError ``mkdir -p path`` would hit: a file where a directory must be, or
+    a directory that cannot be written."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise RunDirError(f"run.output_dir/run.name: {parent} is a file, not a directory, so {path} cannot be "
+                          f"created; set run.output_dir to a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RunDirError(f"run.output_dir/run.name: {parent} is not writable, so {path} cannot be created; "
+                          f"set run.output_dir to a writable directory")
 
 
 @dataclass(frozen=True)
@@ -55,29 +100,48 @@ class RunDir:
     def report(self) -> Path:
         return self.path / "report.html"
 
+    @property
+    def record(self) -> Path:
+        return self.path / RECORD
+
     @classmethod
     def open(cls, output_dir: str | Path, name: str, *, resume: bool = False,
-             overwrite: bool = False) -> RunDir:
+             overwrite: bool = False, command: str | None = None) -> RunDir:
         """Create ``output_dir/name`` (or reopen it with ``resume``).
 
         An existing directory is never reused silently: pass ``resume`` to continue it or
-        ``overwrite`` to delete it and start over.
+        ``overwrite`` to delete it and start over. ``command`` (``train``, ``sft``, ...) is
+        recorded in a new run and checked against the record on ``resume``.
         """
-        path = cls.check(output_dir, name, resume=resume, overwrite=overwrite)
-        if overwrite and path.exists():
-            shutil.rmtree(path)
+        path = cls.check(output_dir, name, resume=resume, overwrite=overwrite, command=command)
         run = cls(path)
-        run.checkpoints.mkdir(parents=True, exist_ok=True)
+        try:
+            if overwrite and path.exists():
+                shutil.rmtree(path)
+            run.checkpoints.mkdir(parents=True, exist_ok=True)
+            if command is not None and not resume:
+                run.record.write_text(json.dumps({"command": command}) + "\n")
+        except OSError as e:
+            raise _unusable(path, e) from None
         return run
 
     @staticmethod
-    def check(output_dir: str | Path, name: str, *, resume: bool = False, overwrite: bool = False) -> Path:
+    def check(output_dir: str | Path, name: str, *, resume: bool = False, overwrite: bool = False,
+              command: str | None = None) -> Path:
         """The path ``open`` would use, or the RunDirError it would raise; creates nothing (a
         command checks this before validating its inputs, then opens)."""
         if resume and overwrite:
             raise RunDirError("--resume and --overwrite contradict each other; pass one")
         path = Path(output_dir) / name
-        exists = path.exists() and any(path.iterdir())
+        try:
+            if path.exists() and not path.is_dir():
+                raise RunDirError(f"run.output_dir/run.name: {path} is a file, not a run directory; choose "
+                                  f"another run.name (or run.output_dir)")
+            exists = path.exists() and any(path.iterdir())
+            if not exists:
+                _check_creatable(path)
+        except OSError as e:
+            raise _unusable(path, e) from None
         if resume and not exists:
             raise RunDirError(f"--resume: {path} does not exist (or is empty); start the run without --resume")
         if exists and not (resume or overwrite):
@@ -85,12 +149,26 @@ class RunDir:
                 f"{path} already exists. Pass --resume to continue that run, --overwrite to delete it "
                 f"and start over, or choose another run.name (e.g. run.name={name}-2)"
             )
+        if exists and not looks_like_run(path):
+            flag, action = ("--resume", "continued") if resume else ("--overwrite", "deleted")
+            raise RunDirError(
+                f"{flag}: {path} is not an rlxf run directory (it holds no {RECORD} or config.yaml), so it is "
+                f"not {action}; check run.output_dir and run.name, or choose another run.name"
+                + ("" if resume else " (or delete the directory yourself to use this one)")
+            )
+        made_by = recorded_command(path) if resume else None
+        if command is not None and made_by is not None and made_by != command:
+            raise RunDirError(
+                f"--resume: {path} is a run of `rlxf {made_by}`, not `rlxf {command}`; continue it with "
+                f"`rlxf {made_by} CONFIG --resume`, or choose another run.name for a new {command} run"
+            )
         return path
 
     def discard_if_unused(self) -> bool:
-        """Delete this run directory if the run logged nothing and saved no checkpoint or model
-        (its start failed), so that the corrected command can use the name again; True if deleted."""
-        logged = self.metrics.exists() and self.metrics.stat().st_size > 0
+        """Delete this run directory if the run logged nothing (no records in metrics.jsonl or any
+        other .jsonl, such as `rlxf label`'s pairs) and saved no checkpoint or model (its start
+        failed), so that the corrected command can use the name again; True if deleted."""
+        logged = any(f.is_file() and f.stat().st_size > 0 for f in self.path.glob("*.jsonl"))
         saved = (self.checkpoints.exists() and any(self.checkpoints.iterdir())) or (self.path / "model").exists()
         if logged or saved:
             return False

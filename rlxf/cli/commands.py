@@ -31,8 +31,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Argument(Path("runs/quickstart"), help="Directory for the quickstart's runs."),
         seed: int = typer.Option(0, "--seed", help="Seed of every stage."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete OUT first if it exists."),
-        rl_steps: int | None = typer.Option(None, "--rl-steps", help="GRPO steps (default: the recipe's)."),
-        sft_steps: int | None = typer.Option(None, "--sft-steps", help="SFT steps (default: the recipe's)."),
+        rl_steps: int | None = typer.Option(None, "--rl-steps", min=1, help="GRPO steps (default: the recipe's)."),
+        sft_steps: int | None = typer.Option(None, "--sft-steps", min=1, help="SFT steps (default: the recipe's)."),
         preset: str = typer.Option("tiny", "--preset", help="Model size preset (see init-model)."),
         remedy: bool = typer.Option(True, "--remedy/--no-remedy",
                                     help="Add PPO-ptx's supervised loss on easy demonstrations to GRPO's (default), "
@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         config: Path = ConfigArg,
         overrides: list[str] | None = OverridesArg,
         host: str = typer.Option("127.0.0.1", "--host"),
-        port: int = typer.Option(8008, "--port"),
+        port: int = typer.Option(8008, "--port", min=0, max=65535, help="TCP port (0: any free one)."),
     ) -> None:
         """Serve the config's verifiers over HTTP (batch scoring endpoint + health)."""
         _impl("serve_reward").run(config, overrides or [], host=host, port=port)

@@ -15,6 +15,9 @@ def _location(path: Path | str):
     """Where the model is (``rlxf.models.paths``): a model, checkpoint or run directory."""
     from rlxf.models.paths import ModelPathError, resolve_model_dir
 
+    if not Path(path).expanduser().exists():
+        raise UsageError(f"{path} does not exist; give a run directory (runs/NAME), a checkpoint directory "
+                         f"(runs/NAME/checkpoints/step_N) or a model directory")
     try:
         return resolve_model_dir(path)
     except ModelPathError as e:

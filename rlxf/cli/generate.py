@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from rlxf.cli.errors import UsageError
 
@@ -19,6 +20,7 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
         sampling = SamplingParams(n=n, temperature=temperature, max_new_tokens=max_new_tokens)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    _check_local(model)
     try:
         tokenizer = load_tokenizer(model)
         policy = load_model(model, device="auto", dtype="auto").eval()
@@ -46,3 +48,17 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
             print(f"--- sample {j} ({c.finish_reason}, {len(c.response_ids)} tokens, "
                   f"log-prob {sum(c.logprobs):.2f})\n{text}")
     print(f"[{type(engine).__name__}: {tokens} tokens in {seconds:.2f}s]", file=sys.stderr)
+
+
+def _check_local(model: str) -> None:
+    """A local path that does not exist is named as the MODEL argument (not as a tokenizer to
+    write a model into). A path looks local when it starts with . / ~, has more parts than a hub
+    id's org/name, or its first part is a local directory (``runs/typo``)."""
+    if Path(model).expanduser().exists():
+        return
+    parts = model.rstrip("/").split("/")
+    looks_local = (model.startswith((".", "/", "~")) or len(parts) > 2 or model.endswith("/")
+                   or (len(parts) == 2 and Path(parts[0]).is_dir()))
+    if looks_local:
+        raise UsageError(f"{model} does not exist; give a run directory (runs/NAME), a checkpoint directory "
+                         f"(runs/NAME/checkpoints/step_N), a model directory, or a Hugging Face hub id (org/name)")

@@ -9,16 +9,24 @@ from rlxf.cli.errors import UsageError
 
 def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     """``kind``: "rm" (reward model) or "dpo" (the DPO family)."""
+    from rlxf.cli.preflight import check_pair_inputs
     from rlxf.cli.sft import RUN_RESUMABLE
-    from rlxf.cli.train import apply_threads, check_resume_compatible, stop_with_resume_hint
+    from rlxf.cli.train import (
+        apply_threads,
+        check_resume_compatible,
+        discard_on_failed_start,
+        stop_with_resume_hint,
+    )
     from rlxf.config import load_config
     from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
     cfg = load_config(config, overrides)
     try:
-        run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command=kind)
     except RunDirError as e:
         raise UsageError(str(e)) from None
+    check_pair_inputs(cfg)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command=kind)
     if resume:
         check_resume_compatible(run_dir.config, cfg, (*RUN_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
     setup_logging(run_dir.log)
@@ -30,6 +38,7 @@ def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrit
         from rlxf.trainer.reward_model import run_reward_model as train
     else:
         from rlxf.trainer.dpo import run_dpo as train
-    with stop_with_resume_hint(kind, config, overrides, run_dir.checkpoints):
+    with stop_with_resume_hint(kind, config, overrides, run_dir.checkpoints), \
+            discard_on_failed_start(run_dir, fresh=not resume):
         train(cfg, run_dir, resume=resume)
     write_report([run_dir.path])

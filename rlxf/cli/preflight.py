@@ -32,6 +32,34 @@ def check_inputs(cfg: Config, *, prompts: bool = True) -> None:
         _check_source(source_config(cfg.data, cfg.data.ptx), prompts=False)
 
 
+def check_pair_inputs(cfg: Config) -> None:
+    """``check_inputs`` for `rlxf rm` and `rlxf dpo`: the model and tokenizer, and the first
+    record of each preference file against ``data.fields`` (chosen, rejected)."""
+    from rlxf.data.errors import DataError
+    from rlxf.data.preference import record_triple
+
+    check_inputs(cfg, prompts=False)
+    data = cfg.data
+    if data.source == "task":
+        raise DataError(f"data.task={data.task}: preference pairs come from files or a HF dataset "
+                        f"(data.source=jsonl|json|parquet|csv|hf with data.train_path), not from a procedural task")
+    if data.source == "hf":  # may need the network: read when training starts
+        return
+    for path in (data.train_path, data.test_path):
+        first = _first_record(data, path)
+        if first is not None:
+            record_triple(first[1], first[0], data)
+
+
+def _first_record(data, path):
+    """(where, record) of the first record of ``path``, None for no path or an empty file."""
+    from rlxf.data.readers import read_records
+
+    if path is None:
+        return None
+    return next(iter(read_records(path, data.source)), None)
+
+
 def _check_source(data, prompts: bool) -> None:
     if data.source == "task":
         from rlxf.data.tasks.base import get_task
@@ -39,12 +67,9 @@ def _check_source(data, prompts: bool) -> None:
         get_task(data.task or "", data.task_options)
     elif data.source != "hf" and prompts:  # a hub dataset may need the network: read when training starts
         from rlxf.data.prompts import record_prompt
-        from rlxf.data.readers import read_records
 
         for path in (data.train_path, data.test_path):
-            if path is None:
-                continue
-            first = next(iter(read_records(path, data.source)), None)
+            first = _first_record(data, path)
             if first is not None:
                 where, record = first
                 record_prompt(record, where, data)

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlxf.cli.errors import UsageError
 from rlxf.config import Config, load_config
 from rlxf.run_dir import RunDir, RunDirError, setup_logging
 
@@ -67,40 +68,61 @@ def _config(name: str, out: Path, seed: int, overrides: list[str]) -> Config:
                        [f"run.output_dir={out}", f"run.seed={seed}", *overrides])
 
 
+def _prepare(out: Path, overwrite: bool) -> None:
+    """Create ``out``, empty; an existing one only with ``overwrite``, and only if it is empty or
+    a quickstart's (holds quickstart.log), so that a mistyped OUT deletes nothing else."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise RunDirError(f"{out} is a file; give the quickstart a directory")
+        if out.exists() and any(out.iterdir()):
+            if not overwrite:
+                raise RunDirError(f"{out} already exists; pass --overwrite to start the quickstart over, "
+                                  f"or give another directory")
+            if not (out / "quickstart.log").is_file():
+                raise RunDirError(f"--overwrite: {out} is not a quickstart directory (it holds no quickstart.log), so "
+                                  f"it is not deleted; give another directory, or delete it yourself")
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(f"cannot use {out} for the quickstart ({e.strerror or type(e).__name__}); "
+                          f"give a writable directory") from None
+
+
 def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite: bool = False,
                    rl_steps: int | None = None, sft_steps: int | None = None, remedy: bool = True) -> list[Result]:
     from rlxf.metrics.report import write_report
     from rlxf.models import init_model
+    from rlxf.models.presets import PRESETS
     from rlxf.placement import run_training
     from rlxf.trainer.sft import run_sft
 
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise RunDirError(f"{out} already exists; pass --overwrite to start the quickstart over, "
-                              f"or give another directory")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # everything that can be wrong with the arguments fails here, before OUT is touched
+    if preset not in PRESETS:
+        raise UsageError(f"--preset: unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    base, sft_model = out / "base-model", out / "sft"  # a run directory stands for its newest checkpoint's model
+    sft_cfg = _config("sft", out, seed, [f"model.path={base}"]
+                      + ([f"sft.steps={sft_steps}"] if sft_steps is not None else []))
+    grpo_cfg = _config("grpo", out, seed, [f"model.path={sft_model}"]
+                       + ([f"train.steps={rl_steps}"] if rl_steps is not None else []))
+    _prepare(out, overwrite)
     setup_logging(out / "quickstart.log")
     start = time.perf_counter()
 
     # 1. a tiny base model with its own tokenizer, built offline
-    base = init_model(preset, out / "base-model", seed=seed)
+    init_model(preset, base, seed=seed)
     log.info("stage 1/4: built %s model in %s", preset, base)
 
     # 2. SFT on easy demonstrations (at most one carry), the hard ones shown rarely
-    sft_cfg = _config("sft", out, seed, [f"model.path={base}"] + ([f"sft.steps={sft_steps}"] if sft_steps else []))
     t0 = time.perf_counter()
-    run_sft(sft_cfg, RunDir.open(out, "sft"))
+    run_sft(sft_cfg, RunDir.open(out, "sft", command="sft"))
     sft_seconds = time.perf_counter() - t0
-    sft_model = out / "sft"  # a run directory stands for its newest checkpoint's model
     log.info("stage 2/4: SFT done in %.0fs", sft_seconds)
 
     # 3. GRPO on hard problems (two or three carries) with PPO-ptx on easy ones, from the SFT model
-    grpo_cfg = _config("grpo", out, seed, [f"model.path={sft_model}"] + ([f"train.steps={rl_steps}"] if rl_steps else []))
     eval_cfg = grpo_cfg  # hard and easy held-out problems, whatever the run trains on
     if not remedy:
         grpo_cfg = _no_remedy(grpo_cfg)
-    grpo_run = RunDir.open(out, "grpo")
+    grpo_run = RunDir.open(out, "grpo", command="train")
     t0 = time.perf_counter()
     run_training(grpo_cfg, grpo_run)
     rl_seconds = time.perf_counter() - t0
@@ -112,7 +134,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
                                           f"sft.max_seconds={rl_seconds:.1f}", "sft.optim.warmup_steps=20",
                                           "sft.optim.schedule=constant", "sft.eval_every=0", "sft.stop_when=null"])
     t0 = time.perf_counter()
-    run_sft(more_cfg, RunDir.open(out, "sft-more"))
+    run_sft(more_cfg, RunDir.open(out, "sft-more", command="sft"))
     more_seconds = time.perf_counter() - t0
     log.info("stage 4/4: continued SFT done in %.0fs", more_seconds)
 

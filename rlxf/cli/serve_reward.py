@@ -8,6 +8,7 @@ The config may be a whole training config (the same file the trainer uses, minus
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 from rlxf.cli.errors import UsageError
@@ -35,10 +36,27 @@ def run(config_path: Path, overrides: list[str], host: str = "127.0.0.1", port: 
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with LocalReward(cfg) as scorer:
-        log.info("serving verifiers %s on http://%s:%d (workers=%d, timeout %.0fs)", scorer.names, host, port,
-                 cfg.workers, cfg.timeout_s)
         try:
             config = server_config(scorer, cfg.server, host, port)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        uvicorn.Server(config).run()
+        sock = _bind(host, port)
+        log.info("serving verifiers %s on http://%s:%d (workers=%d, timeout %.0fs)", scorer.names, host,
+                 sock.getsockname()[1], cfg.workers, cfg.timeout_s)
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here (as uvicorn binds it) so that an address in use
+    or a host that is not this machine's is a usage error naming --host/--port, not uvicorn's exit 3."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (OSError, OverflowError) as e:
+        sock.close()
+        reason = getattr(e, "strerror", None) or str(e)
+        raise UsageError(f"cannot serve on --host {host} --port {port}: {reason}; pick a free port (--port) "
+                         f"or an address of this machine (--host)") from None
+    sock.set_inheritable(True)
+    return sock

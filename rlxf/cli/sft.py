@@ -24,11 +24,11 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
 
     cfg = load_config(config, overrides)
     try:
-        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="sft")
     except RunDirError as e:
         raise UsageError(str(e)) from None
     check_inputs(cfg, prompts=False)
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="sft")
     if resume:
         check_resume_compatible(run_dir.config, cfg, RESUMABLE)
     setup_logging(run_dir.log)

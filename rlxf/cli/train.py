@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
 from contextlib import contextmanager
@@ -73,7 +74,12 @@ def discard_on_failed_start(run_dir, *, fresh: bool):
         yield
     except BaseException:
         if fresh and run_dir.discard_if_unused():
-            logging.getLogger("rlxf").info("the run failed before its first step; removed %s", run_dir.path)
+            log = logging.getLogger("rlxf")
+            for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
+                if Path(handler.baseFilename).is_relative_to(os.path.abspath(run_dir.path)):  # as FileHandler's
+                    log.removeHandler(handler)  # its file is gone: a later run in this process logs elsewhere
+                    handler.close()
+            log.info("the run failed before its first step; removed %s", run_dir.path)
         raise
 
 
@@ -112,11 +118,11 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
 
     cfg = load_config(config, overrides)
     try:
-        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
     except RunDirError as e:
         raise UsageError(str(e)) from None
     check_inputs(cfg)
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
     if resume:
         check_resume_compatible(run_dir.config, cfg)
     log = setup_logging(run_dir.log)

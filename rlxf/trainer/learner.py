@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlxf.errors import UserInputError
 from rlxf.models import load_model, save_model
 from rlxf.models.loading import merged_state_dict, unwrap_model
 from rlxf.trainer.distributed import SINGLE, DataParallel
@@ -125,6 +126,10 @@ class Learner:
 
     def load(self, directory: Path) -> None:
         state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
+        if "actor" not in state:  # TrainableModel.save's {"optim", "trainable"}
+            raise UserInputError(
+                f"--resume: {directory} is a checkpoint of `rlxf sft`, `rlxf rm` or `rlxf dpo`, not of an RL run "
+                f"(`rlxf train`); continue it with the command that made the run, with --resume")
         actor = self.actor
         if state["trainable"]:
             actor.load_adapter_state(state["trainable"])

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from rlxf.config.train import OptimConfig
+from rlxf.errors import UserInputError
 from rlxf.metrics.sinks import truncate_after_step
 from rlxf.models import ValueModel, load_model, save_model
 from rlxf.run_dir import RunDir
@@ -73,6 +74,10 @@ class TrainableModel(_Trainable):
     def load(self, directory: Path) -> None:
         """Restore what ``save`` wrote into this (same-shaped) model and optimizer."""
         state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
+        if "optim" not in state:  # the RL learner's {"actor", "critic", "kl", ...}
+            raise UserInputError(
+                f"--resume: {directory} is a checkpoint of an RL run (`rlxf train`), not of `rlxf sft`, `rlxf rm` "
+                f"or `rlxf dpo`; continue it with `rlxf train CONFIG --resume`")
         if state["trainable"]:  # LoRA: model/ is merged, the adapters are in the state
             self.load_adapter_state(state["trainable"])
         else:

@@ -107,3 +107,24 @@ def test_resume_skips_a_damaged_checkpoint_and_names_damaged_files(tmp_path, nan
     err = capsys.readouterr().err
     assert "no intact checkpoint" in err
     assert all(str(ckpts / f"step_{step}" / "trainer_state.pt") in err for step in (4, 5))
+
+
+def test_resume_with_another_command_than_the_runs_says_which_made_it(tmp_path, nano_model_dir, capsys):
+    """`rlxf train --resume` on an SFT run (and `rlxf sft --resume` on an RL run) exits 2 naming
+    the command that made it: from run.json, or, for a run from before run.json, from what its
+    checkpoint holds; the failure log does not advise the same command again."""
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 1}, sft={"steps": 1})
+    runs = tmp_path / "runs"
+    assert main(["sft", str(cfg), "run.name=s"]) == 0
+    assert main(["train", str(cfg), "run.name=t"]) == 0
+    capsys.readouterr()
+    for command, run, made_by in (("train", "s", "sft"), ("sft", "t", "train")):
+        assert main([command, str(cfg), f"run.name={run}", "--resume"]) == 2
+        assert f"is a run of `rlxf {made_by}`, not `rlxf {command}`" in capsys.readouterr().err
+        (runs / run / "run.json").unlink()  # as a run made before rlxf recorded its command
+        assert main([command, str(cfg), f"run.name={run}", "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert f"{runs / run / 'checkpoints' / 'step_1'} is a checkpoint of" in err and "KeyError" not in err
+        assert "continue it with" in err
+        assert "the run failed" not in (runs / run / "train.log").read_text()  # no "resume with the same command"
+    assert main(["sft", str(cfg), "run.name=s", "--resume", "sft.steps=2"]) == 0  # the right command still resumes
