@@ -61,4 +61,5 @@ def _check_local(model: str) -> None:
                    or (len(parts) == 2 and Path(parts[0]).is_dir()))
     if looks_local:
         raise UsageError(f"{model} does not exist; give a run directory (runs/NAME), a checkpoint directory "
-                         f"(runs/NAME/checkpoints/step_N), a model directory, or a Hugging Face hub id (org/name)")
+                         f"(runs/NAME/checkpoints/step_N), a model directory (`rlxf init-model` builds one), or a "
+                         f"Hugging Face hub id (org/name)")
