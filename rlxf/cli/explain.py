@@ -162,6 +162,7 @@ def _print_tables(console: Console, cfg) -> None:
 
         console.print(f"model.path {cfg.model.path!r} not readable ({type(e).__name__}); memory estimate "
                       f"skipped. {missing_model_hint(Path(cfg.model.path))}", markup=False)
+        _print_placement(console, cfg, None)
         return
     console.print(f"model: {dims.params:,} parameters, {dims.layers} layers, hidden {dims.hidden}, "
                   f"vocab {dims.vocab}; dtype {resolved_dtype(cfg)}")
@@ -179,15 +180,23 @@ def _print_tables(console: Console, cfg) -> None:
                       _gib(r.kv_cache), _gib(r.total))
     table.add_row("all", "", "", "", "", "", _gib(sum(r.total for r in roles)))
     console.print(table)
+    _print_placement(console, cfg, roles)
 
-    from rlxf.config.explain import placement_notes, placement_table
 
+def _print_placement(console: Console, cfg, roles) -> None:
+    """Which process holds which role, with its resources; ``roles`` None: the model could not be
+    read, so the roles are known but not their memory."""
+    from rlxf.config.explain import ModelDims, memory_estimate, placement_notes, placement_table
+
+    known = roles is not None
+    if not known:
+        roles = memory_estimate(cfg, ModelDims(params=0, layers=0, hidden=0, intermediate=0, kv_dim=0, vocab=0))
     console.rule(f"placement: {cfg.run.placement}" + (f" ({cfg.ray.mode})" if cfg.run.placement == "ray" else ""))
     table = Table(show_header=True, header_style="bold")
     for col in ("process", "roles", "resources", "memory (GiB)"):
         table.add_column(col)
     for process, held, resources, size in placement_table(cfg, roles):
-        table.add_row(process, held, resources, _gib(size) if size is not None else "-")
+        table.add_row(process, held, resources, _gib(size) if size is not None and known else "-")
     console.print(table)
     for note in placement_notes(cfg):
         console.print(note, markup=False)

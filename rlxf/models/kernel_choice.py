@@ -74,7 +74,7 @@ class KernelChoice:
         other = {"onednn": "torch", "torch": "onednn"}
         lines = [f"trainer linear layers: {self.trainer} (forward+backward, 256 tokens x 512 -> 512: "
                  f"{versus(t, self.trainer, other[self.trainer])})",
-                 f"engine matmuls: onednn, whichever is faster, so that a sequence's samples do not depend on "
+                 f"engine matmuls: onednn whether or not it is faster, so that a sequence's samples do not depend on "
                  f"its batch (16-row decode matmul, 512 -> 1536: {versus(e, self.engine, other[self.engine])})"]
         e = self.engine_ms
         packed, plain = ("onednn_packed", "onednn") if self.pack else ("onednn", "onednn_packed")

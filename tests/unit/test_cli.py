@@ -40,6 +40,17 @@ def test_explain_prints_batch_arithmetic_and_memory(capsys, nano_model_dir):
     assert "actor lr: auto = 0.00078 (0.1 / (hidden 64 x 2 layers)" in out   # the nano preset
 
 
+def test_explain_shows_the_placement_without_a_model(capsys, tmp_path, monkeypatch):
+    # the README's `explain CONFIG run.placement=ray` on an example before its model exists:
+    # the roles and their processes are known from the config alone, their memory is not
+    monkeypatch.setenv("COLUMNS", "200")   # table cells whole, whatever the terminal
+    assert main(["explain", str(EXAMPLE), f"model.path={tmp_path / 'not-yet'}", "run.placement=ray",
+                 "ray.mode=disaggregated"]) == 0
+    out = " ".join(capsys.readouterr().out.split())   # rich wraps lines at the terminal's width
+    assert "memory estimate skipped" in out and "placement: ray (disaggregated)" in out
+    assert "Ray actor: learner" in out and "Ray actor: engine 0" in out
+
+
 def test_import_rlxf_is_light():
     code = ("import sys, rlxf, rlxf.cli.main, rlxf.config, rlxf.rewards, rlxf.rollout, rlxf.data, rlxf.models;"
             "heavy = [m for m in ('ray', 'vllm', 'deepspeed', 'wandb', 'mlflow') if m in sys.modules];"
