@@ -197,3 +197,17 @@ def test_explain_warns_of_a_staleness_bound_that_sync_mode_ignores(cfg_file, no_
     assert "rollout.max_staleness=2 does nothing under rollout.mode=sync" in capsys.readouterr().out
     assert main(["explain", cfg_file(), no_model, "rollout.max_staleness=2", "rollout.mode=async"]) == 0
     assert "does nothing" not in capsys.readouterr().out
+
+
+def test_a_boolean_is_not_a_number(cfg_file):
+    # pydantic would read `steps: yes` as 1 step, and YAML reads yes/on as true
+    with pytest.raises(ConfigError, match=r"steps: expected a number, got true") as e:
+        load_config(cfg_file(), ["train.steps=yes"])
+    assert "override 'train.steps=yes'" in str(e.value)
+    with pytest.raises(ConfigError, match=r"lr: expected a number, got false"):
+        load_config(cfg_file(), ["train.optim.lr=off"])
+    with pytest.raises(ConfigError, match=r"max_staleness: expected a number"):
+        load_config(cfg_file(), ["rollout.max_staleness=true"])
+    # booleans where booleans belong, numbers where numbers belong
+    cfg = load_config(cfg_file(), ["algorithm.norm_adv_by_std=off", "train.steps=3", "train.optim.lr=0.5"])
+    assert cfg.algorithm.norm_adv_by_std is False and cfg.train.steps == 3 and cfg.train.optim.lr == 0.5
