@@ -18,6 +18,10 @@ from typing import Any
 from rlxf.data.errors import DataError
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "hf")
+# the formats a file's name says it is in (a JSON-lines file is often named .json, so the JSON
+# family is one group); a file named for another format than data.source is refused
+_SUFFIX_FORMATS = {".jsonl": ("json", "jsonl"), ".ndjson": ("json", "jsonl"), ".json": ("jsonl", "json"),
+                   ".csv": ("csv",), ".parquet": ("parquet",)}
 
 
 def read_records(path: str | Path, fmt: str, split: str | None = None,
@@ -32,6 +36,10 @@ def read_records(path: str | Path, fmt: str, split: str | None = None,
     p = Path(path).expanduser()
     if not p.is_file():
         raise DataError(f"data file {p} does not exist (data.source={fmt})")
+    named = _SUFFIX_FORMATS.get(p.suffix.lower())
+    if named is not None and fmt not in named:
+        raise DataError(f"data file {p} is named like {' or '.join(named)} but data.source is {fmt}; set "
+                        f"data.source={named[-1]} (or rename the file if it really is {fmt})")
     yield from {"jsonl": _read_jsonl, "json": _read_json, "parquet": _read_parquet, "csv": _read_csv}[fmt](p)
 
 

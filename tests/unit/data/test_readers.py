@@ -109,3 +109,14 @@ def test_hf_subset_picks_a_configuration(tmp_path):
     assert got == [{"question": "socratic test", "answer": "so #### 12"}]
     with pytest.raises(DataError, match="several configurations; name one with data.hf_subset"):
         list(read_records(repo, "hf", split="test"))
+
+
+def test_a_file_named_for_another_format_is_refused(tmp_path):
+    # data.source=csv on a JSON-lines file would read its JSON text as the CSV header
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
+    with pytest.raises(DataError, match=r"d.jsonl is named like json or jsonl but data.source is csv; set "
+                                         r"data.source=jsonl"):
+        list(read_records(tmp_path / "d.jsonl", "csv"))
+    # JSON lines named .json are common: the JSON family reads either name
+    (tmp_path / "d.json").write_text('{"prompt": "1+1", "answer": "2"}\n')
+    assert [r for _, r in read_records(tmp_path / "d.json", "jsonl")] == [{"prompt": "1+1", "answer": "2"}]
