@@ -90,7 +90,7 @@ class NumericVerifierConfig(_AnswerVerifier):
         default_factory=lambda: ["answer_tag", "boxed", "last_number"], min_length=1, description=EXTRACTION_DOC
     )
     answer_tag: str = Field("answer", description="Tag name for `answer_tag` extraction.")
-    rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance |a - b| <= rel_tol * max(|a|, |b|).")
+    rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance |a - b| <= rel_tol * max(|a|, |b|); two integers must be equal.")
     abs_tol: float = Field(1e-9, ge=0, description="Absolute tolerance |a - b| <= abs_tol.")
 
 
@@ -188,7 +188,8 @@ class CodeVerifierConfig(_Verifier):
         "tokens", description="stdout vs expected: `tokens` (whitespace-separated, numbers within "
         "float_tol), `lines` (trailing whitespace ignored), `exact`.",
     )
-    float_tol: float = Field(1e-6, ge=0, description="`tokens` compare: tolerance for numeric tokens.")
+    float_tol: float = Field(1e-6, ge=0, description="`tokens` compare and returned values: tolerance for "
+                             "non-integer numbers; integers must be equal.")
     partial_credit: bool = Field(
         True, description="Score the fraction of tests passed; off = 1 only if all pass."
     )

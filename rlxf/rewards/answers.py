@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlxf.rewards.base import SyncVerifier
-from rlxf.rewards.extract import extract_answer, parse_number
+from rlxf.rewards.extract import extract_answer, parse_integer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
 
 
@@ -146,7 +146,8 @@ class ExactVerifier(SyncVerifier):
 
 class NumericVerifier(SyncVerifier):
     """1.0 if the extracted answer is a number within tolerance of the ground truth:
-    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``)."""
+    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``). Two integers
+    (``-1,234``, however long) must be equal."""
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
                  answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
@@ -172,6 +173,12 @@ class NumericVerifier(SyncVerifier):
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
+        exact_gold, exact_pred = parse_integer(gt), parse_integer(found[0])
+        if exact_gold is not None and exact_pred is not None:
+            # integers exactly: within 1e-6, 1234568 would pass for 1234567, and any two
+            # integers of 309 digits or more are both inf as floats
+            return _verdict(exact_pred == exact_gold)
         pred = parse_number(found[0])
-        ok = pred is not None and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
+        ok = (pred is not None and math.isfinite(pred) and math.isfinite(gold)
+              and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))
         return _verdict(ok)

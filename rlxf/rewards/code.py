@@ -226,8 +226,8 @@ def _one_test(item: Any) -> CodeTest:
 def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: float = 1e-6) -> bool:
     """Compare a program's stdout with the expected one.
 
-    ``tokens``: same whitespace-separated tokens, numbers equal within ``float_tol`` (absolute
-    or relative); ``lines``: same lines up to trailing whitespace and trailing blank lines;
+    ``tokens``: same whitespace-separated tokens, integers equal and other numbers within
+    ``float_tol`` (absolute or relative); ``lines``: same lines up to trailing whitespace and trailing blank lines;
     ``exact``: identical.
     """
     if mode == "exact":
@@ -243,20 +243,37 @@ def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: f
     return len(a) == len(b) and all(x == y or _close(x, y, float_tol) for x, y in zip(a, b, strict=True))
 
 
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
 def _close(x: str, y: str, tol: float) -> bool:
+    """Two output tokens as numbers: integers exactly, other numbers within ``tol``."""
     try:
-        fx, fy = float(x), float(y)
+        nx, ny = (int(t) if _INTEGER.fullmatch(t) else float(t) for t in (x, y))
     except ValueError:
         return False
-    return math.isclose(fx, fy, rel_tol=tol, abs_tol=tol)
+    return _numbers_close(nx, ny, tol)
+
+
+def _numbers_close(x: int | float, y: int | float, tol: float) -> bool:
+    """Integers exactly; floats within ``tol`` when finite, else equal (a 400-digit integer is
+    inf as a float, and inf is close to inf: ``print('inf')`` would pass for it)."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    try:
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return x == y
+        return math.isclose(x, y, rel_tol=tol, abs_tol=tol)
+    except OverflowError:  # an integer too large for a float, against a float: not within tol
+        return False
 
 
 def values_match(actual: Any, expected: Any, tol: float = 1e-6) -> bool:
-    """JSON values equal, floats within ``tol``, tuples as lists."""
+    """JSON values equal: integers exactly, floats within ``tol``, tuples as lists."""
     if isinstance(actual, bool) or isinstance(expected, bool):
         return type(actual) is type(expected) and actual == expected
     if isinstance(actual, (int, float)) and isinstance(expected, (int, float)):
-        return math.isclose(actual, expected, rel_tol=tol, abs_tol=tol)
+        return _numbers_close(actual, expected, tol)
     if isinstance(actual, list) and isinstance(expected, (list, tuple)):
         return len(actual) == len(expected) and all(values_match(a, e, tol) for a, e in zip(actual, expected, strict=True))
     if isinstance(actual, dict) and isinstance(expected, dict):

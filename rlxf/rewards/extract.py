@@ -75,6 +75,14 @@ def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") ->
     return None
 
 
+def parse_integer(text: str) -> int | None:
+    """An integer written as ``-1234`` or ``-1,234`` (exactly, however long); None otherwise."""
+    text = text.strip().strip("$").strip()
+    if re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+", text):  # thousands separators only
+        text = text.replace(",", "")
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else None
+
+
 def parse_number(text: str) -> float | None:
     """A number written as ``-1,234.5``, ``3/4``, ``1e-3`` or ``\\frac{3}{4}``; None otherwise."""
     text = text.strip().strip("$").strip()

@@ -86,6 +86,17 @@ def test_numeric_tolerances():
     assert bad.error is not None and "not a number" in bad.error
 
 
+def test_numeric_compares_integers_exactly():
+    # the default 1e-6 relative tolerance would take any integer within a millionth of the answer
+    v = NumericVerifier("n")
+    assert v.score(sample("<answer>1234568</answer>", "1234567")).score == 0.0
+    assert v.score(sample("<answer>1082152000000000</answer>", str(12345678 * 87654321))).score == 0.0
+    assert v.score(sample(f"<answer>{12345678 * 87654321:,}</answer>", str(12345678 * 87654321))).score == 1.0
+    assert v.score(sample(f"<answer>{2**1100 + 1}</answer>", str(2**1100))).score == 0.0
+    assert v.score(sample("<answer>1e400</answer>", str(2**1400))).score == 0.0
+    assert v.score(sample("<answer>1234567.0</answer>", "1234567")).score == 1.0   # not two integers
+
+
 def test_numeric_absolute_tolerance_near_zero():
     v = NumericVerifier("n", rel_tol=0.0, abs_tol=1e-6)
     assert v.score(sample("<answer>0.0000005</answer>", "0")).score == 1.0

@@ -53,6 +53,14 @@ def test_unusable_tests_raise(bad, message):
     ("a b", "a  b", "lines", False),
     ("x\n", "x", "exact", False),
     ("x\n", "x\n", "exact", True),
+    # integers exactly: a relative 1e-6 would take 1000000007 for 1000000000, and a 400-digit
+    # integer is inf as a float, as 'inf' and '1e400' are
+    ("1000000000", "1000000007", "tokens", False),
+    ("inf", str(2**1100), "tokens", False),
+    ("1e400", str(2**1400), "tokens", False),
+    (str(2**1100), str(2**1100), "tokens", True),
+    ("3", "3.0", "tokens", True),
+    ("inf", "inf", "tokens", True),
 ])
 def test_outputs_match(actual, expected, mode, ok):
     assert outputs_match(actual, expected, mode) is ok
@@ -66,3 +74,8 @@ def test_values_match():
     assert not values_match(True, 1)  # a bool answer is not a number answer
     assert not values_match([1, 2], [1, 2, 3])
     assert values_match("s", "s") and not values_match("s", "t")
+    # integers exactly, however large; a float never matches an integer too large for floats
+    assert not values_match(123456700, 123456789)
+    assert values_match(2**1100, 2**1100) and not values_match(2**1100, 2**1100 + 1)
+    assert not values_match(2**1100, float("inf")) and not values_match(2**1100, 1.5)
+    assert values_match(3, 3.0) and values_match(float("inf"), float("inf"))
