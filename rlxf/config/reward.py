@@ -64,7 +64,9 @@ class MathVerifierConfig(_AnswerVerifier):
     parse_timeout_s: int = Field(
         5, ge=0,
         description="math-verify's own time limit per parse/verify (0 = none). It works only in a "
-        "process's main thread (pool workers); elsewhere reward.timeout_s is the limit.",
+        "process's main thread (pool workers); elsewhere reward.timeout_s is the limit, and a "
+        "thread stuck in one long C call cannot be stopped, so answers whose value would have more "
+        "than 100,000 digits (9^{9^{9^{9}}}, 100000!) score 0 without being computed (metric too_large).",
     )
 
 

@@ -104,8 +104,43 @@ class MathVerifier(SyncVerifier):
         pred = self._parse(found[0])
         if not pred:
             return _verdict(False)
+        if any(_digits_bound(p) > MAX_ANSWER_DIGITS for p in pred if hasattr(p, "free_symbols")):
+            # 9^{9^{9^{9}}}: sympy would compute it inside one C call that holds the GIL, which
+            # no timeout interrupts, and every other sample's scoring in this process waits on it
+            return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
         ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
         return _verdict(bool(ok))
+
+
+# an answer whose value has more decimal digits than this is not computed (MathVerifier.score)
+MAX_ANSWER_DIGITS = 100_000
+
+
+def _digits_bound(expr: Any) -> float:
+    """An upper bound of the decimal digits of the value of a sympy expression's numbers
+    (log10 of its magnitude), found without computing it: inf when it is too large to bound.
+
+    Powers, factorials and binomials of numbers are what sympy evaluates in full; symbols and
+    other functions are bounded by their arguments, which is all the guard needs.
+    """
+    import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
+
+    if expr.is_Rational:   # integers too
+        return max(int(expr.p).bit_length(), int(expr.q).bit_length()) * 0.302
+    if expr.is_Number or expr.is_Symbol or not expr.args:
+        return 0.0
+    if isinstance(expr, sympy.Pow) and not expr.free_symbols:
+        exponent = _digits_bound(expr.exp)
+        if exponent > 15:
+            return math.inf
+        return abs(float(expr.exp.evalf(20))) * max(_digits_bound(expr.base), 1.0)
+    if isinstance(expr, (sympy.factorial, sympy.binomial)) and not expr.free_symbols:
+        if _digits_bound(expr.args[0]) > 9:
+            return math.inf
+        n = abs(float(expr.args[0].evalf(20)))
+        return n * math.log10(max(n, 10.0))
+    parts = [_digits_bound(arg) for arg in expr.args]
+    return sum(parts) if isinstance(expr, sympy.Mul) else max(parts) + math.log10(len(parts))
 
 
 def _normalize(text: str, case_sensitive: bool, whitespace: bool) -> str:

@@ -1,5 +1,9 @@
 """math / exact / numeric verifiers on hand-written right and wrong answers."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from rlxf.rewards.answers import ExactVerifier, MathVerifier, NumericVerifier
@@ -123,3 +127,46 @@ def test_without_a_marker_the_worked_solution_is_not_an_answer():
     """Why the marker is needed: a numeric verifier cannot read the solution text as a number."""
     r = NumericVerifier("n", ["boxed"]).score(RewardInput("q", "so \\boxed{72}", GSM8K_ANSWER))
     assert r.error is not None and "not a number" in r.error
+
+
+_SCORE_OFF_THE_MAIN_THREAD = """
+import json, threading
+from rlxf.rewards.answers import MathVerifier
+from rlxf.rewards.types import RewardInput
+v, out = MathVerifier("m"), {}
+def run():
+    for a in ("9^{9^{9^{9}}}", "10^{10^{6}}", "100000!", "2^{10}", "2^{3^{2}}+512", "1024"):
+        r = v.score(RewardInput(prompt="p", response=f"<answer>{a}</answer>", ground_truth="1024"))
+        out[a] = [r.score, r.metrics.get("too_large")]
+worker = threading.Thread(target=run)
+worker.start()
+worker.join()
+print(json.dumps(out))
+"""
+
+
+def test_math_refuses_answers_too_large_to_compute_even_off_the_main_thread():
+    # sympy computes 9^(9^(9^9)) in one C call that holds the GIL: no timeout stops it, and
+    # every other sample scored in the process waits. Off the main thread math-verify has no
+    # timeout at all, so the answer's size is bounded before it is compared. (A process of
+    # its own, so that a regression fails this test instead of freezing the suite.)
+    done = subprocess.run([sys.executable, "-c", _SCORE_OFF_THE_MAIN_THREAD], capture_output=True, text=True,
+                          timeout=120)
+    scores = json.loads(done.stdout.strip().splitlines()[-1])
+    for huge in ("9^{9^{9^{9}}}", "10^{10^{6}}", "100000!"):
+        assert scores[huge] == [0.0, 1.0], huge
+    for fine in ("2^{10}", "2^{3^{2}}+512", "1024"):
+        assert scores[fine] == [1.0, None], fine
+
+
+def test_digits_bound_is_an_upper_bound():
+    import sympy
+
+    from rlxf.rewards.answers import _digits_bound
+
+    for expr in (sympy.Integer(10) ** 50, sympy.Pow(2, sympy.Pow(3, 2), evaluate=False),
+                 sympy.factorial(300, evaluate=False), sympy.Rational(-7, 3)):
+        assert _digits_bound(expr) >= len(str(abs(int(expr.evalf(400).round())))) - 1, expr
+    assert _digits_bound(sympy.Pow(9, sympy.Pow(9, sympy.Pow(9, 9, evaluate=False), evaluate=False),
+                                   evaluate=False)) == float("inf")
+    assert _digits_bound(sympy.Symbol("x") ** (10**10)) < 100   # symbolic: nothing is computed
