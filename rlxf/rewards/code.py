@@ -16,12 +16,15 @@ A JSON string holding any of these works too. A response without code scores 0 (
 
 The sandbox only *produces* outputs; they are compared here, in a process the program cannot
 reach. Assert tests are parsed into expressions and expected values -- ``assert f(x) == y``,
-``y == f(x)``, ``f(x) != y``, ``f(x) is True/False/None``, ``f(x)``, ``not f(x)``, with ``y`` a
-literal -- so the program reports the value of ``f(x)`` as plain data (an object whose
-``__eq__`` always says yes is not data) and never sees ``y``. An assert source that does not
-parse that way (setup statements, non-literal expected values, comparisons such as ``<``) is
-run inside the sandbox as before, where a hostile program can fake its success: the metric
-``unparsed_asserts`` counts those tests, so a training set can be checked for them.
+``y == f(x)``, ``f(x) != y``, ``f(x) is True/False/None``, ``f(x)``, ``not f(x)``,
+``math.isclose(f(x), y, ...)``, ``abs(f(x) - y) < t``, ``set(f(x)) == set(y)``, with ``y`` a
+literal; after imports and assignments the expressions do not use (MBPP); and inside
+HumanEval's ``def check(candidate): ...`` / ``check(f)`` -- so the program reports the value
+of ``f(x)`` as plain data (an object whose ``__eq__`` always says yes is not data) and never
+sees ``y``. An assert source that does not parse that way (setup the expressions use,
+non-literal expected values, loops, comparisons such as ``in``) is run inside the sandbox as
+before, where a hostile program can fake its success: the metric ``unparsed_asserts`` counts
+those tests, so a training set can be checked for them.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ class Check:
     """One parsed assertion: ``expr``'s value against ``expected``, as ``how`` says."""
 
     expr: str
-    how: str                      # "eq" | "ne" | "is" (True/False/None, same type) | "truthy" | "falsy"
+    how: str   # "eq" | "ne" | "is" (True/False/None, same type) | "truthy" | "falsy" | "close" | "set_eq"
     expected: Any = None
+    tol: tuple[float, float, bool] = ()   # close: (rel_tol, abs_tol, strict): math.isclose, or |x - y| < abs_tol
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,12 @@ def parse_assert(source: str) -> CodeTest:
     """An assert test as expressions the sandbox evaluates and checks compared here; an
     ``assert`` test run inside the sandbox if the source is anything else (module doc)."""
     try:
-        body = ast.parse(source).body
-        checks = tuple(_check(node) for node in body)
+        asserts, defined = _assertions(ast.parse(source).body)
+        checks = tuple(_check(node) for node in asserts)
+        # the expressions run in the program's namespace, without the test's setup statements
+        used = {n.id for c in checks for n in ast.walk(ast.parse(c.expr)) if isinstance(n, ast.Name)}
+        if used & defined:
+            raise ValueError("an assert's expression uses what a setup statement defines")
     except (SyntaxError, ValueError):
         return CodeTest(TestCase.assertion(source))
     if not checks:
@@ -73,16 +81,119 @@ def parse_assert(source: str) -> CodeTest:
     return CodeTest(TestCase.evaluate([c.expr for c in checks]), checks=checks)
 
 
+def _assertions(body: list[ast.stmt]) -> tuple[list[ast.Assert], set[str]]:
+    """The assert statements a test's source amounts to, in the forms datasets write them:
+
+    - plain asserts, after imports and assignments they do not use (MBPP's ``import math``,
+      HumanEval's ``METADATA = {...}``);
+    - HumanEval's ``def check(candidate): assert candidate(...) == ...`` then ``check(f)``,
+      with ``candidate`` read as ``f``.
+
+    ``assert True`` checks nothing and is dropped. Returns the asserts and the names the setup
+    statements define; anything else raises ValueError (the test then runs in the sandbox).
+    """
+    checker = next((n for n in body if isinstance(n, ast.FunctionDef)), None)
+    if checker is not None:
+        calls = [n for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                 and isinstance(n.value.func, ast.Name) and n.value.func.id == checker.name]
+        args = checker.args
+        if (len(calls) != 1 or len(calls[0].value.args) != 1 or not isinstance(calls[0].value.args[0], ast.Name)
+                or len(args.args) != 1 or args.vararg or args.kwarg or args.kwonlyargs or checker.decorator_list):
+            raise ValueError("a function other than HumanEval's check(candidate)")
+        rename = _Rename(args.args[0].arg, calls[0].value.args[0].id)
+        inner = [n for n in checker.body if not _is_docstring(n)]
+        body = [n for n in body if n is not checker and n is not calls[0]] + [rename.visit(n) for n in inner]
+    asserts = [n for n in body if isinstance(n, ast.Assert)
+               and not (isinstance(n.test, ast.Constant) and n.test.value is True)]
+    defined: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.Assert):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            defined |= {t.id for t in node.targets}
+        else:
+            raise ValueError("a statement other than an assert")
+    return asserts, defined
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: str):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
+
+
+def _number(node: ast.expr) -> float | int:
+    """A literal int or float (not a bool), else ValueError."""
+    value = ast.literal_eval(node)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("not a number")
+    return value
+
+
+def _is_call(node: ast.expr, *names: str) -> bool:
+    """``node`` calls one of ``names`` (``abs``, ``set``, ``math.isclose``) with positional arguments."""
+    if not isinstance(node, ast.Call):
+        return False
+    return ast.unparse(node.func) in names
+
+
+def _closeness(test: ast.expr) -> Check | None:
+    """``math.isclose(E, v, rel_tol=, abs_tol=)`` and ``abs(E - v) < t`` (or ``<=``, ``v - E``): the
+    value of E against v, compared here -- in the sandbox the program could replace
+    ``math.isclose`` or ``abs``. None if ``test`` is neither."""
+    if _is_call(test, "math.isclose", "isclose") and len(test.args) == 2:
+        options = {k.arg: _number(k.value) for k in test.keywords}
+        if set(options) - {"rel_tol", "abs_tol"}:
+            raise ValueError("math.isclose with other options")
+        tol = (float(options.get("rel_tol", 1e-9)), float(options.get("abs_tol", 0.0)), False)
+        for expr, value in (test.args, test.args[::-1]):
+            try:
+                return _boolean(Check(ast.unparse(expr), "close", _number(value), tol), expr, computed=True)
+            except (ValueError, TypeError, SyntaxError):
+                continue
+        raise ValueError("math.isclose without a literal side")
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+            and _is_call(test.left, "abs") and len(test.left.args) == 1 and isinstance(test.left.args[0], ast.BinOp)
+            and isinstance(test.left.args[0].op, ast.Sub)):
+        bound, diff = _number(test.comparators[0]), test.left.args[0]
+        tol = (0.0, float(bound), isinstance(test.ops[0], ast.Lt))
+        for expr, value in ((diff.left, diff.right), (diff.right, diff.left)):
+            try:
+                return _boolean(Check(ast.unparse(expr), "close", _number(value), tol), expr, computed=True)
+            except (ValueError, TypeError, SyntaxError):
+                continue
+        raise ValueError("abs(a - b) without a literal side")
+    return None
+
+
 def _check(node: ast.stmt) -> Check:
     if not isinstance(node, ast.Assert):
         raise ValueError("not an assert")
     test = node.test
+    close = _closeness(test)
+    if close is not None:
+        return close
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _boolean(Check(ast.unparse(test.operand), "falsy"), test.operand)
     if isinstance(test, ast.Compare):
         if len(test.ops) != 1:
             raise ValueError("a chained comparison")
         op, left, right = test.ops[0], test.left, test.comparators[0]
+        if isinstance(op, ast.Eq) and _is_call(left, "set") and len(left.args) == 1:
+            # set(f(x)) == set([...]) or == {...}: the elements compared here, not by set() there
+            other = right.args[0] if _is_call(right, "set") and len(right.args) == 1 else right
+            expected = ast.literal_eval(other)
+            if not isinstance(expected, (list, tuple, set, frozenset)):
+                raise ValueError("set() against no literal collection")
+            return Check(ast.unparse(left.args[0]), "set_eq", _canonical(set(expected)))
         if isinstance(op, (ast.Eq, ast.NotEq)):
             how = "eq" if isinstance(op, ast.Eq) else "ne"
             for expr, value in ((left, right), (right, left)):
@@ -101,12 +212,13 @@ def _check(node: ast.stmt) -> Check:
 _BUILTINS = frozenset(dir(builtins))
 
 
-def _boolean(check: Check, expr: ast.expr) -> Check:
+def _boolean(check: Check, expr: ast.expr, computed: bool = False) -> Check:
     """A check whose answer is a yes/no is only safe when the program's own function gives
-    it: in ``assert math.isclose(f(1), 0.5)`` the comparison with 0.5 would run in the
-    sandbox, where the program can replace ``math.isclose`` (or ``isinstance``, ``abs``...)
-    by something that always says yes. Those stay in the sandbox, counted as unparsed."""
-    if check.how in ("eq", "ne") and not isinstance(check.expected, bool):
+    it: in ``assert isinstance(f(1), int)`` the check would run in the sandbox, where the
+    program can replace ``isinstance`` (or ``abs``...) by something that always says yes.
+    Those stay in the sandbox, counted as unparsed. ``computed``: the check's yes/no is
+    computed here from a value the program reports (``close``)."""
+    if computed or (check.how in ("eq", "ne") and not isinstance(check.expected, bool)):
         return check  # the program must produce the value itself: it never sees it
     if isinstance(expr, ast.Call):
         func = expr.func
@@ -152,7 +264,32 @@ def checks_pass(checks: Sequence[Check], result: str, float_tol: float) -> bool:
             return False
         if check.how == "falsy" and _truthy(value):
             return False
+        if check.how == "close" and not _within(value, check.expected, *check.tol):
+            return False
+        if check.how == "set_eq" and _elements(value) != _elements(check.expected):
+            return False
     return True
+
+
+def _within(value: Any, expected: int | float, rel_tol: float, abs_tol: float, strict: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        if not math.isfinite(value):
+            return False
+        return abs(value - expected) < abs_tol if strict else math.isclose(value, expected, rel_tol=rel_tol,
+                                                                            abs_tol=abs_tol)
+    except OverflowError:
+        return False
+
+
+def _elements(value: Any) -> set[str] | None:
+    """The distinct elements of a reported list or set, as JSON keys; None for anything else."""
+    if isinstance(value, dict) and set(value) == {"__set__"}:
+        value = value["__set__"]
+    if not isinstance(value, list):
+        return None
+    return {json.dumps(v, sort_keys=True) for v in value}
 
 
 def _truthy(value: Any) -> bool:

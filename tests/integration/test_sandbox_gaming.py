@@ -36,6 +36,12 @@ FORMATS = {
     "assert": [f"assert add({a}, {b}) == {c}" for (a, b), c in CASES],
     "assert_dict": [{"assert": f"assert {c} == add({a}, {b})"} for (a, b), c in CASES],
     "apps": {"fn_name": "add", "inputs": [[a, b] for (a, b), _ in CASES], "outputs": [[c] for _, c in CASES]},
+    # HumanEval's check(candidate), and the closeness and set forms with MBPP's setup import
+    "humaneval": ["METADATA = {}\n\ndef check(candidate):\n"
+                  + "".join(f"    assert candidate({a}, {b}) == {c}\n" for (a, b), c in CASES) + "\ncheck(add)\n"],
+    "close": [f"import math\nassert math.isclose(add({a}, {b}), {c})" for (a, b), c in CASES[:1]]
+             + [f"assert abs(add({a}, {b}) - {c}) < 1e-9" for (a, b), c in CASES[1:2]]
+             + [f"assert set([add({a}, {b})]) == set([{c}])" for (a, b), c in CASES[2:]],
 }
 # One program serves every format: a function, and a main part that runs only with input.
 CORRECT = textwrap.dedent("""
@@ -320,6 +326,7 @@ def test_the_generator_covers_every_route():
     # every assert of the formats is parsed: compared outside the sandbox, never run in it
     assert all(parse_assert(t).case.kind == "eval" for t in FORMATS["assert"])
     assert all(parse_assert(t["assert"]).case.kind == "eval" for t in FORMATS["assert_dict"])
+    assert all(parse_assert(t).case.kind == "eval" for t in FORMATS["humaneval"] + FORMATS["close"])
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -338,7 +345,7 @@ def test_an_unparsed_assert_is_counted_in_the_verdict(verifier):
     tests = ["x = add(1, 2)\nassert x == 3"]
     r = verifier.score(RewardInput("add", f"```python\n{CORRECT}\n```", tests))
     assert r.score == 1.0 and r.metrics["unparsed_asserts"] == 1.0
-    yes_no = ["import math\nassert math.isclose(add(0.1, 0.2), 0.3)", "assert isinstance(add(1, 2), int)"]
+    yes_no = ["assert add(1, 2) in (3, 4)", "assert isinstance(add(1, 2), int)"]
     assert all(parse_assert(t).case.kind == "assert" for t in yes_no)
     parsed = "assert add(1, 2) == 3"
     r = verifier.score(RewardInput("add", f"```python\n{CORRECT}\n```", [parsed]))

@@ -25,6 +25,19 @@ from rlxf.rewards.sandbox import _runner
     ("assert Solution().ok(1) is True", [Check("Solution().ok(1)", "is", True)]),
     ("assert f() == {2, 1}", [Check("f()", "eq", {"__set__": [1, 2]})]),
     ("assert f(1) == 2\nassert f(2) == 4, 'msg'", [Check("f(1)", "eq", 2), Check("f(2)", "eq", 4)]),
+    # closeness and sets, decided here from the reported value (math.isclose's own defaults)
+    ("import math\nassert math.isclose(f(1), 0.5)", [Check("f(1)", "close", 0.5, (1e-9, 0.0, False))]),
+    ("assert math.isclose(0.5, f(1), abs_tol=1e-3)", [Check("f(1)", "close", 0.5, (1e-9, 1e-3, False))]),
+    ("assert abs(f(1) - 2) < 1e-6", [Check("f(1)", "close", 2, (0.0, 1e-6, True))]),
+    ("assert abs(2 - f(1)) <= 0.1", [Check("f(1)", "close", 2, (0.0, 0.1, False))]),
+    ("assert set(f(1)) == set([3, 1, 3])", [Check("f(1)", "set_eq", {"__set__": [1, 3]})]),
+    ("assert set(f(1)) == {(1, 2)}", [Check("f(1)", "set_eq", {"__set__": [[1, 2]]})]),
+    # HumanEval: check(candidate) run on the entry point; METADATA and assert True ignored
+    ("METADATA = {'author': 'jt'}\n\ndef check(candidate):\n    'doc'\n    assert candidate(1) == 2\n"
+     "    assert True\n    assert abs(candidate(2) - 4.0) < 1e-6\n\ncheck(f)\n",
+     [Check("f(1)", "eq", 2), Check("f(2)", "close", 4.0, (0.0, 1e-6, True))]),
+    # MBPP: setup imports the asserts' expressions do not use
+    ("import math\nfrom typing import List\nassert f(1) == 2", [Check("f(1)", "eq", 2)]),
 ])
 def test_parsed_asserts(source, checks):
     test = parse_assert(source)
@@ -33,9 +46,12 @@ def test_parsed_asserts(source, checks):
 
 
 @pytest.mark.parametrize("source", [
-    "import math\nassert math.isclose(f(1), 0.5)",   # the program could replace math.isclose
-    "assert isinstance(f(1), int)",                   # ... or isinstance
-    "assert abs(f(1) - 2) < 1e-6",                    # a comparison other than ==, !=, is
+    "assert isinstance(f(1), int)",                   # the program could replace isinstance
+    "assert f(1) in (2, 3)",                          # a comparison other than ==, !=, is, closeness
+    "assert abs(f(1) - g(2)) < 1e-6",                 # closeness to no literal
+    "import math\nassert f(math.pi) == 2",           # the expression needs the test's import
+    "def check(candidate):\n    assert candidate(1) == 2\ncheck(f)\ncheck(g)",   # not HumanEval's form
+    "def check(candidate):\n    for x in range(3):\n        assert candidate(x) == x\ncheck(f)",
     "assert abs(f(1)) == True",                       # a yes/no answered by a builtin
     "assert f(1) == g(2)",                            # no literal expected value
     "x = 1\nassert f(x) == 2",                        # a setup statement
@@ -45,6 +61,23 @@ def test_parsed_asserts(source, checks):
 def test_asserts_that_stay_in_the_sandbox(source):
     test = parse_assert(source)
     assert test.case.kind == "assert" and test.case.source == source and test.checks == ()
+
+
+def test_closeness_and_sets_are_decided_from_the_reported_value():
+    close = [Check("f(1)", "close", 0.5, (0.0, 1e-6, True))]
+    assert checks_pass(close, '[{"value": 0.5000001}]', 1e-6)
+    assert not checks_pass(close, '[{"value": 0.500001}]', 1e-6)
+    assert not checks_pass(close, '[{"value": true}]', 1e-6)        # a bool is not a number
+    assert not checks_pass(close, '[{"value": "0.5"}]', 1e-6)
+    assert not checks_pass(close, '[{"value": Infinity}]', 1e-6)
+    isclose = [Check("f(1)", "close", 100, (1e-9, 0.0, False))]
+    assert checks_pass(isclose, '[{"value": 100.00000000001}]', 1e-6)
+    assert not checks_pass(isclose, '[{"value": 100.000001}]', 1e-6)   # rel_tol 1e-9, not the verifier's
+    sets = [Check("f(1)", "set_eq", {"__set__": [1, 3]})]
+    assert checks_pass(sets, '[{"value": [3, 1, 1]}]', 1e-6)
+    assert checks_pass(sets, '[{"value": {"__set__": [1, 3]}}]', 1e-6)
+    assert not checks_pass(sets, '[{"value": [1, 2]}]', 1e-6)
+    assert not checks_pass(sets, '[{"value": 13}]', 1e-6)
 
 
 def test_checks_compare_reported_values():
