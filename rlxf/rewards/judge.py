@@ -30,6 +30,7 @@ DEFAULT_PATTERNS = (
     rf"\[\[\s*{_NUM}\s*\]\]",                    # [[7]] (MT-Bench)
     rf"<score>\s*{_NUM}\s*</score>",             # <score>7</score>
     rf"\b{_NUM}\s*/\s*\d+(?:\.\d+)?\b",          # 7/10
+    rf"(?i)\b{_NUM}\s+out\s+of\s+\d+(?:\.\d+)?\b",  # 7 out of 10
 )
 
 
@@ -49,8 +50,9 @@ class ChatClient(Protocol):
 
 
 def parse_score(reply: str, low: float, high: float, pattern: str | None = None) -> float | None:
-    """The judge's score in ``reply`` (the last match of the first pattern that matches and is
-    within [low, high]), or None.
+    """The judge's score in ``reply``: of every match of the patterns within [low, high], the
+    one that ends last (a judge gives its verdict after its reasoning, which may quote a score
+    the response claimed for itself), or None.
 
     >>> parse_score("Clear and correct.\\nSCORE: 8", 0, 10)
     8.0
@@ -59,17 +61,16 @@ def parse_score(reply: str, low: float, high: float, pattern: str | None = None)
     >>> parse_score("no idea", 0, 10) is None
     True
     """
+    found: list[tuple[int, float]] = []
     for pat in ([pattern] if pattern else DEFAULT_PATTERNS):
-        found = re.findall(pat, reply)
-        for value in reversed(found):
-            text = value if isinstance(value, str) else value[0]
+        for match in re.finditer(pat, reply):
             try:
-                score = float(text)
-            except ValueError:
+                score = float(match.group(1))
+            except (ValueError, IndexError):
                 continue
             if low <= score <= high:
-                return score
-    return None
+                found.append((match.end(), score))
+    return max(found)[1] if found else None
 
 
 class OpenAIChatClient:
@@ -202,7 +203,9 @@ class JudgeVerifier:
         gt = x.ground_truth
         if isinstance(gt, dict) and "answer" in gt:
             gt = gt["answer"]
-        values = {"prompt": x.prompt, "response": x.response, "ground_truth": "" if gt is None else str(gt),
+        # the response cannot close the tags it is fenced in, nor open a second pair
+        response = re.sub(r"(?i)<(/?)response>", r"<\1response_>", x.response)
+        values = {"prompt": x.prompt, "response": response, "ground_truth": "" if gt is None else str(gt),
                   "score_min": _fmt(self.score_min), "score_max": _fmt(self.score_max)}
         # one pass over the rubric, not str.format: a rubric may show JSON or code with braces,
         # and a response may itself contain "{prompt}"
