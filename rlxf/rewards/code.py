@@ -74,7 +74,7 @@ def parse_assert(source: str) -> CodeTest:
         used = {n.id for c in checks for n in ast.walk(ast.parse(c.expr)) if isinstance(n, ast.Name)}
         if used & defined:
             raise ValueError("an assert's expression uses what a setup statement defines")
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         return CodeTest(TestCase.assertion(source))
     if not checks:
         return CodeTest(TestCase.assertion(source))
