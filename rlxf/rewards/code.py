@@ -18,10 +18,10 @@ The sandbox only *produces* outputs; they are compared here, in a process the pr
 reach. Assert tests are parsed into expressions and expected values -- ``assert f(x) == y``,
 ``y == f(x)``, ``f(x) != y``, ``f(x) is True/False/None``, ``f(x)``, ``not f(x)``,
 ``math.isclose(f(x), y, ...)``, ``abs(f(x) - y) < t``, ``set(f(x)) == set(y)``, with ``y`` a
-literal; after imports and assignments the expressions do not use (MBPP); and inside
+literal; after imports and assignments, run first (MBPP's setup); and inside
 HumanEval's ``def check(candidate): ...`` / ``check(f)`` -- so the program reports the value
 of ``f(x)`` as plain data (an object whose ``__eq__`` always says yes is not data) and never
-sees ``y``. An assert source that does not parse that way (setup the expressions use,
+sees ``y``. An assert source that does not parse that way (other setup statements,
 non-literal expected values, loops, comparisons such as ``in``) is run inside the sandbox as
 before, where a hostile program can fake its success: the metric ``unparsed_asserts`` counts
 those tests, so a training set can be checked for them.
@@ -68,29 +68,28 @@ def parse_assert(source: str) -> CodeTest:
     """An assert test as expressions the sandbox evaluates and checks compared here; an
     ``assert`` test run inside the sandbox if the source is anything else (module doc)."""
     try:
-        asserts, defined = _assertions(ast.parse(source).body)
+        asserts, setup = _assertions(ast.parse(source).body)
         checks = tuple(_check(node) for node in asserts)
-        # the expressions run in the program's namespace, without the test's setup statements
-        used = {n.id for c in checks for n in ast.walk(ast.parse(c.expr)) if isinstance(n, ast.Name)}
-        if used & defined:
-            raise ValueError("an assert's expression uses what a setup statement defines")
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         return CodeTest(TestCase.assertion(source))
     if not checks:
         return CodeTest(TestCase.assertion(source))
-    return CodeTest(TestCase.evaluate([c.expr for c in checks]), checks=checks)
+    # the setup (MBPP's imports, which its solutions may rely on) runs in the program's
+    # namespace before the expressions; whatever it binds, the values are compared here
+    return CodeTest(TestCase.evaluate([c.expr for c in checks], "\n".join(ast.unparse(n) for n in setup)),
+                    checks=checks)
 
 
-def _assertions(body: list[ast.stmt]) -> tuple[list[ast.Assert], set[str]]:
+def _assertions(body: list[ast.stmt]) -> tuple[list[ast.Assert], list[ast.stmt]]:
     """The assert statements a test's source amounts to, in the forms datasets write them:
 
-    - plain asserts, after imports and assignments they do not use (MBPP's ``import math``,
-      HumanEval's ``METADATA = {...}``);
+    - plain asserts, after imports and assignments (MBPP's ``import math``, HumanEval's
+      ``METADATA = {...}``), which are returned as the setup to run first;
     - HumanEval's ``def check(candidate): assert candidate(...) == ...`` then ``check(f)``,
       with ``candidate`` read as ``f``.
 
-    ``assert True`` checks nothing and is dropped. Returns the asserts and the names the setup
-    statements define; anything else raises ValueError (the test then runs in the sandbox).
+    ``assert True`` checks nothing and is dropped. Returns the asserts and the setup statements;
+    anything else raises ValueError (the test then runs in the sandbox).
     """
     checker = next((n for n in body if isinstance(n, ast.FunctionDef)), None)
     if checker is not None:
@@ -105,17 +104,12 @@ def _assertions(body: list[ast.stmt]) -> tuple[list[ast.Assert], set[str]]:
         body = [n for n in body if n is not checker and n is not calls[0]] + [rename.visit(n) for n in inner]
     asserts = [n for n in body if isinstance(n, ast.Assert)
                and not (isinstance(n.test, ast.Constant) and n.test.value is True)]
-    defined: set[str] = set()
-    for node in body:
-        if isinstance(node, ast.Assert):
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-            defined |= {t.id for t in node.targets}
-        else:
-            raise ValueError("a statement other than an assert")
-    return asserts, defined
+    setup = [n for n in body if not isinstance(n, ast.Assert)]
+    for node in setup:
+        if not (isinstance(node, (ast.Import, ast.ImportFrom))
+                or (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets))):
+            raise ValueError("a statement other than an assert, an import or an assignment")
+    return asserts, setup
 
 
 def _is_docstring(node: ast.stmt) -> bool:

@@ -342,7 +342,7 @@ def test_every_hack_scores_zero_and_a_correct_program_one(verifier, fmt):
 
 
 def test_an_unparsed_assert_is_counted_in_the_verdict(verifier):
-    tests = ["x = add(1, 2)\nassert x == 3"]
+    tests = ["for _ in range(1):\n    assert add(1, 2) == 3"]
     r = verifier.score(RewardInput("add", f"```python\n{CORRECT}\n```", tests))
     assert r.score == 1.0 and r.metrics["unparsed_asserts"] == 1.0
     yes_no = ["assert add(1, 2) in (3, 4)", "assert isinstance(add(1, 2), int)"]

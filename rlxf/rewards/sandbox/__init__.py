@@ -137,6 +137,7 @@ class TestCase:
     fn_name: str = ""             # call: the function (or Solution method) to call
     args: tuple = ()              # call: positional arguments (JSON values)
     exprs: tuple[str, ...] = ()   # eval: expressions whose values (as JSON) the test reports
+    setup: str = ""               # eval: statements run after the program, before the expressions
 
     @staticmethod
     def stdio(stdin: str) -> TestCase:
@@ -151,14 +152,14 @@ class TestCase:
         return TestCase("call", fn_name=fn_name, args=tuple(args))
 
     @staticmethod
-    def evaluate(exprs: Sequence[str]) -> TestCase:
-        """Report the values of ``exprs`` (evaluated after the program): the caller compares
-        them, so the program never sees what they are compared with."""
-        return TestCase("eval", exprs=tuple(exprs))
+    def evaluate(exprs: Sequence[str], setup: str = "") -> TestCase:
+        """Report the values of ``exprs`` (evaluated after the program and ``setup``, a test's
+        imports): the caller compares them, so the program never sees what they are compared with."""
+        return TestCase("eval", exprs=tuple(exprs), setup=setup)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "stdin": self.stdin, "source": self.source,
-                "fn_name": self.fn_name, "args": list(self.args), "exprs": list(self.exprs)}
+                "fn_name": self.fn_name, "args": list(self.args), "exprs": list(self.exprs), "setup": self.setup}
 
 
 @dataclass

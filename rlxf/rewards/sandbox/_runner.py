@@ -176,6 +176,8 @@ def _execute(code: str, test: dict) -> None:
         if kind == "call":
             emit(to_json(plain(_call(main.__dict__, test["fn_name"], test["args"]))))
         elif kind == "eval":
+            if test.get("setup"):
+                exec(compile(test["setup"], "test.py", "exec"), main.__dict__)  # noqa: S102
             values = []
             for expr in test["exprs"]:
                 try:

@@ -48,20 +48,27 @@ def test_parsed_asserts(source, checks):
 @pytest.mark.parametrize("source", [
     "assert isinstance(f(1), int)",                   # the program could replace isinstance
     "assert set(f(1)) == set([[1, 2]])",              # not a set Python can build
+    "x = 1\nx += 1\nassert f(x) == 2",               # setup other than imports and assignments
     "assert f(1) in (2, 3)",                          # a comparison other than ==, !=, is, closeness
     "assert abs(f(1) - g(2)) < 1e-6",                 # closeness to no literal
-    "import math\nassert f(math.pi) == 2",           # the expression needs the test's import
     "def check(candidate):\n    assert candidate(1) == 2\ncheck(f)\ncheck(g)",   # not HumanEval's form
     "def check(candidate):\n    for x in range(3):\n        assert candidate(x) == x\ncheck(f)",
     "assert abs(f(1)) == True",                       # a yes/no answered by a builtin
     "assert f(1) == g(2)",                            # no literal expected value
-    "x = 1\nassert f(x) == 2",                        # a setup statement
     "assert 1 < f(1) < 3",                            # chained
     "assert f(1) == 2 +",                             # not Python
 ])
 def test_asserts_that_stay_in_the_sandbox(source):
     test = parse_assert(source)
     assert test.case.kind == "assert" and test.case.source == source and test.checks == ()
+
+
+def test_imports_and_assignments_run_first_in_the_sandbox():
+    # MBPP's test_setup_code imports what its reference solutions use without importing
+    test = parse_assert("import math\nfrom typing import List\nx = [1, 2]\nassert f(math.pi, x) == 3")
+    assert test.case.kind == "eval" and test.case.setup == "import math\nfrom typing import List\nx = [1, 2]"
+    assert list(test.checks) == [Check("f(math.pi, x)", "eq", 3)]
+    assert parse_assert("assert f(1) == 2").case.setup == ""
 
 
 def test_closeness_and_sets_are_decided_from_the_reported_value():
