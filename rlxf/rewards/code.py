@@ -133,7 +133,7 @@ def _number(node: ast.expr) -> float | int:
 
 
 def _is_call(node: ast.expr, *names: str) -> bool:
-    """``node`` calls one of ``names`` (``abs``, ``set``, ``math.isclose``) with positional arguments."""
+    """``node`` is a call of one of ``names`` (``abs``, ``set``, ``math.isclose``), as written."""
     if not isinstance(node, ast.Call):
         return False
     return ast.unparse(node.func) in names
