@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlxf.cli.errors import UsageError
-
 
 def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     """``kind``: "rm" (reward model) or "dpo" (the DPO family)."""
@@ -15,18 +13,14 @@ def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrit
         apply_threads,
         check_resume_compatible,
         discard_on_failed_start,
+        open_run_dir,
         stop_with_resume_hint,
     )
     from rlxf.config import load_config
-    from rlxf.run_dir import RunDir, RunDirError, setup_logging
+    from rlxf.run_dir import setup_logging
 
     cfg = load_config(config, overrides)
-    try:
-        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command=kind)
-    except RunDirError as e:
-        raise UsageError(str(e)) from None
-    check_pair_inputs(cfg)
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command=kind)
+    run_dir = open_run_dir(cfg, kind, lambda: check_pair_inputs(cfg), resume=resume, overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg, (*RUN_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
     setup_logging(run_dir.log)

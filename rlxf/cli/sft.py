@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlxf.cli.errors import UsageError
-
 # A resumed run may run longer or log differently, never learn something else.
 RUN_RESUMABLE = ("logging.", "eval.", "checkpoint.", "run.threads")
 RESUMABLE = (*RUN_RESUMABLE, "sft.steps", "sft.max_seconds", "sft.eval_every")
@@ -17,18 +15,15 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
         apply_threads,
         check_resume_compatible,
         discard_on_failed_start,
+        open_run_dir,
         stop_with_resume_hint,
     )
     from rlxf.config import load_config
-    from rlxf.run_dir import RunDir, RunDirError, setup_logging
+    from rlxf.run_dir import setup_logging
 
     cfg = load_config(config, overrides)
-    try:
-        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="sft")
-    except RunDirError as e:
-        raise UsageError(str(e)) from None
-    check_inputs(cfg, prompts=False)
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="sft")
+    run_dir = open_run_dir(cfg, "sft", lambda: check_inputs(cfg, prompts=False), resume=resume,
+                           overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg, RESUMABLE)
     setup_logging(run_dir.log)

@@ -6,6 +6,7 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -66,6 +67,22 @@ def resume_hint(checkpoints: Path, command: str) -> str:
     return f"continue from {ckpt} with: {command}"
 
 
+def open_run_dir(cfg, command: str, check_inputs: Callable[[], None], *, resume: bool = False,
+                 overwrite: bool = False, resumable: bool = True):
+    """The run directory of ``rlxf COMMAND``, opened only once it and the inputs are known to be
+    usable (``check_inputs``), so a bad model path or data field creates nothing. A command that
+    cannot resume (``resumable=False``) does not suggest --resume."""
+    from rlxf.run_dir import RunDir, RunDirError
+
+    try:
+        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command=command)
+    except RunDirError as e:
+        message = str(e) if resumable else str(e).replace("Pass --resume to continue that run, ", "Pass ")
+        raise UsageError(message) from None
+    check_inputs()
+    return RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command=command)
+
+
 @contextmanager
 def discard_on_failed_start(run_dir, *, fresh: bool):
     """A fresh run whose start fails (before anything is logged or saved) leaves no directory
@@ -114,15 +131,10 @@ def stop_with_resume_hint(command: str, config: Path, overrides: list[str], chec
 def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     from rlxf.cli.preflight import check_inputs
     from rlxf.config import load_config
-    from rlxf.run_dir import RunDir, RunDirError, setup_logging
+    from rlxf.run_dir import setup_logging
 
     cfg = load_config(config, overrides)
-    try:
-        RunDir.check(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
-    except RunDirError as e:
-        raise UsageError(str(e)) from None
-    check_inputs(cfg)
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
+    run_dir = open_run_dir(cfg, "train", lambda: check_inputs(cfg), resume=resume, overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg)
     log = setup_logging(run_dir.log)
