@@ -84,7 +84,7 @@ def data_problems(cfg) -> list[tuple[tuple, str]]:
     it is cheap: each task made with its options, the first record of each data file against
     ``data.fields``. Not the tokenizer (the model may not be made yet), not a hub dataset (the
     network), not a missing data file (it may not be made yet either: ``run`` warns of it)."""
-    from rlxf.cli.preflight import _check_source
+    from rlxf.cli.preflight import check_data_source
     from rlxf.config.load import source_locations
     from rlxf.data.prompts import source_config
     from rlxf.errors import UserInputError
@@ -105,7 +105,7 @@ def data_problems(cfg) -> list[tuple[tuple, str]]:
             checks = []
         for where, one in checks:
             try:
-                _check_source(one, prompts=not ptx)
+                check_data_source(one, prompts=not ptx)
             except UserInputError as e:
                 if where[-1] == "task" and "task_options" in str(e):
                     where = (*where[:-1], "task_options")

@@ -27,9 +27,9 @@ def check_inputs(cfg: Config, *, prompts: bool = True) -> None:
     # each source of a mixture, or the one source; PPO-ptx's demonstrations are SFT data
     sources = [source_config(cfg.data, s) for s in cfg.data.sources] or [cfg.data]
     for data in sources:
-        _check_source(data, prompts)
+        check_data_source(data, prompts)
     if cfg.data.ptx is not None and cfg.algorithm.ptx_coef > 0:
-        _check_source(source_config(cfg.data, cfg.data.ptx), prompts=False)
+        check_data_source(source_config(cfg.data, cfg.data.ptx), prompts=False)
 
 
 def check_pair_inputs(cfg: Config) -> None:
@@ -60,7 +60,9 @@ def _first_record(data, path):
     return next(iter(read_records(path, data.source)), None)
 
 
-def _check_source(data, prompts: bool) -> None:
+def check_data_source(data, prompts: bool) -> None:
+    """One data source's cheap checks: its task made with its options, or (``prompts``) the first
+    record of each of its files read as a prompt against data.fields."""
     if data.source == "task":
         from rlxf.data.tasks.base import get_task
 
