@@ -75,20 +75,22 @@ def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") ->
     return None
 
 
+def _bare(text: str) -> str:
+    """``text`` without surrounding whitespace and ``$``, and without thousands separators
+    (``-1,234.5`` -> ``-1234.5``; a comma anywhere else is left for the caller to refuse)."""
+    text = text.strip().strip("$").strip()
+    return text.replace(",", "") if re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text) else text
+
+
 def parse_integer(text: str) -> int | None:
     """An integer written as ``-1234`` or ``-1,234`` (exactly, however long); None otherwise."""
-    text = text.strip().strip("$").strip()
-    if re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+", text):  # thousands separators only
-        text = text.replace(",", "")
+    text = _bare(text)
     return int(text) if re.fullmatch(r"[+-]?\d+", text) else None
 
 
 def parse_number(text: str) -> float | None:
     """A number written as ``-1,234.5``, ``3/4``, ``1e-3`` or ``\\frac{3}{4}``; None otherwise."""
-    text = text.strip().strip("$").strip()
-    text = re.sub(r"^(-?)\\[dt]?frac\{\s*([\d.]+)\s*\}\{\s*([\d.]+)\s*\}$", r"\1\2/\3", text)
-    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):  # thousands separators only
-        text = text.replace(",", "")
+    text = re.sub(r"^(-?)\\[dt]?frac\{\s*([\d.]+)\s*\}\{\s*([\d.]+)\s*\}$", r"\1\2/\3", _bare(text))
     text = text.replace(" ", "")
     if text.endswith("%"):
         value = parse_number(text[:-1])
