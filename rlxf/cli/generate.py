@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from rlxf.cli.errors import UsageError
 
 
 def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, temperature: float = 0.0,
         max_new_tokens: int = 64) -> None:
-    from rlxf.models.loading import ModelLoadError, load_model, load_tokenizer
+    from rlxf.models.loading import ModelLoadError, check_source, load_model, load_tokenizer
     from rlxf.rollout import BACKENDS, SamplingParams, build_engine
 
     if backend not in BACKENDS:
@@ -20,8 +19,8 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
         sampling = SamplingParams(n=n, temperature=temperature, max_new_tokens=max_new_tokens)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    _check_local(model)
     try:
+        check_source(model, "model", local_first=True)   # a missing path named as the model, not its tokenizer
         tokenizer = load_tokenizer(model)
         policy = load_model(model, device="auto", dtype="auto").eval()
     except ModelLoadError as e:
@@ -49,17 +48,3 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
                   f"log-prob {sum(c.logprobs):.2f})\n{text}")
     print(f"[{type(engine).__name__}: {tokens} tokens in {seconds:.2f}s]", file=sys.stderr)
 
-
-def _check_local(model: str) -> None:
-    """A local path that does not exist is named as the MODEL argument (not as a tokenizer to
-    write a model into). A path looks local when it starts with . / ~, has more parts than a hub
-    id's org/name, or its first part is a local directory (``runs/typo``)."""
-    if Path(model).expanduser().exists():
-        return
-    parts = model.rstrip("/").split("/")
-    looks_local = (model.startswith((".", "/", "~")) or len(parts) > 2 or model.endswith("/")
-                   or (len(parts) == 2 and Path(parts[0]).is_dir()))
-    if looks_local:
-        raise UsageError(f"{model} does not exist; give a run directory (runs/NAME), a checkpoint directory "
-                         f"(runs/NAME/checkpoints/step_N), a model directory (`rlxf init-model` builds one), or a "
-                         f"Hugging Face hub id (org/name)")

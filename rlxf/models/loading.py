@@ -54,15 +54,18 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
         raise ModelLoadError(f"unknown dtype {dtype!r}; valid: auto, float32, bfloat16, float16") from None
 
 
-def check_source(path: str | Path, what: str) -> str:
-    """A local directory, or something that looks like a hub id; otherwise a helpful error."""
+def check_source(path: str | Path, what: str, *, local_first: bool = False) -> str:
+    """A local directory, or something that looks like a hub id; otherwise a helpful error.
+    ``local_first``: ``a/b`` is a local path, not a hub id, when ``a`` is a local directory (a
+    command line's ``runs/NAME``; a config's ``model.path`` keeps hub ids whatever the cwd holds)."""
     text = str(path)
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
             raise ModelLoadError(f"{what} {text} is a file; give the directory that holds config.json")
         return _local_source(local, what)
-    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
+    looks_local = (text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
+                   or (local_first and text.count("/") == 1 and local.parent.is_dir()))
     if looks_local:
         raise ModelLoadError(f"{what} {text} does not exist. {missing_model_hint(local)}")
     return text
