@@ -71,72 +71,77 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     checkpoint_seconds: dict[str, float] = {}
     stop = StopRequest()
     try:
-        if state.step == 0 and cfg.eval.at_start:
-            state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
-        began = time.perf_counter()
-        with stop, state.progress(cfg.train.steps) as progress:
-            for step in range(state.step + 1, cfg.train.steps + 1):
-                timer = PhaseTimer()
-                # the last step: train.steps, or the first to end past train.max_seconds (the
-                # clock is read before the step's eval, which a last step always has)
-                final = step == cfg.train.steps
+        # from here a signal stops the run at the next boundary: after the first evaluation, or
+        # after the step in progress (outside, SIGTERM would end the process with nothing said)
+        with stop:
+            if state.step == 0 and cfg.eval.at_start:
+                state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
+                if stop.signum is not None:  # nothing trained yet, so nothing to save
+                    raise TrainingInterrupted(stop.signum, 0, None)
+            began = time.perf_counter()
+            with state.progress(cfg.train.steps) as progress:
+                for step in range(state.step + 1, cfg.train.steps + 1):
+                    timer = PhaseTimer()
+                    # the last step: train.steps, or the first to end past train.max_seconds (the
+                    # clock is read before the step's eval, which a last step always has)
+                    final = step == cfg.train.steps
 
-                # rollout + reward: a group of n scored responses per prompt
-                trajs, rollout_metrics = batches.next(step, timer)
+                    # rollout + reward: a group of n scored responses per prompt
+                    trajs, rollout_metrics = batches.next(step, timer)
 
-                # experience: log-probs, values, token rewards, advantages
-                with timer("experience"):
-                    exp, exp_metrics = placement.make_experience(trajs)
+                    # experience: log-probs, values, token rewards, advantages
+                    with timer("experience"):
+                        exp, exp_metrics = placement.make_experience(trajs)
 
-                # train: one optimizer step per mini-batch, over the PPO epochs (+ PPO-ptx's
-                # supervised loss on a batch of demonstrations per optimizer step)
-                with timer("train"):
-                    if demos is None:
-                        train_metrics = placement.update(exp, step)
+                    # train: one optimizer step per mini-batch, over the PPO epochs (+ PPO-ptx's
+                    # supervised loss on a batch of demonstrations per optimizer step)
+                    with timer("train"):
+                        if demos is None:
+                            train_metrics = placement.update(exp, step)
+                        else:
+                            demo_batches = demos.next_batches(cfg.derived.optimizer_steps_per_step)
+                            train_metrics = placement.update(exp, step, demos=demo_batches)
+
+                    # sync: the engine samples the next step from the new weights
+                    with timer("sync"):
+                        placement.sync_weights(step)
+
+                    out_of_time = (cfg.train.max_seconds is not None
+                                   and time.perf_counter() - began >= cfg.train.max_seconds)
+                    final = final or out_of_time
+
+                    # eval: held-out accuracy every eval.every steps
+                    if cfg.eval.every and (step % cfg.eval.every == 0 or final):
+                        with timer("eval"):
+                            eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
                     else:
-                        demo_batches = demos.next_batches(cfg.derived.optimizer_steps_per_step)
-                        train_metrics = placement.update(exp, step, demos=demo_batches)
+                        eval_metrics = {}
 
-                # sync: the engine samples the next step from the new weights
-                with timer("sync"):
-                    placement.sync_weights(step)
-
-                out_of_time = (cfg.train.max_seconds is not None
-                               and time.perf_counter() - began >= cfg.train.max_seconds)
-                final = final or out_of_time
-
-                # eval: held-out accuracy every eval.every steps
-                if cfg.eval.every and (step % cfg.eval.every == 0 or final):
-                    with timer("eval"):
-                        eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
-                else:
-                    eval_metrics = {}
-
-                # log, then checkpoint: a kill in between replays this step on resume
-                last = {**rollout_metrics, **exp_metrics, **train_metrics, **eval_metrics,
-                        **step_metrics(trajs, timer), **placement.stats(), **checkpoint_seconds, **timer.metrics()}
-                state.skipped = state.skipped + 1 if train_metrics.get("skipped", 0) else 0
-                state.log(step, last, trajs)
-                diagnostics.observe(step, last)
-                progress.update(step, last)
-                checkpoint_seconds = {}
-                stopping = stop.signum  # read once: a signal may land while the checkpoint is written
-                if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
-                        final and cfg.checkpoint.save_final) or stopping is not None:
-                    t0 = time.perf_counter()
-                    saved = save(run, placement, state, sampler, step, extra)
-                    checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
-                if stopping is not None:
-                    raise TrainingInterrupted(stopping, step, saved)
-                if state.skipped >= cfg.train.max_skipped_steps:
-                    raise TrainingDiverged(
-                        f"step {step}: {state.skipped} consecutive steps had a non-finite loss or gradient "
-                        f"(see metrics.jsonl `skipped`); lower train.optim.lr, set train.optim.max_grad_norm, "
-                        f"or check the rewards for inf/nan. The last good checkpoint is in {run.checkpoints}."
-                    )
-                if out_of_time:
-                    log.info("step %d: train.max_seconds=%g reached; stopping", step, cfg.train.max_seconds)
-                    break
+                    # log, then checkpoint: a kill in between replays this step on resume
+                    last = {**rollout_metrics, **exp_metrics, **train_metrics, **eval_metrics,
+                            **step_metrics(trajs, timer), **placement.stats(), **checkpoint_seconds, **timer.metrics()}
+                    state.skipped = state.skipped + 1 if train_metrics.get("skipped", 0) else 0
+                    state.log(step, last, trajs)
+                    diagnostics.observe(step, last)
+                    progress.update(step, last)
+                    checkpoint_seconds = {}
+                    stopping = stop.signum  # read once: a signal may land while the checkpoint is written
+                    if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or (
+                            final and cfg.checkpoint.save_final) or stopping is not None:
+                        t0 = time.perf_counter()
+                        saved = save(run, placement, state, sampler, step, extra)
+                        checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
+                    if stopping is not None:
+                        raise TrainingInterrupted(stopping, step, saved)
+                    if state.skipped >= cfg.train.max_skipped_steps:
+                        raise TrainingDiverged(
+                            f"step {step}: {state.skipped} consecutive steps had a non-finite loss or gradient "
+                            f"(see metrics.jsonl `skipped`); lower train.optim.lr, set train.optim.max_grad_norm, "
+                            f"or check the rewards for inf/nan. The last good checkpoint is in {run.checkpoints}."
+                        )
+                    if out_of_time:
+                        log.info("step %d: train.max_seconds=%g reached; stopping", step, cfg.train.max_seconds)
+                        break
     finally:
         state.close()
     return last

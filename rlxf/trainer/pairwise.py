@@ -93,31 +93,34 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
     last: dict[str, float] = {}
     stop = StopRequest()
     try:
-        if start == 0 and job.data.test:
-            sink.log(0, evaluate())
-        fields = (("loss", f"{prefix}/loss", ".4f"), ("acc", f"{prefix}/reward_accuracy", ".3f"),
-                  ("eval acc", f"eval/{prefix}/reward_accuracy", ".3f"))
-        with stop, ProgressDisplay(section.steps, start, enabled=cfg.logging.progress,
-                                   log_every=cfg.logging.log_every, fields=fields) as progress:
-            for step in range(start + 1, section.steps + 1):
-                t0 = time.perf_counter()
-                batch = sampler.next_batch(section.batch_size)
-                shares: dict[str, float] = {}
-                metrics = core.train_step(_loss_shares(objective, batch, section.micro_batch_size, shares))
-                metrics |= {f"{prefix}/{k}": v for k, v in shares.items()}
-                metrics["time/train"] = time.perf_counter() - t0
-                if (section.eval_every and step % section.eval_every == 0) or step == section.steps:
-                    metrics |= evaluate()
-                sink.log(step, metrics)
-                progress.update(step, metrics)
-                last = metrics
-                stopping = stop.signum  # read once: a signal may land while the checkpoint is written
-                if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == section.steps \
-                        or stopping is not None:
-                    saved = checkpoint(step)
-                if stopping is not None:
-                    raise TrainingInterrupted(stopping, step, saved)
-        log.info("%s: %d steps; model in %s", prefix, section.steps, latest_checkpoint(run.checkpoints) / "model")
+        with stop:  # from here a signal stops the run after the first evaluation or the step in progress
+            if start == 0 and job.data.test:
+                sink.log(0, evaluate())
+                if stop.signum is not None:  # nothing trained yet, so nothing to save
+                    raise TrainingInterrupted(stop.signum, 0, None)
+            fields = (("loss", f"{prefix}/loss", ".4f"), ("acc", f"{prefix}/reward_accuracy", ".3f"),
+                      ("eval acc", f"eval/{prefix}/reward_accuracy", ".3f"))
+            with ProgressDisplay(section.steps, start, enabled=cfg.logging.progress,
+                                 log_every=cfg.logging.log_every, fields=fields) as progress:
+                for step in range(start + 1, section.steps + 1):
+                    t0 = time.perf_counter()
+                    batch = sampler.next_batch(section.batch_size)
+                    shares: dict[str, float] = {}
+                    metrics = core.train_step(_loss_shares(objective, batch, section.micro_batch_size, shares))
+                    metrics |= {f"{prefix}/{k}": v for k, v in shares.items()}
+                    metrics["time/train"] = time.perf_counter() - t0
+                    if (section.eval_every and step % section.eval_every == 0) or step == section.steps:
+                        metrics |= evaluate()
+                    sink.log(step, metrics)
+                    progress.update(step, metrics)
+                    last = metrics
+                    stopping = stop.signum  # read once: a signal may land while the checkpoint is written
+                    if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == section.steps \
+                            or stopping is not None:
+                        saved = checkpoint(step)
+                    if stopping is not None:
+                        raise TrainingInterrupted(stopping, step, saved)
+            log.info("%s: %d steps; model in %s", prefix, section.steps, latest_checkpoint(run.checkpoints) / "model")
     finally:
         sink.close()
     return last

@@ -143,8 +143,8 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
     ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:  # killed before the first checkpoint: start over, keeping nothing half-done
         log.warning("no checkpoint in %s; starting from step 0", run.checkpoints)
-        for path in (run.metrics, run.samples):
-            truncate_after_step(path, 0)
+        for path in (run.metrics, run.samples):  # the start's evaluation (step 0) runs again too
+            truncate_after_step(path, -1)
         return RunState.fresh(run, cfg)
     trainer_state = load_trainer_state(ckpt)
     step = int(trainer_state["step"])

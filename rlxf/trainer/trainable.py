@@ -106,9 +106,11 @@ def checkpoint_trainable(run: RunDir, step: int, core: TrainableModel, tokenizer
 
 def resume_trainable(run: RunDir, core: TrainableModel, sampler) -> int:
     """Load the run's newest checkpoint into ``core``, the data ``sampler`` and the RNGs, and cut
-    metrics.jsonl back to its step; returns that step (0 when there is no checkpoint yet)."""
+    metrics.jsonl back to its step; returns that step (0 when there is no checkpoint yet: the
+    run starts over, and what it logged before, its first evaluation too, is dropped)."""
     ckpt = latest_checkpoint(run.checkpoints)
     if ckpt is None:
+        truncate_after_step(run.metrics, -1)
         return 0
     state = load_trainer_state(ckpt)
     core.load(ckpt)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import yaml
@@ -45,3 +47,25 @@ def rlxf_subprocess(*args: str, timeout: int = 300) -> subprocess.CompletedProce
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def signal_after_first(real, signum=signal.SIGTERM):
+    """``real`` that sends ``signum`` to this thread once its first call has returned: a
+    scheduler's SIGTERM landing while a run evaluates its start, at a known moment."""
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if not calls:
+            calls.append(1)
+            signal.pthread_kill(threading.get_ident(), signum)
+        return out
+    return wrapped
+
+
+def caught_outside(signum=signal.SIGTERM):
+    """A handler for ``signum`` for the test's length, so that a run which does not install its
+    own fails the test instead of ending pytest. Returns the list of what it caught and the
+    handler it replaced, for the test to put back."""
+    caught: list[int] = []
+    return caught, signal.signal(signum, lambda s, _: caught.append(s))

@@ -4,6 +4,7 @@ the --resume command, and --resume continues from it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import time
 import pytest
 import yaml
 from pref_helpers import pair_config, read_metrics
-from rl_helpers import HERE, REPO
+from rl_helpers import HERE, REPO, caught_outside, signal_after_first
 
 from rlxf.cli.main import main
 
@@ -33,6 +34,12 @@ def sft_config(tmp_path, model_dir) -> os.PathLike:
     return path
 
 
+def _trained_a_step(run) -> bool:
+    path = run / "metrics.jsonl"
+    complete = path.read_text().split("\n")[:-1] if path.exists() else []  # what follows the last newline may be cut
+    return any(json.loads(line)["step"] >= 1 for line in complete)
+
+
 @pytest.mark.parametrize("command", ["sft", "rm", "dpo"])
 def test_sigterm_checkpoints_the_step_and_resume_continues(tmp_path, nano_model_dir, command):
     if command == "sft":
@@ -45,7 +52,9 @@ def test_sigterm_checkpoints_the_step_and_resume_continues(tmp_path, nano_model_
     run = tmp_path / "runs" / command
     try:
         deadline = time.monotonic() + 240  # a generous bound on start-up, not a timing assertion
-        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()):
+        # a finished training step (rm and dpo log their start's evaluation as step 0 first: a
+        # signal there stops the run before any step, test_sigterm_during_the_first_evaluation)
+        while not _trained_a_step(run):
             assert proc.poll() is None, proc.communicate()[1]
             assert time.monotonic() < deadline, "the run wrote no step"
             time.sleep(0.1)
@@ -63,3 +72,28 @@ def test_sigterm_checkpoints_the_step_and_resume_continues(tmp_path, nano_model_
     steps = [m["step"] for m in read_metrics(run)]   # (SFT logs its last step again with the final eval)
     assert sorted(set(steps) - {0}) == list(range(1, last + 2)) and steps == sorted(steps)
     assert (run / "checkpoints" / f"step_{last + 1}" / "model" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("command", ["rm", "dpo"])
+def test_sigterm_during_the_first_evaluation_stops_there(tmp_path, nano_model_dir, monkeypatch, capsys, command):
+    """SIGTERM while rm or dpo evaluates its start model (step 0) stops the run once that
+    evaluation is logged: exit 143, no checkpoint, and --resume starts over with one step-0
+    record. Before, the handler was installed after it, so the signal ended the process."""
+    from rlxf.trainer.dpo import DPOObjective
+    from rlxf.trainer.reward_model import BradleyTerryObjective
+
+    objective = {"rm": BradleyTerryObjective, "dpo": DPOObjective}[command]
+    monkeypatch.setattr(objective, "evaluate", signal_after_first(objective.evaluate))
+    cfg = pair_config(tmp_path, nano_model_dir, command, {**PAIRS, "steps": 2}, n_train=16, n_test=4)
+    caught, previous = caught_outside()
+    try:
+        assert main([command, str(cfg)]) == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not caught
+    run = tmp_path / "runs" / command
+    assert [m["step"] for m in read_metrics(run)] == [0]
+    assert not list((run / "checkpoints").glob("step_*"))
+    assert "stopped by SIGTERM after step 0" in capsys.readouterr().err
+    assert main([command, str(cfg), "--resume"]) == 0
+    assert [m["step"] for m in read_metrics(run)] == [0, 1, 2]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from rl_helpers import HERE, REPO, metrics, write_config
+from rl_helpers import HERE, REPO, caught_outside, metrics, signal_after_first, write_config
 
 from rlxf.cli.main import main
 
@@ -63,6 +63,31 @@ def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(tmp_path, nan
     assert f"rlxf train {cfg} --resume" in err
     assert main(["train", str(cfg), "--resume", f"train.steps={last + 1}"]) == 0
     assert [m["step"] for m in metrics(run)] == list(range(1, last + 2))
+
+
+def test_sigterm_during_the_first_evaluation_stops_there_and_resume_starts_over(tmp_path, nano_model_dir,
+                                                                                 monkeypatch, capsys):
+    """SIGTERM while the run evaluates its start model (eval.at_start) stops it once that
+    evaluation is logged: exit 143, no checkpoint, stderr says so; --resume starts over, with
+    one step-0 record, not two. Before, the handler was installed only after that evaluation,
+    so the signal ended the process with nothing said."""
+    import rlxf.trainer.loop as loop
+
+    monkeypatch.setattr(loop, "evaluate", signal_after_first(loop.evaluate))
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 2}, eval={"every": 0, "at_start": True})
+    caught, previous = caught_outside()
+    try:
+        assert main(["train", str(cfg)]) == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not caught
+    run = tmp_path / "runs" / "t"
+    assert [m["step"] for m in metrics(run)] == [0]
+    assert not list((run / "checkpoints").glob("step_*"))
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM after step 0" in err and "no checkpoint was written yet" in err
+    assert main(["train", str(cfg), "--resume"]) == 0
+    assert [m["step"] for m in metrics(run)] == [0, 1, 2]
 
 
 def test_checkpoints_are_periodic_by_default():
