@@ -139,15 +139,16 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
 
             steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step,
                               core=core, start=start)
-        final = evaluate() if evaluated_at != steps else {}  # (the loop's evaluation of this step stands)
-        if final:
-            sink.log(steps, {**last, **final})
-            last = {**last, **final}
-        # the one layout of every run (rlxf.models.paths): checkpoints/step_N/model, also when
-        # sft.max_seconds stopped it early or checkpoint.every is 0
-        final_dir = run.checkpoints / f"step_{steps}"
-        if latest_checkpoint(run.checkpoints) != final_dir:
-            checkpoint(steps)
+            # still under `stop`: a signal from here on lets the last evaluation and checkpoint finish
+            final = evaluate() if evaluated_at != steps else {}  # (the loop's evaluation of this step stands)
+            if final:
+                sink.log(steps, {**last, **final})
+                last = {**last, **final}
+            # the one layout of every run (rlxf.models.paths): checkpoints/step_N/model, also when
+            # sft.max_seconds stopped it early or checkpoint.every is 0
+            final_dir = run.checkpoints / f"step_{steps}"
+            if latest_checkpoint(run.checkpoints) != final_dir:
+                checkpoint(steps)
         log.info("SFT: %d steps; model saved to %s", steps, final_dir / "model")
     finally:
         sink.close()
