@@ -128,6 +128,10 @@ class Result:
     grpo_curve: dict[int, float] = field(default_factory=dict)   # step -> held-out accuracy during GRPO
     mean_k: dict[str, float] = field(default_factory=dict)       # --sampled K: model -> held-out mean@K
     pass_k: dict[str, float] = field(default_factory=dict)       # --sampled K: model -> held-out pass@K
+    # problems each side trained on in its time: GRPO's prompts (steps x prompts per step) and
+    # continued SFT's demonstrations (steps x batch); 0 in results written before they were kept
+    grpo_prompts: int = 0
+    sft_more_demos: int = 0
 
 
 def _task_config(name: str, seed: int, eval_problems: int, out: Path) -> dict:
@@ -317,6 +321,10 @@ def run_task(name: str, args) -> Result:
         _rlxf("sft", more, more_dir.with_suffix(".yaml"), "--overwrite")
         more_json.write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
     more_seconds = json.loads(more_json.read_text())["seconds"]
+    grpo_cfg = yaml.safe_load((out / f"grpo{suffix}" / "config.yaml").read_text())
+    more_cfg = yaml.safe_load((more_dir / "config.yaml").read_text())
+    seen = (grpo_rows[-1]["step"] * grpo_cfg["train"]["prompts_per_step"],
+            _metrics(more_dir)[-1]["step"] * more_cfg["sft"]["batch_size"])
 
     # held-out greedy accuracy of the three models on the same problems
     # (--sampled K: also K samples per problem at the rollout temperature, their mean accuracy)
@@ -328,7 +336,7 @@ def run_task(name: str, args) -> Result:
                     grpo_rows[-1]["step"],
                     {m["step"]: m["eval/accuracy"] for m in grpo_rows if "eval/accuracy" in m},
                     {label: m["eval/mean@k"] for label, m in evals.items() if "eval/mean@k" in m},
-                    {label: m["eval/pass@k"] for label, m in evals.items() if "eval/pass@k" in m})
+                    {label: m["eval/pass@k"] for label, m in evals.items() if "eval/pass@k" in m}, *seen)
     (out / f"result{suffix}.json").write_text(json.dumps(
         {"cpu": cpu_model(), "load_average_end": load_average(), "budget": _budget(args), "starts": args.starts,
          "grpo_set": args.grpo_set, **asdict(result)}, indent=2) + "\n")
@@ -357,7 +365,8 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str], starts
              f"greedy held-out accuracy on the task (start = the SFT model RL and continued SFT both start from; "
              f"SFT data: {sft_data})",
              f"{'task':<18} {'SFT steps':>9} {'start':>7} {'GRPO':>7} {'gain':>7} {'last 3':>7} {'SFT more':>8} "
-             f"{'gain':>7} {'GRPO steps':>10} {'GRPO s':>7} {'SFT s':>6}  lowest eval during GRPO"]
+             f"{'gain':>7} {'GRPO steps':>10} {'GRPO s':>7} {'SFT s':>6} {'problems: GRPO / SFT':>20}  "
+             f"lowest eval during GRPO"]
     for r in results:
         low = min(r.grpo_curve.values(), default=r.grpo)
         # held-out accuracy swings from one evaluation to the next (benchmarks/README.md): the
@@ -365,7 +374,7 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str], starts
         last = [acc for _, acc in sorted(r.grpo_curve.items())][-3:] or [r.grpo]
         lines.append(f"{r.task:<18} {r.sft_steps:>9} {r.start:>7.1%} {r.grpo:>7.1%} {100 * (r.grpo - r.start):>+7.1f} "
                      f"{sum(last) / len(last):>7.1%} {r.sft_more:>8.1%} {100 * (r.sft_more - r.start):>+7.1f} "
-                     f"{r.grpo_steps:>10} {r.grpo_seconds:>7.0f} {r.sft_more_seconds:>6.0f}  {low:.1%}")
+                     f"{r.grpo_steps:>10} {r.grpo_seconds:>7.0f} {r.sft_more_seconds:>6.0f} {_seen(r):>20}  {low:.1%}")
     sampled = [r for r in results if r.mean_k]
     if sampled:
         # pass@k is what sharpening alone could reach: a start that solves a problem in 1 of k
@@ -384,6 +393,13 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str], starts
     learnable = [r for r in results if r.sft_more - r.start >= LEARNABLE]
     lines.append(_verdict(f"the tasks continued SFT lifts by >= {100 * LEARNABLE:g} points in the same time", learnable))
     return "\n".join(lines)
+
+
+def _seen(r: Result) -> str:
+    """The problems GRPO sampled and the demonstrations continued SFT trained on, in their time:
+    alike on these tasks (benchmarks/README.md), so what separates the two is what a problem
+    teaches, not how many each sees."""
+    return f"{r.grpo_prompts:,} / {r.sft_more_demos:,}" if r.grpo_prompts else "-"
 
 
 def _verdict(which: str, results: list[Result]) -> str:

@@ -17,7 +17,7 @@ from rlxf.data.sft import build_sft_data
 from rlxf.types import source_of
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from efficacy import TASKS, _sft_task, _task_config  # noqa: E402
+from efficacy import TASKS, Result, _sft_task, _task_config, format_table  # noqa: E402
 
 EASIER = [name for name, task in TASKS.items() if task.easier is not None]
 
@@ -65,3 +65,15 @@ def test_easier_starts_hold_out_the_tasks_own_problems(name, tmp_path, tokenizer
     assert not any(content_key(e.prompt_text) in held_out for e in sft.train)
     # the variant is another distribution: its held-out problems are not the task's
     assert easier_test - {content_key(e.prompt_text) for e in task_test}
+
+
+def test_the_table_counts_the_problems_each_side_trained_on():
+    """The table shows how many problems GRPO sampled and continued SFT trained on in their time
+    (the comparison is one of wall time, and a GRPO problem costs more), and a dash for results
+    written before the counts were kept, which load without them."""
+    kept = Result("leg_counting", 100, 0.25, 0.36, 0.45, 312.0, 322.0, 366, {50: 0.3},
+                  grpo_prompts=5856, sft_more_demos=8480)
+    old = Result("gcd", 100, 0.50, 0.56, 0.52, 308.0, 317.0, 760, {50: 0.56})
+    rows = {line.split()[0]: line for line in format_table([kept, old], "5 min of GRPO", []).splitlines()}
+    assert "5,856 / 8,480" in rows["leg_counting"]
+    assert "/" not in rows["gcd"].split("760", 1)[1] and " - " in rows["gcd"]
