@@ -397,8 +397,8 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str], starts
 
 def _seen(r: Result) -> str:
     """The problems GRPO sampled and the demonstrations continued SFT trained on, in their time:
-    alike on these tasks (benchmarks/README.md), so what separates the two is what a problem
-    teaches, not how many each sees."""
+    a GRPO problem costs n samples, and this cost explains part of the gap between the two
+    (benchmarks/README.md, the EPYC section)."""
     return f"{r.grpo_prompts:,} / {r.sft_more_demos:,}" if r.grpo_prompts else "-"
 
 
