@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -63,9 +64,14 @@ def signal_after_first(real, signum=signal.SIGTERM):
     return wrapped
 
 
+@contextmanager
 def caught_outside(signum=signal.SIGTERM):
-    """A handler for ``signum`` for the test's length, so that a run which does not install its
-    own fails the test instead of ending pytest. Returns the list of what it caught and the
-    handler it replaced, for the test to put back."""
+    """A handler for ``signum`` inside the block, so that a run which does not install its own
+    fails the test instead of ending pytest; yields the list of what it caught, and puts the
+    handler it replaced back on leaving."""
     caught: list[int] = []
-    return caught, signal.signal(signum, lambda s, _: caught.append(s))
+    previous = signal.signal(signum, lambda s, _: caught.append(s))
+    try:
+        yield caught
+    finally:
+        signal.signal(signum, previous)

@@ -85,11 +85,8 @@ def test_sigterm_during_the_first_evaluation_stops_there(tmp_path, nano_model_di
     objective = {"rm": BradleyTerryObjective, "dpo": DPOObjective}[command]
     monkeypatch.setattr(objective, "evaluate", signal_after_first(objective.evaluate))
     cfg = pair_config(tmp_path, nano_model_dir, command, {**PAIRS, "steps": 2}, n_train=16, n_test=4)
-    caught, previous = caught_outside()
-    try:
+    with caught_outside() as caught:
         assert main([command, str(cfg)]) == 128 + signal.SIGTERM
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     assert not caught
     run = tmp_path / "runs" / command
     assert [m["step"] for m in read_metrics(run)] == [0]
@@ -109,12 +106,9 @@ def test_sigterm_during_sfts_last_evaluation_lets_it_finish_with_its_checkpoint(
 
     monkeypatch.setattr(evaluate, "evaluate_prompts", signal_after_first(evaluate.evaluate_prompts))
     cfg = sft_config(tmp_path, nano_model_dir)
-    caught, previous = caught_outside()
-    try:
+    with caught_outside() as caught:
         assert main(["sft", str(cfg), "sft.steps=2", "sft.eval_every=0", "checkpoint.every=0",
                      "checkpoint.save_final=false"]) == 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     assert not caught
     run = tmp_path / "runs" / "sft"
     assert (run / "checkpoints" / "step_2" / "model" / "config.json").is_file()

@@ -75,11 +75,8 @@ def test_sigterm_during_the_first_evaluation_stops_there_and_resume_starts_over(
 
     monkeypatch.setattr(loop, "evaluate", signal_after_first(loop.evaluate))
     cfg = write_config(tmp_path, nano_model_dir, train={"steps": 2}, eval={"every": 0, "at_start": True})
-    caught, previous = caught_outside()
-    try:
+    with caught_outside() as caught:
         assert main(["train", str(cfg)]) == 128 + signal.SIGTERM
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     assert not caught
     run = tmp_path / "runs" / "t"
     assert [m["step"] for m in metrics(run)] == [0]
