@@ -100,8 +100,9 @@ class Experience:
     response_ids: list[list[int]]  # B lists of response ids (length R_i <= T)
     mask: torch.Tensor            # (B, T) float, 1 on response tokens that count for the loss
     rollout_logprobs: torch.Tensor  # (B, T) log π_rollout(a_t|s_t), from the engine
-    old_logprobs: torch.Tensor | None  # (B, T) log π_old(a_t|s_t), recomputed by the trainer; None when one
-                                  # optimizer step sees fresh samples (π_old = π_θ: the update's first forward)
+    old_logprobs: torch.Tensor | None  # (B, T) log π_old(a_t|s_t), recomputed by the trainer (0 on rows the
+                                  # actor skips, Actor.rows_to_run); None when one optimizer step sees
+                                  # fresh samples (π_old = π_θ: the update's first forward)
     advantages: torch.Tensor      # (B, T) Â_t
     group_ids: torch.Tensor       # (B,) long, samples of one prompt share a group id
     rewards: torch.Tensor         # (B,) scalar outcome reward per sequence

@@ -76,7 +76,9 @@ class ExperienceMaker:
         width = max((len(r) for r in response_ids), default=0)
         mask = pad([t.loss_mask for t in trajs], width)
         rollout_logprobs = pad([t.rollout_logprobs for t in trajs], width)
-        old = actor.logprobs(prompt_ids, response_ids) if self.recompute_old else None
+        # π_old's own forward, when there is one, runs over every row only if KL-in-reward reads
+        # it before the advantages; else over the rows the update will run (below)
+        old = actor.logprobs(prompt_ids, response_ids) if self.recompute_old and self.kl_in_reward else None
         ref = reference.logprobs(prompt_ids, response_ids) if reference is not None else None
         values = critic.values(prompt_ids, response_ids) if critic is not None else None
 
@@ -108,6 +110,8 @@ class ExperienceMaker:
                          group_ids=group_ids, rewards=scores, ref_logprobs=ref, values=values,
                          returns=returns if critic is not None else None,
                          policy_versions=pad([t.policy_versions for t in trajs], width, dtype=torch.long))
+        if self.recompute_old and old is None:
+            exp = replace(exp, old_logprobs=old_logprobs_of_run_rows(actor, exp))
         return exp, metrics
 
     def state_dict(self) -> dict:
@@ -115,6 +119,21 @@ class ExperienceMaker:
 
     def load_state_dict(self, state: dict) -> None:
         self.baseline.load_state_dict(state["baseline"])
+
+
+def old_logprobs_of_run_rows(actor: Actor, exp: Experience) -> Tensor:
+    """log π_old, (B, T), for the rows the actor's update will run (``Actor.rows_to_run``), 0 on
+    the others. A row whose advantages are all 0 adds nothing to the loss, so the update never
+    reads its π_old, and on GRPO most rows are such rows (a group whose rewards agree). Measured
+    with mini-batches: benchmarks/README.md, "Samples without signal"."""
+    rows = actor.rows_to_run(exp, list(range(len(exp))))
+    if len(rows) == len(exp):
+        return actor.logprobs(exp.prompt_ids, exp.response_ids)
+    old = torch.zeros_like(exp.rollout_logprobs)
+    if rows:
+        ran = actor.logprobs([exp.prompt_ids[i] for i in rows], [exp.response_ids[i] for i in rows])
+        old[rows, :ran.shape[1]] = ran
+    return old
 
 
 def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,

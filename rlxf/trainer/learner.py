@@ -88,8 +88,10 @@ class Learner:
             metrics |= self.critic.update(exp, plan)
         if self.offload_optimizer:  # rollout and experience until the next update: the moments wait in host memory
             metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in self._trained) / 2**20
-        # π_old: recomputed for every row, or the update's first forward, of the rows it ran
-        old, measured = (exp.old_logprobs, None) if exp.old_logprobs is not None else (first_logprobs, ran)
+        # π_old: recomputed before the update, or the update's first forward; measured on the rows
+        # it holds: every row where KL-in-reward needed it first, else the rows the update ran
+        old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs
+        measured = None if exp.old_logprobs is not None and self.experience.kl_in_reward else ran
         # the trainer holds version step - 1 (the weights after step - 1 updates) when it trains step
         drift = drift_metrics(exp, old, self.experience.kl_estimator, trainer_version=step - 1, rows=measured)
         if "kl" in drift:

@@ -300,7 +300,7 @@ class Actor(_Trainable):
         demonstrations, one batch per optimizer step (at least as many as mini-batches), used
         when ``ptx_coef`` > 0. Returns the step's metrics, the detached log-probs of each
         row's first forward, (B, T), and which rows ran at all, (B,) bool: rows that add nothing
-        to the loss are skipped (``_rows_to_run``), and their log-probs are left 0.
+        to the loss are skipped (``rows_to_run``), and their log-probs are left 0.
         """
         use_ptx = self.ptx_coef > 0 and demos is not None
         if use_ptx and len(demos) < len(mini_batches):
@@ -313,7 +313,7 @@ class Actor(_Trainable):
         for m, all_rows in enumerate(mini_batches):
             # totals of the whole mini-batch, on every rank: each rank's loss is its share of it
             num_tokens, num_seqs = loss_totals(exp.mask[all_rows])
-            rows = self._rows_to_run(exp, all_rows)
+            rows = self.rows_to_run(exp, all_rows)
             mini = exp.select(rows)
             # the metrics describe the rows that run: their own totals when some were skipped
             run_tokens, run_seqs = loss_totals(mini.mask) if len(rows) < len(all_rows) else (None, None)
@@ -349,7 +349,7 @@ class Actor(_Trainable):
                                   "rows_run_frac": ran / max(1, sum(map(len, mini_batches)))}
         return metrics, first, seen
 
-    def _rows_to_run(self, exp: Experience, rows: list[int]) -> list[int]:
+    def rows_to_run(self, exp: Experience, rows: list[int]) -> list[int]:
         """The rows of a mini-batch whose forward and backward can change the update: all of
         them, unless the objective declares that a row with advantage 0 on every token adds
         exactly 0 to the loss and its gradient (``PolicyObjective.zero_advantage_rows``

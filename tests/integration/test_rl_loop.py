@@ -46,6 +46,19 @@ def test_grpo_learns_a_dense_reward(tmp_path, nano_model_dir):
     assert not empty and grpo <= {p.title for p in PLOTS}, f"report plots with no metric from a real run: {empty}"
 
 
+def test_several_optimizer_steps_per_step_skip_rows_and_measure_the_gap_on_those_run(tmp_path, nano_model_dir):
+    """Mini-batches of 4 of a step's 16 samples: π_old gets its own forward, of the samples the
+    update runs only (the others' groups agree, a coin flip's reward: advantage 0). The engine/trainer gap is measured
+    on those samples, where π_old is there: ~1e-6, not the size of a log-prob, on every step."""
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 4, "mini_batch_size": 4}, checkpoint={"every": 0},
+                       reward={"verifiers": [{"type": "custom", "name": "odd", "function": "rl_plugins:odd_length"}]})
+    assert main(["train", str(cfg)]) == 0
+    logged = metrics(tmp_path / "runs" / "t")
+    assert any(0 < m["rows_run_frac"] < 1 for m in logged), [m["rows_run_frac"] for m in logged]
+    gaps = [m["rollout/logprob_gap_max"] for m in logged if m["rows_run_frac"] > 0]
+    assert gaps and max(gaps) < 1e-4, gaps
+
+
 def test_maxrl_learns_the_same_dense_reward(tmp_path, nano_model_dir):
     """The run above with ``algorithm.advantage: maxrl``: its advantages reach the loss, and learn.
 

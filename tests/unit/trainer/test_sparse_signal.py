@@ -17,10 +17,11 @@ from rlxf.algorithms.policy_losses import ppo_clip
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.train import OptimConfig
 from rlxf.models import load_model
+from rlxf.trainer.experience import ExperienceMaker
 from rlxf.trainer.objective import PolicyObjective
 from rlxf.trainer.optim import any_nonzero_grad
-from rlxf.trainer.roles import Actor, ForwardSpec
-from rlxf.types import Experience
+from rlxf.trainer.roles import Actor, ForwardSpec, Reference
+from rlxf.types import Experience, Prompt, Trajectory
 
 SPEC = ForwardSpec(micro_batch_size=4)
 
@@ -198,6 +199,60 @@ def test_a_mini_batch_without_signal_runs_no_row_and_takes_no_step(nano_model_di
     assert ran.tolist() == [False, False, True, True]
     assert metrics["no_signal"] == 0.5 and metrics["rows_run_frac"] == 0.5
     assert actor.scheduler.state_dict()["last_epoch"] == steps + 1   # the second mini-batch's step only
+
+
+def _group_trajectories() -> list[Trajectory]:
+    """Two groups of two: group 0's rewards agree (no signal), group 1's differ."""
+    gen = torch.Generator().manual_seed(8)
+    out = []
+    for i, (group, reward) in enumerate([(0, 1.0), (0, 1.0), (1, 1.0), (1, 0.0)]):
+        response = torch.randint(10, 200, (3 + i % 2,), generator=gen).tolist()
+        out.append(Trajectory(prompt=Prompt(uid=f"p{group}", prompt_ids=torch.randint(10, 200, (5,), generator=gen).tolist(),
+                                            prompt_text="q"),
+                              group=group, response_ids=response, response_text="a",
+                              rollout_logprobs=[-1.0] * len(response), loss_mask=[1] * len(response),
+                              policy_versions=[0] * len(response), finish_reason="stop", reward=reward))
+    return out
+
+
+@pytest.mark.parametrize("every_row", [False, True])
+def test_pi_old_is_recomputed_for_the_rows_the_update_runs(nano_model_dir, every_row_loss, every_row):
+    """With several optimizer steps per RL step π_old gets a forward of its own before the
+    update. It runs the rows the update will run: group 1's, not group 0's (advantage 0), whose
+    π_old stays 0; a loss that runs every row gets every row's. The update never reads the
+    skipped rows' π_old: any values there give the same weights, bit for bit."""
+    setting = dict(policy_loss=every_row_loss) if every_row else {}
+    actor, twin = (_actor(nano_model_dir, max_grad_norm=None, mini_batch_size=2, **setting) for _ in range(2))
+    maker = ExperienceMaker.from_config(AlgorithmConfig(**setting), max_new_tokens=8, optimizer_steps_per_step=2)
+    forwarded = []
+    real = actor.logprobs
+    actor.logprobs = lambda prompts, responses: forwarded.append(len(prompts)) or real(prompts, responses)
+    exp, _ = maker(_group_trajectories(), actor, reference=None, critic=None, kl_coef=0.0)
+    assert forwarded == [4 if every_row else 2]
+    run, skipped = ([0, 1, 2, 3], []) if every_row else ([2, 3], [0, 1])
+    # a forward over every row gives the same π_old, to the rounding of another batch's matmuls
+    every = real(exp.prompt_ids, exp.response_ids)
+    torch.testing.assert_close(exp.old_logprobs[run], every[run], rtol=1e-5, atol=1e-5)
+    assert not exp.old_logprobs[skipped].any()
+    other = exp.old_logprobs.clone()
+    other[skipped] = -3.0
+    plan = [[0, 2], [1, 3]]
+    m, _, ran = actor.update(exp, plan, kl_coef=0.0)
+    m_twin, _, _ = twin.update(replace(exp, old_logprobs=other), plan, kl_coef=0.0)
+    assert ran.tolist() == [row in run for row in range(4)]
+    assert m == m_twin
+    _assert_same(actor.model.state_dict(), twin.model.state_dict())
+
+
+def test_kl_in_the_reward_recomputes_pi_old_for_every_row(nano_model_dir):
+    """KL-in-reward shapes the rewards with π_old before there are advantages to skip rows by."""
+    actor = _actor(nano_model_dir, mini_batch_size=2)
+    maker = ExperienceMaker.from_config(AlgorithmConfig(kl_coef=0.1, kl_mode="reward"), max_new_tokens=8,
+                                        optimizer_steps_per_step=2)
+    trajs = _group_trajectories()
+    ref = Reference(load_model(nano_model_dir), SPEC)
+    exp, _ = maker(trajs, actor, reference=ref, critic=None, kl_coef=0.1)
+    assert exp.old_logprobs.ne(0).any(dim=1).all()
 
 
 def test_actor_rejects_a_mini_batch_size_below_one(nano_model_dir):
