@@ -5,8 +5,9 @@ or its gradient, so the actor does not run it (``Needs.zero_advantage_rows``, do
 This runs the same GRPO steps twice from the same model and seed, once with ``ppo_clip`` (rows
 skipped) and once with ``ppo_clip`` registered again under another name without the
 declaration (every row runs, the behaviour before), in alternating rounds, and prints per task
-the fraction of samples run, the median step and training times, the ratio, and how far the two
-runs' losses and weights ended apart (rounding only: the gradients are the same).
+the fraction of samples run, the median step and training times (the update and the
+experience's forwards), the ratios, and how far the runs' losses and weights ended apart
+(rounding only: the gradients are the same).
 
 ``--mini-batch-size M`` splits each step's samples into mini-batches of M, one optimizer step
 each, and adds a third side: π_old, which then needs a forward of its own before the update,
@@ -127,6 +128,7 @@ def main() -> None:
         print(line, flush=True)
     print(f"ratio: the other side's median time over the skipping side's (> 1: skipping is faster); "
           f"load average now {load_average()}")
+
 
 if __name__ == "__main__":
     main()
