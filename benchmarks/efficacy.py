@@ -397,8 +397,9 @@ def format_table(results: list[Result], budget: str, grpo_set: list[str], starts
 
 def _seen(r: Result) -> str:
     """The problems GRPO sampled and the demonstrations continued SFT trained on, in their time:
-    a GRPO problem costs n samples, and this cost explains part of the gap between the two
-    (benchmarks/README.md, the EPYC section)."""
+    a GRPO problem costs n samples, and this cost explains part of the gap between the two on
+    some tasks (benchmarks/README.md, the Zen 3 section), not on others: at n = 4 GRPO sampled
+    as many problems as continued SFT saw on two tasks and still gained far less (the Zen 4 section)."""
     return f"{r.grpo_prompts:,} / {r.sft_more_demos:,}" if r.grpo_prompts else "-"
 
 
