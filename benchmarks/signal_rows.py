@@ -32,8 +32,9 @@ import torch
 from common import cpu_model, load_average
 from efficacy import TASKS, _merge, _task_config, build_start
 
-# side -> (policy loss, π_old's forward over every row)
-SIDES = {"skip": ("ppo_clip", False), "every row": ("ppo_clip_every_row", True)}
+# side -> (policy loss, whether π_old's forward is made to run every row: the every-row loss
+# runs every row of its own accord)
+SIDES = {"skip": ("ppo_clip", False), "every row": ("ppo_clip_every_row", False)}
 OLD_EVERY_ROW = {"π_old every row": ("ppo_clip", True)}   # --mini-batch-size: the code before π_old skipped rows
 
 

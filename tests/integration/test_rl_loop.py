@@ -48,8 +48,9 @@ def test_grpo_learns_a_dense_reward(tmp_path, nano_model_dir):
 
 def test_several_optimizer_steps_per_step_skip_rows_and_measure_the_gap_on_those_run(tmp_path, nano_model_dir):
     """Mini-batches of 4 of a step's 16 samples: π_old gets its own forward, of the samples the
-    update runs only (the others' groups agree, a coin flip's reward: advantage 0). The engine/trainer gap is measured
-    on those samples, where π_old is there: ~1e-6, not the size of a log-prob, on every step."""
+    update runs only (the others' groups agree on a coin flip's reward: advantage 0). The
+    engine/trainer gap is measured on those samples, where π_old is there: ~1e-6, not the size
+    of a log-prob, on every step."""
     cfg = write_config(tmp_path, nano_model_dir, train={"steps": 4, "mini_batch_size": 4}, checkpoint={"every": 0},
                        reward={"verifiers": [{"type": "custom", "name": "odd", "function": "rl_plugins:odd_length"}]})
     assert main(["train", str(cfg)]) == 0
