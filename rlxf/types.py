@@ -87,6 +87,18 @@ class Trajectory:
                                   # on the last loss_mask=1 token (outcome). Multi-turn per-turn credit.
     episode: dict[str, Any] | None = None  # multi-turn: turns, per-turn rewards, end, error, conversation
 
+    @property
+    def longest_turn(self) -> int:
+        """Tokens in the model's longest turn: the longest run of loss_mask 1 (the whole response
+        of a single turn). ``rollout.max_new_tokens`` limits each turn, so this, not the length
+        of a multi-turn response with the environment's tokens in it, is what overlong shaping
+        compares with it."""
+        longest = run = 0
+        for m in self.loss_mask:
+            run = run + 1 if m else 0
+            longest = max(longest, run)
+        return longest
+
 
 @dataclass
 class Experience:

@@ -28,7 +28,9 @@ Two families:
   not enter their advantages.
 
 A group of one sample cannot be compared with anything: grpo, maxrl and rloo give it advantage 0
-(no gradient) rather than nan. Rows with no valid token get 0 everywhere. Advantages are
+(no gradient) rather than nan (reinforce_pp_baseline's batch normalisation then shifts it by
+the batch mean, as OpenRLHF's does). Rows with no valid token get 0 everywhere, and are not
+members of their group (a failed episode's reward 0 is no answer: ``algorithms.groups``). Advantages are
 data, not differentiated; compute them under ``torch.no_grad()``.
 """
 
@@ -91,6 +93,12 @@ def discounted_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
     return zero_masked(out, valid)
 
 
+def answered(mask: Tensor) -> Tensor:
+    """(B, T) -> (B,) bool: the samples with a valid token, the members of their group's
+    statistics (``algorithms.groups``: a failed episode has none, and is no answer)."""
+    return mask.bool().any(dim=-1)
+
+
 def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
     """(B,) -> (B, T): the sample's number on each of its valid tokens, 0 elsewhere."""
     return zero_masked(per_sample[:, None].expand(mask.shape), mask)
@@ -150,7 +158,7 @@ def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     """
     _check_inputs("grpo", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
-    mean, std, _ = group_mean_std(scores, group_ids)
+    mean, std, _ = group_mean_std(scores, group_ids, answered(mask))
     adv = scores - mean
     if params.norm_by_std:
         adv = adv / (std + params.eps)
@@ -182,7 +190,7 @@ def maxrl(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | Non
             "return, a pass rate, so returns must be >= 0. Use rewards in [0, 1] (no negative penalties or "
             "shaping), or choose grpo"
         )
-    mean, _, size = group_mean_std(scores, group_ids)
+    mean, _, size = group_mean_std(scores, group_ids, answered(mask))
     solved = (mean > 0) & (size > 1)
     adv = torch.where(solved, (scores - mean) / torch.where(solved, mean, 1.0), 0.0)
     return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
@@ -200,7 +208,7 @@ def rloo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     """
     _check_inputs("rloo", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
-    mean, _, size = group_mean_std(scores, group_ids)
+    mean, _, size = group_mean_std(scores, group_ids, answered(mask))
     adv = (scores - mean) * size / (size - 1).clamp(min=1)
     return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
 
@@ -233,7 +241,7 @@ def reinforce_pp_baseline(rewards: Tensor, mask: Tensor, group_ids: Tensor, valu
     """
     _check_inputs("reinforce_pp_baseline", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
-    mean, _, _ = group_mean_std(scores, group_ids)
+    mean, _, _ = group_mean_std(scores, group_ids, answered(mask))
     adv = masked_whiten(_broadcast(scores - mean, mask), mask, eps=params.eps)
     return adv, discounted_returns(rewards, mask, params.gamma)
 

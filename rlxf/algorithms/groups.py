@@ -2,9 +2,17 @@
 
 ``group_ids (B,)`` is a long tensor; samples with equal ids form a group. Ids need not be
 contiguous or sorted, and groups may differ in size.
+
+``valid (B,)`` (bool, optional) says which samples are members: a sample the model wrote no
+trainable token of (an episode that failed before or while the model spoke keeps its tokens
+with loss_mask 0, and reward 0) is not an answer to the prompt, and counting its 0 would make
+signal where the answers agree. Statistics are over valid samples only; a group without any
+has no signal.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -17,58 +25,66 @@ def _group_index(group_ids: Tensor) -> tuple[Tensor, int]:
     return inverse, uniq.numel()
 
 
-def group_mean_std(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sample's group mean, group std and group size, all ``(B,)``.
+def group_mean_std(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sample's group mean, group std and group size (over the group's valid samples),
+    all ``(B,)``, in ``scores``' dtype.
 
-    scores: (B,) one number per sample. group_ids: (B,) long.
-    The std is unbiased (divides by n - 1); a group of one sample has std 0.
+    scores: (B,) one number per sample. group_ids: (B,) long. valid: (B,) bool, or None (all).
+    The std is unbiased (divides by n - 1); a group of one sample has std 0. The sums run in
+    float64, so rewards of any finite size give a finite std.
     """
-    if scores.shape != group_ids.shape:
-        raise ValueError(
-            f"scores {tuple(scores.shape)} and group_ids {tuple(group_ids.shape)} must both be (B,)"
-        )
+    _check_shapes(scores, group_ids, valid)
     inverse, n_groups = _group_index(group_ids)
-    zeros = scores.new_zeros(n_groups)
-    size = zeros.index_add(0, inverse, torch.ones_like(scores))
-    mean = zeros.index_add(0, inverse, scores) / size.clamp(min=1)
-    dev = scores - mean[inverse]
+    ok = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid.bool()
+    x = scores.double().where(ok, 0.0)  # where, not a product: an invalid sample's nan stays out
+    zeros = x.new_zeros(n_groups)
+    size = zeros.index_add(0, inverse, ok.to(x.dtype))
+    mean = zeros.index_add(0, inverse, x) / size.clamp(min=1)
+    dev = (x - mean[inverse]).where(ok, 0.0)
     var = zeros.index_add(0, inverse, dev * dev) / (size - 1).clamp(min=1)
-    return mean[inverse], var.sqrt()[inverse], size[inverse]
+    return tuple(t[inverse].to(scores.dtype) for t in (mean, var.sqrt(), size))
 
 
-def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor) -> Tensor:
+def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> Tensor:
     """DAPO dynamic sampling (Yu et al. 2025): which samples to keep, ``(B,)`` bool.
 
     A group whose scores are all equal (every answer right, or every answer wrong) has zero
     advantage under any group baseline and contributes no gradient, so its samples are
     dropped and the batch is refilled with more prompts. True for samples of groups whose
-    scores are not all equal; groups of one sample are never kept.
+    valid scores are not all equal; groups of one valid sample are never kept.
     """
-    high, low, inverse = _group_range(scores, group_ids)
+    high, low, inverse = _group_range(scores, group_ids, valid)
     return (high > low)[inverse]
 
 
-def zero_variance_fraction(scores: Tensor, group_ids: Tensor) -> Tensor:
-    """Fraction of groups whose scores are all equal, ``()`` (0 for an empty batch).
+def zero_variance_fraction(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Fraction of groups whose valid scores are all equal, ``()`` (0 for an empty batch).
 
     Such a group has zero advantage under any group baseline: it carries no learning signal.
     When most groups are like that (a task too hard or too easy for the policy), RL barely
-    learns; groups of one sample count as zero-variance.
+    learns; groups of one valid sample (or none) count as zero-variance.
     """
     if scores.numel() == 0:
         return scores.new_zeros(())
-    high, low, _ = _group_range(scores, group_ids)
-    return (high == low).to(scores.dtype).mean()
+    high, low, _ = _group_range(scores, group_ids, valid)
+    return (~(high > low)).to(scores.dtype).mean()
 
 
-def _group_range(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Each group's max and min score, ``(G,)`` each, and each sample's group index ``(B,)``."""
-    if scores.shape != group_ids.shape:
+def _check_shapes(scores: Tensor, group_ids: Tensor, valid: Tensor | None) -> None:
+    if scores.shape != group_ids.shape or (valid is not None and valid.shape != scores.shape):
+        extra = "" if valid is None else f" and valid {tuple(valid.shape)}"
         raise ValueError(
-            f"scores {tuple(scores.shape)} and group_ids {tuple(group_ids.shape)} must both be (B,)"
+            f"scores {tuple(scores.shape)}, group_ids {tuple(group_ids.shape)}{extra} must all be (B,)"
         )
+
+
+def _group_range(scores: Tensor, group_ids: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Each group's max and min valid score, ``(G,)`` each (max < min for a group without a
+    valid sample), and each sample's group index ``(B,)``."""
+    _check_shapes(scores, group_ids, valid)
     inverse, n_groups = _group_index(group_ids)
-    empty = scores.new_zeros(n_groups)
-    high = empty.scatter_reduce(0, inverse, scores, reduce="amax", include_self=False)
-    low = empty.scatter_reduce(0, inverse, scores, reduce="amin", include_self=False)
+    x = scores.double()
+    ok = torch.ones_like(x, dtype=torch.bool) if valid is None else valid.bool()
+    high = x.new_full((n_groups,), -math.inf).scatter_reduce(0, inverse, x.masked_fill(~ok, -math.inf), reduce="amax")
+    low = x.new_full((n_groups,), math.inf).scatter_reduce(0, inverse, x.masked_fill(~ok, math.inf), reduce="amin")
     return high, low, inverse

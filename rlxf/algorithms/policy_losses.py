@@ -221,7 +221,8 @@ def cispo(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tens
     ratio = log_ratio.exp()
     cap = 1.0 + params.cispo_eps_high
     weight = ratio.detach().clamp(max=cap)
-    logp = zero_masked(logprobs, valid)
+    # π/sg(π) carries the gradient; an infinite log-prob has none to give (and -inf - -inf is nan)
+    logp = zero_masked(logprobs, valid & torch.isfinite(logprobs))
     loss = -adv * weight * torch.exp(logp - logp.detach())
     metrics = {
         "clipfrac_low": _fraction(torch.zeros_like(valid), valid),

@@ -172,8 +172,8 @@ class CurriculumConfig(Section):
     were all solved (every sample correct) or all unsolved (none correct) gives GRPO no signal,
     so it is skipped when drawn (or kept only ``keep_fraction`` of the time)."""
 
-    skip_solved: bool = Field(False, description="Skip prompts whose last `window` groups were all fully solved.")
-    skip_unsolved: bool = Field(False, description="Skip prompts whose last `window` groups had no correct sample.")
+    skip_solved: bool = Field(False, description="Skip prompts whose last `window` groups were all fully solved, with equal rewards.")
+    skip_unsolved: bool = Field(False, description="Skip prompts whose last `window` groups had no correct sample, and equal rewards.")
     window: int = Field(
         2, ge=1, description="How many of a prompt's most recent groups must agree before it is skipped."
     )

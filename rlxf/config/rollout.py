@@ -37,7 +37,7 @@ class RolloutConfig(Section):
     )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 = off.")
     top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens; 0 = off.")
-    max_new_tokens: int = Field(128, ge=1, description="Longest response in tokens.")
+    max_new_tokens: int = Field(128, ge=1, description="Longest response in tokens (with an environment: longest model turn).")
     stop_strings: list[str] = Field(
         default_factory=list,
         description="Stop a response once its decoded text contains one of these strings "

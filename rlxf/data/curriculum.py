@@ -9,7 +9,11 @@ A group whose samples are all correct, or all wrong, has zero advantage under GR
 a rollout and teaches nothing. DAPO's dynamic sampling drops such groups after sampling them;
 online difficulty filtering (Polaris and others) skips the prompt before sampling, using its
 pass rate in earlier epochs. A prompt is flagged when its last ``window`` groups were all solved
-(every sample correct) or all unsolved (none correct); a flagged prompt is skipped when the
+(every sample correct) or all unsolved (none correct), and each of them had no signal: its
+rewards all equal. A group whose rewards differ (partial credit, a length or format term, a
+reward model) teaches GRPO something whatever its pass rate, so it is recorded as ``None`` and
+never flags its prompt; nor do samples of failed episodes (no token of the model's) count.
+A flagged prompt is skipped when the
 sampler gives it out, or kept with probability ``keep_fraction`` (a down-weight). A skipped
 prompt is not sampled, so its record does not change: it stays skipped for the run.
 
@@ -33,7 +37,8 @@ class Curriculum:
         self.cfg = cfg
         self.seed = seed
         self.num_prompts = num_prompts   # skips allowed in a row before a flagged prompt is taken anyway
-        self.history: dict[str, list[float]] = {}   # uid -> pass rates of its last `window` groups
+        self.history: dict[str, list[float | None]] = {}  # uid -> pass rates of its last `window`
+        # groups; None for a group whose rewards differed (it had signal)
         self.draws = 0                    # prompts the sampler has given out through draw()
         self._skipped: Counter = Counter()
 
@@ -42,6 +47,8 @@ class Curriculum:
         the config skips it), else None."""
         rates = self.history.get(uid)
         if rates is None or len(rates) < self.cfg.window:
+            return None
+        if any(r is None for r in rates):
             return None
         if self.cfg.skip_solved and all(r >= 1.0 for r in rates):
             return "solved"
@@ -71,12 +78,16 @@ class Curriculum:
         return out
 
     def observe(self, trajs: list[Trajectory]) -> None:
-        """Record each group's pass rate (fraction of its samples judged correct) for its prompt."""
+        """Record each group's pass rate (fraction of its samples judged correct) for its prompt,
+        or None when its rewards differ. Samples of failed episodes (no model token) are left
+        out; a group of only those records nothing."""
         groups: dict[int, list[Trajectory]] = {}
         for t in trajs:
-            groups.setdefault(t.group, []).append(t)
+            if any(t.loss_mask):
+                groups.setdefault(t.group, []).append(t)
         for members in groups.values():
-            rate = sum(bool(t.correct) for t in members) / len(members)
+            agree = len({t.reward for t in members}) == 1
+            rate = sum(bool(t.correct) for t in members) / len(members) if agree else None
             rates = self.history.setdefault(members[0].prompt.uid, [])
             rates.append(rate)
             del rates[: -self.cfg.window]

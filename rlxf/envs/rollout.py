@@ -80,7 +80,7 @@ def score_episodes(trajs: list[Trajectory], max_new_tokens: int, reward=None) ->
         inputs = [RewardInput(prompt=t.prompt.prompt_text, response=t.response_text,
                               ground_truth=t.prompt.ground_truth,
                               metadata={**t.prompt.metadata, "conversation": t.episode["messages"]},
-                              response_tokens=len(t.response_ids), max_new_tokens=max_new_tokens,
+                              response_tokens=t.longest_turn, max_new_tokens=max_new_tokens,
                               uid=t.prompt.uid) for t in trajs]
         scored = reward.score(inputs)
         metrics |= batch_metrics(scored)

@@ -31,7 +31,7 @@ class RewardInput:
     response: str                 # the policy's response text
     ground_truth: Any = None      # reference answer / tests / entry; must be JSON for remote scoring
     metadata: dict[str, Any] = field(default_factory=dict)  # the prompt's metadata, passed through
-    response_tokens: int | None = None  # |y|: response length in tokens (overlong shaping)
+    response_tokens: int | None = None  # |y|: tokens of the longest model turn (the response, single-turn): overlong shaping
     max_new_tokens: int | None = None   # L_max: the rollout's length limit
     uid: str = ""                 # the prompt's uid (logs, and matching remote results)
 
@@ -39,7 +39,7 @@ class RewardInput:
     def from_trajectory(cls, trajectory: Trajectory, max_new_tokens: int | None = None) -> RewardInput:
         """The scoring view of a rollout (``rlxf.types.Trajectory``)."""
         return cls.from_prompt(trajectory.prompt, trajectory.response_text,
-                               response_tokens=len(trajectory.response_ids), max_new_tokens=max_new_tokens)
+                               response_tokens=trajectory.longest_turn, max_new_tokens=max_new_tokens)
 
     @classmethod
     def from_prompt(cls, prompt: Prompt, response: str, *, response_tokens: int | None = None,

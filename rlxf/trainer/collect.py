@@ -130,7 +130,8 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
         if algo.dynamic_sampling:
             rewards = torch.tensor([t.reward for t in trajs])
             groups = torch.tensor([t.group for t in trajs])
-            keep = dynamic_sampling_keep(rewards, groups).tolist() if trajs else []
+            answered = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
+            keep = dynamic_sampling_keep(rewards, groups, answered).tolist() if trajs else []
             trajs = [t for t, k in zip(trajs, keep) if k]
         kept += trajs
         if len(kept) >= need * n:

@@ -86,7 +86,7 @@ class ExperienceMaker:
         metrics: dict[str, float] = {}
         shaping = torch.zeros_like(scores)
         if self.overlong_buffer:
-            lengths = torch.tensor([len(r) for r in response_ids], dtype=torch.float32)
+            lengths = torch.tensor([t.longest_turn for t in trajs], dtype=torch.float32)
             shaping = soft_overlong_penalty(lengths, self.max_new_tokens, self.overlong_buffer, self.overlong_penalty)
             metrics["reward/overlong_penalty"] = float(shaping.mean())
         scores = scores + shaping

@@ -86,6 +86,9 @@ class Learner:
         metrics, first_logprobs, ran = self.actor.update(exp, plan, self.kl.value, demos)
         if self.critic is not None:
             metrics |= self.critic.update(exp, plan)
+            # the divergence guard (train.max_skipped_steps) reads `skipped`: a step either role
+            # skipped on a non-finite loss or gradient counts
+            metrics["skipped"] = max(metrics["skipped"], metrics["critic/skipped"])
         if self.offload_optimizer:  # rollout and experience until the next update: the moments wait in host memory
             metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in self._trained) / 2**20
         # π_old: recomputed before the update, or the update's first forward; measured on the rows

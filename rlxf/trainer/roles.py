@@ -125,11 +125,20 @@ class _Accumulator:
                 out[k] = max(vs)
             elif k.endswith("_min"):
                 out[k] = min(vs)
-            elif k == "skipped":
+            elif k == "skipped" or k.endswith("/skipped"):
                 out[k] = sum(vs)
             else:
                 out[k] = sum(vs) / len(vs)
         return out
+
+
+def rows_with_tokens(exp: Experience, rows: list[int]) -> list[int]:
+    """The rows (indices of ``exp``) with at least one valid token: the others add exactly 0 to
+    every loss, and a forward over them alone has nothing to backpropagate."""
+    if not rows:
+        return rows
+    has = (exp.mask[rows] > 0).any(dim=1).tolist()
+    return [row for row, keep in zip(rows, has, strict=True) if keep]
 
 
 class _Trainable:
@@ -344,8 +353,8 @@ class Actor(_Trainable):
                                 "lr": self.scheduler.get_last_lr()[0]})
         self.dp.sum_(first)  # each row's first forward ran on exactly one rank
         # groups that carry no signal (equal rewards), of those trained on: see trainer.diagnostics
-        metrics = acc.result() | {"groups/zero_variance_frac": float(zero_variance_fraction(exp.rewards,
-                                                                                            exp.group_ids)),
+        zero_var = zero_variance_fraction(exp.rewards, exp.group_ids, exp.mask.bool().any(dim=1))
+        metrics = acc.result() | {"groups/zero_variance_frac": float(zero_var),
                                   "rows_run_frac": ran / max(1, sum(map(len, mini_batches)))}
         return metrics, first, seen
 
@@ -358,7 +367,10 @@ class Actor(_Trainable):
         the rows with signal only; a GRPO group whose samples all earned the same reward is
         such a group. A nan advantage counts as signal, so a broken batch still fails loudly.
         ``train.optim.skip_zero_grad_steps: false`` runs every row (the old behaviour: AdamW
-        steps on the zero gradient of a batch without signal)."""
+        steps on the zero gradient of a batch without signal). A row with no valid token (an
+        episode that failed before the model spoke) never runs: every term of every loss is
+        masked, and a micro-batch of such rows alone would have no gradient to backpropagate."""
+        rows = rows_with_tokens(exp, rows)
         if self.objective.zero_advantage_rows or not self.skip_zero_grad_steps:
             return rows
         adv = exp.advantages[rows] * exp.mask[rows]
@@ -424,7 +436,8 @@ class Critic(_Trainable):
     def update(self, exp: Experience, mini_batches: list[list[int]]) -> dict[str, float]:
         self.model.train()
         acc = _Accumulator(self.dp)
-        for rows in mini_batches:
+        for all_rows in mini_batches:
+            rows = rows_with_tokens(exp, all_rows)  # the value loss is masked everywhere else
             mini = exp.select(rows)
             num_tokens, num_seqs = loss_totals(mini.mask)  # of the whole mini-batch: see Actor.update
             mine = list(self.dp.share(len(rows)))
@@ -441,7 +454,7 @@ class Critic(_Trainable):
                          **{f"critic/{k}": m * share for k, m in metrics.items()}})
             self._idle_passes(mini, passes, num_tokens, num_seqs)
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
-            acc.end_mini_batch({"critic/grad_norm": grad_norm, "skipped": float(skipped),
+            acc.end_mini_batch({"critic/grad_norm": grad_norm, "critic/skipped": float(skipped),
                                 "critic/no_signal": float(no_signal)})
         return acc.result()
 

@@ -320,7 +320,9 @@ class AsyncBatches:
             informative = bool(group)
             if group and self.algo.dynamic_sampling:
                 rewards = torch.tensor([t.reward for t in group])
-                informative = bool(dynamic_sampling_keep(rewards, torch.zeros(len(group), dtype=torch.long)).any())
+                answered = torch.tensor([any(t.loss_mask) for t in group], dtype=torch.bool)
+                informative = bool(dynamic_sampling_keep(rewards, torch.zeros(len(group), dtype=torch.long),
+                                                         answered).any())
             draw, kept = self.in_flight.arrived(order, group, informative)
             if not kept:
                 self.discarded.append((order, draw.round, group))

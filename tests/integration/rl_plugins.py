@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from rlxf.algorithms import register
+from rlxf.algorithms import Needs, register
+from rlxf.algorithms.advantages import gae
 
 
 def upper_fraction(sample, **_):
@@ -19,6 +20,14 @@ def nan_advantages(rewards, mask, group_ids, values, params):
     """NaN advantages: the loss turns non-finite, so the trainer must skip the step, then stop."""
     nan = torch.full_like(rewards, float("nan"))
     return nan, nan
+
+
+@register("advantage", "nan_gae_for_tests", needs=Needs(values=True))
+def nan_gae_advantages(rewards, mask, group_ids, values, params):
+    """GAE's finite returns (the critic trains as usual) with NaN advantages (the actor's loss is
+    not finite): the step is skipped on the actor's side only."""
+    advantages, returns = gae(rewards, mask, group_ids, values, params)
+    return torch.full_like(advantages, float("nan")), returns
 
 
 

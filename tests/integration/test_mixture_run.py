@@ -23,7 +23,10 @@ def test_mixture_with_curriculum_and_ptx_resumes_bit_exactly(tmp_path, nano_mode
     """4 steps straight == 2 steps, then --resume for 2 more: the mixture's position, the
     curriculum's records and the demonstrations' position all come back from the checkpoint."""
     runs = str(tmp_path / "runs")
-    common = {"data": MIXTURE, "algorithm": {"ptx_coef": 0.5}, "eval": {"every": 2, "num_problems": 3}}
+    # the exact-answer reward: the nano model's groups are all wrong with equal rewards, so the
+    # curriculum flags them (a dense reward that differs within a group has signal, and does not)
+    common = {"data": MIXTURE, "algorithm": {"ptx_coef": 0.5}, "eval": {"every": 2, "num_problems": 3},
+              "reward": {"verifiers": [{"type": "numeric"}]}}
     straight = write_config(tmp_path / "a", nano_model_dir, run={"name": "straight", "output_dir": runs}, **common)
     split = write_config(tmp_path / "b", nano_model_dir, run={"name": "split", "output_dir": runs}, **common)
     assert main(["train", str(straight)]) == 0

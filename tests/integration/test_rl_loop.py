@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from rl_helpers import metrics, rlxf_subprocess, write_config
 from safetensors.torch import load_file
@@ -130,9 +131,12 @@ def test_max_seconds_ends_the_run_with_an_evaluated_checkpointed_last_step(tmp_p
     assert (tmp_path / "runs/t/checkpoints/step_1/model/model.safetensors").exists()
 
 
-def test_non_finite_loss_skips_then_stops(tmp_path, nano_model_dir, capsys):
+@pytest.mark.parametrize("algorithm", [{"advantage": "nan_for_tests"},
+                                       # with a critic: its own finite step must not hide the actor's skip
+                                       {"name": "ppo", "advantage": "nan_gae_for_tests"}])
+def test_non_finite_loss_skips_then_stops(tmp_path, nano_model_dir, capsys, algorithm):
     cfg = write_config(tmp_path, nano_model_dir, train={"steps": 6, "max_skipped_steps": 2},
-                       plugins=["rl_plugins"], algorithm={"advantage": "nan_for_tests"})
+                       plugins=["rl_plugins"], algorithm=algorithm)
     assert main(["train", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert "2 consecutive steps had a non-finite loss" in err

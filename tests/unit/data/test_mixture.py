@@ -149,7 +149,7 @@ def _groups(rates: dict[str, float], n: int = 4) -> list[Trajectory]:
         for k in range(n):
             out.append(Trajectory(prompt=Prompt(uid, [1], "x"), group=g, response_ids=[1], response_text="",
                                   rollout_logprobs=[0.0], loss_mask=[1], policy_versions=[0],
-                                  finish_reason="stop", correct=k < rate * n))
+                                  finish_reason="stop", correct=k < rate * n, reward=float(k < rate * n)))
     return out
 
 
@@ -183,6 +183,20 @@ def test_curriculum_skips_solved_and_unsolved_prompts_counts_them_and_resumes():
     again.load_state_dict(saved)
     sampler.i = at
     assert [p.uid for p in again.draw(sampler, 6)] == later
+
+
+def test_curriculum_flags_only_groups_without_signal():
+    """No sample correct, but partial credit that differs: GRPO learns from that group, so its
+    prompt is not flagged as unsolved. Samples of a failed episode (no model token, reward 0)
+    are not answers: a group of three right answers and one failed episode is solved."""
+    cur = Curriculum(CurriculumConfig(skip_solved=True, skip_unsolved=True, window=1), seed=0, num_prompts=4)
+    partial, agreeing, with_failed = (_groups({f"t:train:{i}": rate}) for i, rate in enumerate([0.0, 0.0, 1.0]))
+    for k, t in enumerate(partial):
+        t.reward = 0.1 * k
+    with_failed[0].loss_mask, with_failed[0].reward, with_failed[0].correct = [0], 0.0, False
+    for trajs in (partial, agreeing, with_failed):
+        cur.observe(trajs)
+    assert [cur.verdict(f"t:train:{i}") for i in range(3)] == [None, "unsolved", "solved"]
 
 
 def test_curriculum_takes_flagged_prompts_when_every_prompt_is_flagged():

@@ -174,7 +174,7 @@ def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks,
 
 def test_two_processes_train_the_critic_one_process_trains(two_ranks, one_rank):
     one, two = one_rank["critic"], two_ranks["ddp"]["critic"]
-    assert one["metrics"]["critic/grad_norm"] > 0 and one["metrics"]["skipped"] == 0
+    assert one["metrics"]["critic/grad_norm"] > 0 and one["metrics"]["critic/skipped"] == 0
     assert _max_diff(two["weights"], one["weights"]) <= 1e-5
     assert float((two["values"] - one["values"]).abs().max()) <= 1e-5
     # explained variance is not a sum of per-row shares: each micro-batch's own variance ratio,
