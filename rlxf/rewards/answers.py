@@ -16,6 +16,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from rlxf.rewards.base import SyncVerifier
@@ -101,19 +102,31 @@ class MathVerifier(SyncVerifier):
         gold = self._gold(gt)
         if not gold:
             return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
-        pred = self._parse(found[0])
-        if not pred:
-            return _verdict(False)
-        if any(_digits_bound(p) > MAX_ANSWER_DIGITS for p in pred if hasattr(p, "free_symbols")):
-            # 9^{9^{9^{9}}}: sympy would compute it inside one C call that holds the GIL, which
-            # no timeout interrupts, and every other sample's scoring in this process waits on it
+        if _COSTLY.search(found[0]) and _BIG_ARGUMENT.search(found[0]) and not _COSTLY.search(gt):
+            # \Gamma(10^6), \prod_{k=1}^{10^6} k: parsing evaluates them (seconds to minutes in
+            # sympy, where math-verify's timeout cannot reach off the main thread); an answer the
+            # reference does not write that way is not computed
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
-        ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
+        try:
+            pred = self._parse(found[0])
+            if not pred:
+                return _verdict(False)
+            if any(_digits_bound(p) > MAX_ANSWER_DIGITS for p in pred if hasattr(p, "free_symbols")):
+                # 9^{9^{9^{9}}}: sympy would compute it inside one C call that holds the GIL, which
+                # no timeout interrupts, and every other sample's scoring in this process waits on it
+                return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
+            ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
+        except Exception:  # noqa: BLE001 - 2^{1/0} is a wrong answer, not a broken verifier (the gold parsed)
+            return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unscorable": 1.0})
         return _verdict(bool(ok))
 
 
 # an answer whose value has more decimal digits than this is not computed (MathVerifier.score)
 MAX_ANSWER_DIGITS = 100_000
+# functions whose value sympy computes while parsing, and an argument that makes that long: a
+# number of five digits or more, or a power of a number
+_COSTLY = re.compile(r"(?<![A-Za-z])(?:gamma|Gamma|Pi|factorial|binomial|prod|product)(?![A-Za-z])|[ΓΠ∏!]")
+_BIG_ARGUMENT = re.compile(r"\d{5}|\d\s*[}\)]?\s*(?:\^|\*\*)")
 
 
 def _digits_bound(expr: Any) -> float:
@@ -181,8 +194,9 @@ class ExactVerifier(SyncVerifier):
 
 class NumericVerifier(SyncVerifier):
     """1.0 if the extracted answer is a number within tolerance of the ground truth:
-    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``). Two integers
-    (``-1,234``, however long) must be equal."""
+    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``). An integer
+    ground truth (``-1,234``, however long) takes an integer exactly, or another number within
+    ``abs_tol`` only: ``1234567.0`` and ``1.234567e6`` match 1234567, ``1234567.5`` does not."""
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
                  answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
@@ -208,11 +222,17 @@ class NumericVerifier(SyncVerifier):
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
-        exact_gold, exact_pred = parse_integer(gt), parse_integer(found[0])
-        if exact_gold is not None and exact_pred is not None:
-            # integers exactly: within 1e-6, 1234568 would pass for 1234567, and any two
+        exact_gold = parse_integer(gt)
+        if exact_gold is not None:
+            # an integer exactly, or within abs_tol however it is written: a relative 1e-6 would
+            # pass 1234568 or 1234567.5 for 1234567 (and 1.234567e8 for 123456789), and any two
             # integers of 309 digits or more are both inf as floats
-            return _verdict(exact_pred == exact_gold)
+            exact_pred = parse_integer(found[0])
+            if exact_pred is not None:
+                return _verdict(exact_pred == exact_gold)
+            pred = parse_number(found[0])
+            return _verdict(pred is not None and math.isfinite(pred)
+                            and abs(Fraction(pred) - exact_gold) <= self.abs_tol)
         pred = parse_number(found[0])
         ok = (pred is not None and math.isfinite(pred) and math.isfinite(gold)
               and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))

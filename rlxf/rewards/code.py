@@ -36,6 +36,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from rlxf.rewards.base import AsyncVerifier
@@ -240,7 +241,7 @@ def checks_pass(checks: Sequence[Check], result: str, float_tol: float) -> bool:
     """Whether the reported values (a JSON list, one entry per check) satisfy every check."""
     try:
         reported = json.loads(result)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a 5,000-digit integer, 100,000 nested lists
         return False
     if not isinstance(reported, list) or len(reported) != len(checks):
         return False
@@ -357,8 +358,8 @@ def _one_test(item: Any) -> CodeTest:
 def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: float = 1e-6) -> bool:
     """Compare a program's stdout with the expected one.
 
-    ``tokens``: same whitespace-separated tokens, integers equal and other numbers within
-    ``float_tol`` (absolute or relative); ``lines``: same lines up to trailing whitespace and trailing blank lines;
+    ``tokens``: same whitespace-separated tokens, numbers as ``_numbers_close`` compares them
+    (an expected integer within ``float_tol`` absolutely, other numbers also relatively); ``lines``: same lines up to trailing whitespace and trailing blank lines;
     ``exact``: identical.
     """
     if mode == "exact":
@@ -378,7 +379,7 @@ _INTEGER = re.compile(r"[+-]?\d+")
 
 
 def _close(x: str, y: str, tol: float) -> bool:
-    """Two output tokens as numbers: integers exactly, other numbers within ``tol``."""
+    """Two output tokens as numbers (actual, expected): see ``_numbers_close``."""
     try:
         nx, ny = (int(t) if _INTEGER.fullmatch(t) else float(t) for t in (x, y))
     except ValueError:
@@ -387,10 +388,16 @@ def _close(x: str, y: str, tol: float) -> bool:
 
 
 def _numbers_close(x: int | float, y: int | float, tol: float) -> bool:
-    """Integers exactly; floats within ``tol`` when finite, else equal (a 400-digit integer is
-    inf as a float, and inf is close to inf: ``print('inf')`` would pass for it)."""
-    if isinstance(x, int) and isinstance(y, int):
-        return x == y
+    """The actual number ``x`` against the expected ``y``. An expected integer: an integer
+    exactly, a float within ``tol`` absolutely (float noise, not a relative band: 1000000900.0
+    is not 1000000000, nor is an lgamma estimate of a binomial the binomial). An expected
+    float: within ``tol`` absolutely or relatively when both are finite, else equal (a
+    400-digit integer is inf as a float, and inf is close to inf: ``print('inf')`` would pass
+    for it)."""
+    if isinstance(y, int):
+        if isinstance(x, int):
+            return x == y
+        return math.isfinite(x) and abs(Fraction(x) - y) <= tol   # exact at any size
     try:
         if not (math.isfinite(x) and math.isfinite(y)):
             return x == y
@@ -400,7 +407,8 @@ def _numbers_close(x: int | float, y: int | float, tol: float) -> bool:
 
 
 def values_match(actual: Any, expected: Any, tol: float = 1e-6) -> bool:
-    """JSON values equal: integers exactly, floats within ``tol``, tuples as lists."""
+    """JSON values equal (actual, expected): numbers as ``_numbers_close`` compares them,
+    tuples as lists."""
     if isinstance(actual, bool) or isinstance(expected, bool):
         return type(actual) is type(expected) and actual == expected
     if isinstance(actual, (int, float)) and isinstance(expected, (int, float)):
@@ -456,7 +464,7 @@ class CodeVerifier(AsyncVerifier):
             return outcome.result == token
         try:
             value = json.loads(outcome.result)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # what the program reported is the program's doing
             return False
         if values_match(value, test.expected, self.float_tol):
             return True

@@ -16,28 +16,35 @@ import re
 from collections.abc import Sequence
 
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+_MAX_INTEGER_DIGITS = 4000   # Python refuses int() of text over 4,300 digits
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def answer_tag(text: str, tag: str = "answer") -> str | None:
-    """Content of the last ``<tag>...</tag>`` (stripped), or None."""
-    found = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, flags=re.DOTALL)
-    return found[-1].strip() if found else None
+    """Content of the last complete ``<tag>...</tag>`` (stripped), or None: the last closing
+    tag and the last opening tag before it. Two searches from the end, so a response of
+    thousands of unclosed tags costs one pass (a regex tried a match from each of them)."""
+    end = text.rfind(f"</{tag}>")
+    start = text.rfind(f"<{tag}>", 0, end) if end >= 0 else -1
+    return text[start + len(tag) + 2:end].strip() if start >= 0 else None
 
 
 def boxed(text: str) -> str | None:
-    r"""Content of the last ``\boxed{...}`` with balanced braces, or None."""
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
-    return None
+    r"""Content of the last ``\boxed{...}`` (or ``\fbox{...}``) with balanced braces, or None.
+
+    One pass over the text with a stack of open braces: a response of thousands of unclosed
+    boxes costs no more than its length."""
+    box_starts = {m.end() for m in _BOXED.finditer(text)}  # index just after each box's "{"
+    stack: list[int] = []
+    best: tuple[int, int] | None = None
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i + 1)
+        elif ch == "}" and stack:
+            start = stack.pop()
+            if start in box_starts and (best is None or start > best[0]):
+                best = (start, i)
+    return text[best[0]:best[1]].strip() if best is not None else None
 
 
 def last_number(text: str) -> str | None:
@@ -85,15 +92,17 @@ def _bare(text: str) -> str:
 def parse_integer(text: str) -> int | None:
     """An integer written as ``-1234`` or ``-1,234`` (exactly, however long); None otherwise."""
     text = _bare(text)
-    return int(text) if re.fullmatch(r"[+-]?\d+", text) else None
+    if not re.fullmatch(r"[+-]?\d+", text) or len(text) > _MAX_INTEGER_DIGITS:
+        return None   # past Python's int-from-text limit; as a float it is inf, never equal
+    return int(text)
 
 
 def parse_number(text: str) -> float | None:
     """A number written as ``-1,234.5``, ``3/4``, ``1e-3`` or ``\\frac{3}{4}``; None otherwise."""
     text = re.sub(r"^(-?)\\[dt]?frac\{\s*([\d.]+)\s*\}\{\s*([\d.]+)\s*\}$", r"\1\2/\3", _bare(text))
     text = text.replace(" ", "")
-    if text.endswith("%"):
-        value = parse_number(text[:-1])
+    if text.endswith("%"):   # one percent sign: "5%%%%" is not a number (nor a recursion per sign)
+        value = parse_number(text[:-1]) if not text.endswith("%%") else None
         return None if value is None else value / 100
     num, sep, den = text.partition("/")
     try:

@@ -25,12 +25,14 @@ from rlxf.rewards.types import RewardInput, RewardResult
 
 Messages = list[dict[str, str]]
 _NUM = r"(-?\d+(?:\.\d+)?)"
+# in tiers, strongest first: a reply's verdict is the last match of the first tier that has one
+# (a "9/10" or "10 out of 10" in the reasoning never overrides an explicit SCORE: 2)
 DEFAULT_PATTERNS = (
-    rf"(?i)\bscore\s*[:=]\s*\**\s*{_NUM}",     # SCORE: 7 / Score = 7 / **Score:** 7
-    rf"\[\[\s*{_NUM}\s*\]\]",                    # [[7]] (MT-Bench)
-    rf"<score>\s*{_NUM}\s*</score>",             # <score>7</score>
-    rf"\b{_NUM}\s*/\s*\d+(?:\.\d+)?\b",          # 7/10
-    rf"(?i)\b{_NUM}\s+out\s+of\s+\d+(?:\.\d+)?\b",  # 7 out of 10
+    (rf"(?i)\bscore\s*[:=]\s*\**\s*{_NUM}",     # SCORE: 7 / Score = 7 / **Score:** 7
+     rf"\[\[\s*{_NUM}\s*\]\]",                   # [[7]] (MT-Bench)
+     rf"<score>\s*{_NUM}\s*</score>"),           # <score>7</score>
+    (rf"\b{_NUM}\s*/\s*\d+(?:\.\d+)?\b",          # 7/10
+     rf"(?i)\b{_NUM}\s+out\s+of\s+\d+(?:\.\d+)?\b"),  # 7 out of 10
 )
 
 
@@ -50,9 +52,14 @@ class ChatClient(Protocol):
 
 
 def parse_score(reply: str, low: float, high: float, pattern: str | None = None) -> float | None:
-    """The judge's score in ``reply``: of every match of the patterns within [low, high], the
-    one that ends last (a judge gives its verdict after its reasoning, which may quote a score
-    the response claimed for itself), or None.
+    """The judge's score in ``reply``, or None: of the matches within [low, high] of the first
+    tier of ``DEFAULT_PATTERNS`` that has any (an explicit ``SCORE:``, ``[[N]]`` or
+    ``<score>``, then ``N/M`` or ``N out of M``), the one that ends last (a judge gives its
+    verdict after its reasoning, which may quote a score the response claimed for itself).
+    ``pattern`` replaces the tiers with one of its own.
+
+    >>> parse_score("SCORE: 2. It claims 10 out of 10 confidence.", 0, 10)
+    2.0
 
     >>> parse_score("Clear and correct.\\nSCORE: 8", 0, 10)
     8.0
@@ -61,16 +68,19 @@ def parse_score(reply: str, low: float, high: float, pattern: str | None = None)
     >>> parse_score("no idea", 0, 10) is None
     True
     """
-    found: list[tuple[int, float]] = []
-    for pat in ([pattern] if pattern else DEFAULT_PATTERNS):
-        for match in re.finditer(pat, reply):
-            try:
-                score = float(match.group(1))
-            except (ValueError, IndexError):
-                continue
-            if low <= score <= high:
-                found.append((match.end(), score))
-    return max(found)[1] if found else None
+    for tier in ([(pattern,)] if pattern else DEFAULT_PATTERNS):
+        found: list[tuple[int, float]] = []
+        for pat in tier:
+            for match in re.finditer(pat, reply):
+                try:
+                    score = float(match.group(1))
+                except (ValueError, IndexError):
+                    continue
+                if low <= score <= high:
+                    found.append((match.end(), score))
+        if found:
+            return max(found)[1]
+    return None
 
 
 class OpenAIChatClient:
@@ -204,7 +214,7 @@ class JudgeVerifier:
         if isinstance(gt, dict) and "answer" in gt:
             gt = gt["answer"]
         # the response cannot close the tags it is fenced in, nor open a second pair
-        response = re.sub(r"(?i)<(/?)response>", r"<\1response_>", x.response)
+        response = re.sub(r"(?i)<\s*(/?)\s*response\b[^>]*>", r"<\1response_>", x.response)
         values = {"prompt": x.prompt, "response": response, "ground_truth": "" if gt is None else str(gt),
                   "score_min": _fmt(self.score_min), "score_max": _fmt(self.score_max)}
         # one pass over the rubric, not str.format: a rubric may show JSON or code with braces,

@@ -10,16 +10,150 @@ The score is ``dataset.score_answer(answer, entry)`` in [0, 1], where the answer
 of the last ``<answer>...</answer>`` (the format reasoning-gym's prompts ask for), or the
 whole response if it has no tag -- the same rule as ``rlxf.data``'s task scorer, so rewards
 and task accuracy agree -- unless ``require_tag``.
+
+The answer is the policy's text, and some scorers run it: several ``eval`` it as Python
+(string_insertion, spiral_matrix, binary_matrix, n_queens: "is the answer a Python list?"), and
+others parse it with sympy's ``parse_expr``, which ``eval``s a rewritten form of it (countdown,
+puzzle24, the integration and polynomial tasks). ``score_answer_safely`` (used here and by the
+task) reads each scorer's source once. Where it finds Python's ``eval`` of the answer, that
+module's ``eval`` becomes ``literal_eval``: a list still reads as a list, and
+``__import__('os')...`` or ``oracle_answer`` (the scorer's own variable) no longer run. Where it
+finds sympy's parser, an answer is scored only if its syntax tree can neither call nor reach
+anything (no call but to a math function, no attribute, comprehension, lambda or f-string) nor
+compute something huge (no power of a power, no exponent above 1000, no repeated or formatted
+string): anything else scores 0 (metric ``unsafe``). An exception the scorer raises on an
+answer scores 0 too (``unscorable``) when the reference answer scores: "I don't know" is a
+wrong answer, not a broken verifier.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from rlxf.rewards.base import SyncVerifier
 from rlxf.rewards.extract import answer_tag as tag_content
 from rlxf.rewards.types import RewardInput, RewardResult
+
+# what in a scorer's own source runs (part of) the answer as code: Python's eval/exec, or
+# sympy's parsers (which eval a rewritten form of it)
+_PYTHON_EVAL = re.compile(r"(?<![\w.])(?:eval|exec)\s*\(")
+_SYMPY_PARSE = re.compile(r"\b(?:parse_expr|sympify|simplify|S)\s*\(")
+# the functions an answer to a calculus or algebra task may call (sympy's names)
+_MATH_FUNCTIONS = frozenset(
+    "sin cos tan cot sec csc asin acos atan acot sinh cosh tanh coth asinh acosh atanh exp log ln "
+    "asec acsc acoth atan2 sqrt Abs abs sign erf Integral".split())
+_MAX_EXPONENT = 1000
+_MAX_LITERAL_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class _Hazards:
+    python_eval: bool   # evals the answer as Python, and its module's eval could not be made literal-only
+    sympy_parse: bool   # parses it with sympy
+
+
+_hazards: dict[type, _Hazards] = {}
+
+
+def literal_eval(text: str) -> Any:
+    """What reasoning-gym's scorers mean by ``eval(answer)`` ("is the answer a Python list?"):
+    a literal only, which can neither run nor reach anything."""
+    if len(text) > _MAX_LITERAL_CHARS:
+        raise ValueError("answer too long to read as a literal")
+    return ast.literal_eval(text)
+
+
+def _scorer_hazards(dataset: Any) -> _Hazards:
+    """How a dataset's ``score_answer`` treats the answer, from its source (the worst case when
+    the source cannot be read). Where it ``eval``s the answer and every ``eval`` of its module is
+    in ``score_answer``, that module's ``eval`` becomes ``literal_eval`` (a module global is
+    found before the builtin), so the scorer keeps its meaning and runs no answer."""
+    cls = type(dataset)
+    if cls in _hazards:
+        return _hazards[cls]
+    module = sys.modules.get(cls.score_answer.__module__)
+    try:
+        source = inspect.getsource(cls.score_answer)
+        module_source = inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        _hazards[cls] = _Hazards(python_eval=True, sympy_parse=True)
+        return _hazards[cls]
+    python_eval = bool(_PYTHON_EVAL.search(source))
+    if python_eval and "exec" not in _PYTHON_EVAL.findall(source)[0] and (
+            len(_PYTHON_EVAL.findall(source)) == len(_PYTHON_EVAL.findall(module_source))):
+        module.eval = literal_eval   # type: ignore[union-attr]
+        python_eval = False
+    _hazards[cls] = _Hazards(python_eval=python_eval, sympy_parse=bool(_SYMPY_PARSE.search(source)))
+    return _hazards[cls]
+
+
+def _harmless(node: ast.AST, names: bool) -> bool:
+    """Whether evaluating this expression can only build a value of about its own size and
+    reaches nothing but the names given to it (``names``: sympy's parsers make symbols of
+    names; Python's eval would read the scorer's own variables, the reference answer too)."""
+    if isinstance(node, ast.Call):
+        return (names and isinstance(node.func, ast.Name) and node.func.id in _MATH_FUNCTIONS
+                and not node.keywords and all(_harmless(a, names) for a in node.args))
+    if isinstance(node, (ast.Attribute, ast.Lambda, ast.NamedExpr, ast.JoinedStr, ast.FormattedValue,
+                         ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Await, ast.Yield,
+                         ast.YieldFrom, ast.Starred)):
+        return False
+    if isinstance(node, ast.Name) and (not names or node.id.startswith("__")):
+        return False
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, (ast.LShift, ast.RShift)):
+            return False
+        if isinstance(node.op, ast.Pow):   # 9**9**9, 9**(10**6): one operation, no end to it
+            exponent = node.right
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in ast.walk(exponent)):
+                return False
+            if any(isinstance(n, ast.Constant) and isinstance(n.value, (int, float, complex))
+                   and abs(n.value) > _MAX_EXPONENT for n in ast.walk(exponent)):
+                return False
+        if isinstance(node.op, (ast.Mult, ast.Mod, ast.Pow)):  # "a" * 10**9, "%999999999d" % 1
+            sized = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+            if any(isinstance(n, sized) or (isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes)))
+                   for side in (node.left, node.right) for n in ast.walk(side)):
+                return False
+    return all(_harmless(child, names) for child in ast.iter_child_nodes(node))
+
+
+def answer_is_safe_to_run(answer: str, *, sympy: bool) -> bool:
+    """Whether Python's ``eval`` of this answer (or, ``sympy``, sympy's ``parse_expr``) can
+    neither reach anything nor run long: its syntax tree, after the NFKC normalisation Python
+    applies to identifiers, passes ``_harmless``. Text that is not a Python expression cannot
+    run under ``eval``; ``parse_expr`` rewrites it first (``5!`` becomes a factorial), so
+    there it is refused."""
+    text = unicodedata.normalize("NFKC", answer)
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return not sympy
+    try:
+        return _harmless(tree.body, names=sympy)
+    except RecursionError:
+        return False
+
+
+def score_answer_safely(dataset: Any, answer: str, entry: dict[str, Any]) -> tuple[float, str | None]:
+    """``dataset.score_answer(answer, entry)``, and why the answer was not scored (``unsafe``,
+    ``unscorable``) or None. Raises what the scorer raises on the reference answer too."""
+    hazards = _scorer_hazards(dataset)
+    if ((hazards.python_eval and not answer_is_safe_to_run(answer, sympy=False))
+            or (hazards.sympy_parse and not answer_is_safe_to_run(answer, sympy=True))):
+        return 0.0, "unsafe"
+    try:
+        return float(dataset.score_answer(answer, entry)), None
+    except Exception:  # noqa: BLE001 - the answer's fault if the reference scores
+        dataset.score_answer(str(entry.get("answer")), entry)
+        return 0.0, "unscorable"
 
 
 class ReasoningGymVerifier(SyncVerifier):
@@ -74,5 +208,8 @@ class ReasoningGymVerifier(SyncVerifier):
             if self.require_tag and self.answer_tag:
                 return RewardResult(0.0, {"tagged": 0.0, "correct": 0.0})
             answer = x.response.strip()
-        value = float(dataset.score_answer(answer, entry))
-        return RewardResult(value, {"tagged": float(tagged), "correct": float(value >= 1.0)})
+        value, refused = score_answer_safely(dataset, answer, entry)
+        metrics = {"tagged": float(tagged), "correct": float(value >= 1.0)}
+        if refused:
+            metrics[refused] = 1.0
+        return RewardResult(value, metrics)

@@ -12,13 +12,12 @@ until ``train_size`` items are found.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rlxf.data.errors import DataError
 from rlxf.data.tasks.base import TaskItem
-
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+from rlxf.rewards.extract import answer_tag
+from rlxf.rewards.reasoning_gym import score_answer_safely
 
 
 def _rg():
@@ -76,7 +75,9 @@ class ReasoningGymTask:
 
     def score(self, response: str, ground_truth: Any, metadata: dict[str, Any]) -> float:
         """The dataset's own ``score_answer(answer, entry)``; ``ground_truth`` is the entry, the
-        answer is the response's last <answer>...</answer> (or the whole response without tags)."""
-        tagged = _ANSWER_TAG.findall(response)
-        text = (tagged[-1] if tagged else response).strip()
-        return float(self._scorer.score_answer(text, ground_truth))
+        answer is the response's last <answer>...</answer> (or the whole response without tags); an
+        answer the scorer would run as code, or that makes it raise, scores 0
+        (``rlxf.rewards.reasoning_gym.score_answer_safely``)."""
+        tagged = answer_tag(response)
+        text = tagged if tagged is not None else response.strip()
+        return score_answer_safely(self._scorer, text, ground_truth)[0]
