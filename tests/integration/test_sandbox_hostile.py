@@ -278,3 +278,19 @@ def test_sleeping_program_hits_the_wall_backstop(short_box):
     verifier = CodeVerifier("code", short_box, fail_fast=True)
     outcome, elapsed = run_hostile(short_box, verifier, "import time\ntime.sleep(60)\n", {"wall_timeout"})
     assert SHORT_WALL.wall <= elapsed < SHORT_WALL.wall + 3 and outcome.cpu_s < 0.5
+
+
+def test_stopping_every_process_it_can_see_and_then_answering(short_box):
+    """A program that SIGSTOPs every process it can see (its test runner too) and then answers
+    right: each later test waited the runner's start-up limit (10 s) and the job ran past its
+    wall budget, a sandbox error. The runner is continued before each test, so it passes."""
+    code = ("import os, signal\nfor pid in os.listdir('/proc'):\n"
+            "    if pid.isdigit() and int(pid) not in (1, os.getpid()):\n"
+            "        try:\n            os.kill(int(pid), signal.SIGSTOP)\n        except OSError:\n            pass\n"
+            + CORRECT)
+    tests = TESTS + [{"input": "5 6\n", "output": "11\n"}]
+    start = time.monotonic()
+    scored = CodeVerifier("code", short_box).score(RewardInput("Sum two integers.", f"```python\n{code}\n```", tests))
+    assert scored.error is None and scored.score == 1.0, scored
+    assert time.monotonic() - start < 3 * SHORT_WALL.wall
+    assert sandbox_processes() == []

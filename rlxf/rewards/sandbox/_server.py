@@ -439,9 +439,15 @@ class _Job:
     def _start_test(self, index: int) -> tuple[int, list[int]] | None:
         """Ask the runner for test ``index``'s process: its pid and output memfds, or None if
         the runner is gone (it failed to start, or an earlier test killed it)."""
+        if self.sock is None:
+            return None
         try:
+            # a test may have stopped every process it could see, the runner too (SIGSTOP): go on
+            os.kill(self.runner_pid, signal.SIGCONT)
             self.sock.send(str(index).encode())
             if not select.select([self.sock], [], [], RUNNER_START_S)[0]:
+                self.sock.close()  # it does not answer: the tests after this one are not waited for
+                self.sock = None
                 return None
             msg, fds, _, _ = socket.recv_fds(self.sock, 64, 3)
         except OSError:
