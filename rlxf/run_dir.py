@@ -9,17 +9,23 @@
       eval.jsonl         what `rlxf eval` measured on this run's checkpoints
       report.html        plots (`rlxf report`)
       run.json           which command made the run (``{"command": "sft"}``): `--resume` with another
-                         one is refused, and `--overwrite` deletes only a directory that holds it,
-                         config.yaml, or the train.log and checkpoints/ of a run from before it
+                         one is refused, and `--overwrite` deletes only a directory that holds it, or
+                         config.yaml with the log, metrics or checkpoints/ of a run from before it
+      .lock              held (flock) by the process using the run: a second one is refused
+
+`--overwrite` moves the old run aside (``.<name>.replaced-<pid>`` next to it) and deletes it
+when the command ends, or fails after its run logged or saved something; a start that fails
+(bad data found after the directory was made) puts it back.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -34,13 +40,89 @@ class RunDirError(UserInputError):
 
 
 RECORD = "run.json"
+LOCK = ".lock"
+_held: dict[Path, int] = {}   # run directory -> the open file of its lock, held until the process ends
 
 
 def looks_like_run(path: Path) -> bool:
-    """``path`` holds what RunDir.open or a run writes first: the record, the resolved config,
-    or (a run from before the record, stopped before its config) its log and checkpoints/."""
-    return ((path / RECORD).is_file() or (path / "config.yaml").is_file()
-            or ((path / "train.log").is_file() and (path / "checkpoints").is_dir()))
+    """``path`` holds what RunDir.open or a run writes first: the record, or (a run from before
+    the record) the resolved config or log beside what a run writes with it. A directory of
+    the user's with a config.yaml in it is not a run."""
+    if (path / RECORD).is_file():
+        return True
+    written = [(path / "checkpoints").is_dir(), (path / "train.log").is_file(), (path / "metrics.jsonl").is_file()]
+    return ((path / "config.yaml").is_file() and any(written)) or all(written[:2])
+
+
+def _held_here(path: Path) -> int | None:
+    """The fd of ``path``'s lock if this process holds it (the lock file is still the one locked)."""
+    fd = _held.get(path.resolve())
+    try:
+        if fd is not None and os.fstat(fd).st_ino == os.stat(path / LOCK).st_ino:
+            return fd
+    except OSError:
+        pass
+    return None
+
+
+def _user(path: Path) -> str | None:
+    """Who holds ``path``'s lock ("process 1234"), or None when no other process does."""
+    lock = path / LOCK
+    if not lock.is_file() or _held_here(path) is not None:
+        return None
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return f"process {pid}" if pid.isdigit() else "another process"
+    finally:
+        os.close(fd)  # releases the lock, if this took it
+    return None
+
+
+def _lock(path: Path) -> None:
+    """Hold ``path``'s lock for as long as this process lives (the kernel drops it at exit, kill -9
+    included), with our pid in the file for the message another process gets."""
+    if _held_here(path) is not None:
+        return
+    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _in_use(path, "another process") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    old = _held.pop(path.resolve(), None)
+    if old is not None:
+        os.close(old)
+    _held[path.resolve()] = fd
+
+
+def _release(path: Path) -> None:
+    fd = _held.pop(path.resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _in_use(path: Path, user: str) -> RunDirError:
+    return RunDirError(f"{path} is in use by {user} (an rlxf run holds its {LOCK}); wait for it to finish or "
+                       f"stop it, or choose another run.name: two processes in one run directory would "
+                       f"overwrite each other's checkpoints and metrics")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def recorded_command(path: Path) -> str | None:
@@ -75,6 +157,7 @@ def _check_creatable(path: Path) -> None:
 @dataclass(frozen=True)
 class RunDir:
     path: Path
+    replaced: Path | None = field(default=None, compare=False)  # --overwrite: the old run, set aside
 
     @property
     def config(self) -> Path:
@@ -114,11 +197,18 @@ class RunDir:
         recorded in a new run and checked against the record on ``resume``.
         """
         path = cls.check(output_dir, name, resume=resume, overwrite=overwrite, command=command)
-        run = cls(path)
+        replaced = None
         try:
-            if overwrite and path.exists():
-                shutil.rmtree(path)
+            _sweep_replaced(path)
+            if overwrite and path.exists() and any(path.iterdir()):
+                replaced = path.with_name(f".{path.name}.replaced-{os.getpid()}")
+                if replaced.exists():
+                    shutil.rmtree(replaced)
+                path.rename(replaced)
+                _release(path)
+            run = cls(path, replaced)
             run.checkpoints.mkdir(parents=True, exist_ok=True)
+            _lock(path)
             if command is not None and not resume:
                 run.record.write_text(json.dumps({"command": command}) + "\n")
         except OSError as e:
@@ -152,10 +242,14 @@ class RunDir:
         if exists and not looks_like_run(path):
             flag, action = ("--resume", "continued") if resume else ("--overwrite", "deleted")
             raise RunDirError(
-                f"{flag}: {path} is not an rlxf run directory (it holds no {RECORD} or config.yaml), so it is "
-                f"not {action}; check run.output_dir and run.name, or choose another run.name"
+                f"{flag}: {path} is not an rlxf run directory (it holds no {RECORD}, nor a config.yaml with "
+                f"a run's log, metrics or checkpoints/), so it is not {action}; check run.output_dir and "
+                f"run.name, or choose another run.name"
                 + ("" if resume else " (or delete the directory yourself to use this one)")
             )
+        user = _user(path) if exists else None
+        if user is not None:
+            raise _in_use(path, user)
         made_by = recorded_command(path) if resume else None
         if command is not None and made_by is not None and made_by != command:
             raise RunDirError(
@@ -171,9 +265,28 @@ class RunDir:
         logged = any(f.is_file() and f.stat().st_size > 0 for f in self.path.glob("*.jsonl"))
         saved = (self.checkpoints.exists() and any(self.checkpoints.iterdir())) or (self.path / "model").exists()
         if logged or saved:
+            self.drop_replaced()
             return False
+        _release(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
+        if self.replaced is not None and self.replaced.exists():  # --overwrite: the old run comes back
+            self.replaced.rename(self.path)
+            logging.getLogger("rlxf").info("put back the run %s was to replace", self.path)
         return True
+
+    def drop_replaced(self) -> None:
+        """--overwrite: delete the old run set aside, now that the new one has started."""
+        if self.replaced is not None:
+            shutil.rmtree(self.replaced, ignore_errors=True)
+
+
+def _sweep_replaced(path: Path) -> None:
+    """Delete old runs set aside for ``path`` by an --overwrite whose process is gone (killed
+    after the new run started; a failed start puts its old run back)."""
+    for aside in path.parent.glob(f".{path.name}.replaced-*") if path.parent.is_dir() else ():
+        pid = aside.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 def setup_logging(log_file: Path | None, *, console: bool = True, level: int = logging.INFO) -> logging.Logger:

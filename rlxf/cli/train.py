@@ -86,11 +86,14 @@ def open_run_dir(cfg, command: str, check_inputs: Callable[[], None], *, resume:
 @contextmanager
 def discard_on_failed_start(run_dir, *, fresh: bool):
     """A fresh run whose start fails (before anything is logged or saved) leaves no directory
-    behind, so the corrected command is not refused with "already exists"."""
+    behind, so the corrected command is not refused with "already exists", and the run an
+    --overwrite set aside comes back; otherwise that old run is deleted when this ends."""
     try:
         yield
     except BaseException:
-        if fresh and run_dir.discard_if_unused():
+        if not fresh:
+            run_dir.drop_replaced()
+        elif run_dir.discard_if_unused():
             log = logging.getLogger("rlxf")
             for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
                 if Path(handler.baseFilename).is_relative_to(os.path.abspath(run_dir.path)):  # as FileHandler's
@@ -98,6 +101,7 @@ def discard_on_failed_start(run_dir, *, fresh: bool):
                     handler.close()
             log.info("the run failed before its first step; removed %s", run_dir.path)
         raise
+    run_dir.drop_replaced()
 
 
 @contextmanager

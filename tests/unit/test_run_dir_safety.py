@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -75,9 +76,9 @@ def test_resume_refuses_a_directory_that_is_not_a_run_and_accepts_one_without_ch
     with pytest.raises(RunDirError, match=r"--resume: .*junk is not an rlxf run directory"):
         RunDir.open(tmp_path, "junk", resume=True)
     assert sorted(p.name for p in junk.iterdir()) == ["notes.txt"]
-    # killed before its first checkpoint: its config is there, so it resumes (from step 0)
+    # killed before its first checkpoint: its config and checkpoints/ are there, so it resumes (from step 0)
     killed = tmp_path / "killed"
-    killed.mkdir()
+    (killed / "checkpoints").mkdir(parents=True)
     (killed / "config.yaml").write_text("run: {}\n")
     assert RunDir.open(tmp_path, "killed", resume=True, command="train").path == killed
 
@@ -102,6 +103,67 @@ def test_a_run_directory_that_cannot_be_made_names_the_fields(tmp_path):
         RunDir.check(tmp_path, "a_file")
     with pytest.raises(RunDirError, match=r"run\.output_dir/run\.name: .*a_file is a file"):
         RunDir.open(tmp_path / "a_file" / "deeper", "r", command="train")
+
+
+def test_overwrite_refuses_a_project_directory_that_only_holds_a_config(tmp_path):
+    """A user's project with its config.yaml, code and notes is not a run: only run.json, or a
+    config.yaml beside a run's log, metrics or checkpoints/, makes one."""
+    project = _users_files(tmp_path / "proj")
+    (project / "config.yaml").write_text("run: {}\n")
+    (project / "train_utils.py").write_text("x = 1\n")
+    with pytest.raises(RunDirError, match=r"--overwrite: .*proj is not an rlxf run directory"):
+        RunDir.open(tmp_path, "proj", overwrite=True)
+    assert sorted(p.name for p in project.iterdir()) == ["config.yaml", "notes.txt", "train_utils.py"]
+
+
+HOLD = """
+import sys, time
+from rlxf.run_dir import RunDir
+RunDir.open(sys.argv[1], "held", resume=sys.argv[2] == "resume", command="train")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_process_is_refused_a_run_directory_in_use_until_the_first_is_gone(tmp_path):
+    """Two processes in one run directory deleted each other's checkpoint files and lost
+    metrics; the second is refused (resume or overwrite alike) while the first lives, and the
+    kernel frees the lock when it dies, kill -9 included."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), "new"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for flags in ({"resume": True}, {"overwrite": True}):
+            with pytest.raises(RunDirError, match=rf"held is in use by process {holder.pid} "):
+                RunDir.open(tmp_path, "held", command="train", **flags)
+        assert (tmp_path / "held" / "run.json").exists()    # the refused --overwrite deleted nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    RunDir.open(tmp_path, "held", resume=True, command="train")
+    RunDir.open(tmp_path, "held", resume=True, command="train")   # this process again: its own lock
+
+
+def test_overwrite_puts_the_old_run_back_when_the_new_one_fails_to_start(tmp_path):
+    from rlxf.cli.train import discard_on_failed_start
+
+    old = RunDir.open(tmp_path, "r", command="train")
+    (old.path / "metrics.jsonl").write_text('{"step": 1}\n')
+    new = RunDir.open(tmp_path, "r", overwrite=True, command="train")
+    assert not new.metrics.exists() and new.replaced.exists()
+    with pytest.raises(ValueError), discard_on_failed_start(new, fresh=True):
+        raise ValueError("bad data found after the directory was made")
+    assert (tmp_path / "r" / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert not new.replaced.exists()
+    # a start that succeeds deletes the old run it replaced
+    newer = RunDir.open(tmp_path, "r", overwrite=True, command="train")
+    with discard_on_failed_start(newer, fresh=True):
+        newer.metrics.write_text('{"step": 7}\n')
+    assert not newer.replaced.exists() and newer.metrics.read_text() == '{"step": 7}\n'
+    # one set aside by a process that was killed since is swept by the next open
+    stale = tmp_path / ".r.replaced-999999999"
+    stale.mkdir()
+    RunDir.open(tmp_path, "r", resume=True, command="train")
+    assert not stale.exists()
 
 
 def test_a_failed_start_keeps_a_directory_that_holds_records(tmp_path):
