@@ -13,10 +13,12 @@ import importlib
 import importlib.util
 import re
 import sys
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -49,18 +51,66 @@ def _load_yaml(text: str) -> Any:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"a.b.c=value"`` -> (["a", "b", "c"], value parsed as YAML)."""
+    """``"a.b.c=value"`` -> (["a", "b", "c"], value parsed as YAML).
+
+    A text field of the schema (``str``, ``str | None``, a Literal of strings) keeps the text as
+    written when YAML would read something else: ``run.name=0123`` is ``"0123"``, not the octal
+    83; ``data.fields.prompt=off`` is ``"off"``, not false; ``data.system_prompt=Format: 42`` is
+    that sentence, not a mapping. A YAML null (``null``, ``~``, nothing) stays None.
+    """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(
             f"override {text!r} is not of the form dotted.key=value (e.g. rollout.n=8)"
         )
+    keys = key.split(".")
     try:
         value = _load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as e:
+        if _is_text_field(keys):
+            return keys, raw.strip()
         raise ConfigError(f"override {text!r}: the value is not valid YAML ({e})") from None
-    return key.split("."), value
+    if value is not None and not isinstance(value, str) and _is_text_field(keys):
+        return keys, raw.strip()
+    return keys, value
+
+
+def _is_text_field(keys: list[str]) -> bool:
+    """Whether the schema declares the field at ``keys`` as text: every type it may hold (in
+    every section it may be in, for a list of tagged unions) is ``str``, a Literal of strings or
+    None. False when unknown (a free-form mapping, a field not in the schema)."""
+    annotations: list[Any] = [Config]
+    for part in keys:
+        found: list[Any] = []
+        for ann in (a for annotation in annotations for a in _members(annotation)):
+            origin, args = typing.get_origin(ann), typing.get_args(ann)
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                if part in ann.model_fields:
+                    found.append(ann.model_fields[part].annotation)
+            elif origin is list and args and part.isdigit():
+                found.append(args[0])
+            elif origin is dict and len(args) == 2:
+                found.append(args[1])
+        if not found:
+            return False
+        annotations = found
+    leaves = [a for annotation in annotations for a in _members(annotation)]
+    return any(a is str for a in leaves) and all(
+        a in (str, type(None)) or (typing.get_origin(a) is Literal
+                                   and all(isinstance(v, str) for v in typing.get_args(a)))
+        for a in leaves
+    )
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a union stands for (``A | B | None`` -> [A, B, NoneType]); Annotated unwrapped."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return [annotation]
 
 
 def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) -> None:

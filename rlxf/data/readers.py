@@ -5,6 +5,9 @@
 
 Every reader yields ``(where, record)`` so an error about a record can name its file and line
 (JSONL, CSV) or its row (JSON, parquet, HF datasets).
+
+Text files are read as UTF-8; a leading byte-order mark (what Excel writes for "CSV UTF-8") is
+dropped, and bytes that are not UTF-8 raise a DataError naming the file, line and byte.
 """
 
 from __future__ import annotations
@@ -40,11 +43,44 @@ def read_records(path: str | Path, fmt: str, split: str | None = None,
     if named is not None and fmt not in named:
         raise DataError(f"data file {p} is named like {' or '.join(named)} but data.source is {fmt}; set "
                         f"data.source={named[-1]} (or rename the file if it really is {fmt})")
-    yield from {"jsonl": _read_jsonl, "json": _read_json, "parquet": _read_parquet, "csv": _read_csv}[fmt](p)
+    reader = {"jsonl": _read_jsonl, "json": _read_json, "parquet": _read_parquet, "csv": _read_csv}[fmt]
+    try:
+        yield from reader(p)
+    except UnicodeDecodeError as e:
+        if fmt == "parquet":  # binary: not a text encoding problem
+            raise
+        raise _not_utf8(p, e) from None
+
+
+# "utf-8-sig" reads UTF-8 and drops a leading byte-order mark, which would otherwise stick to the
+# first CSV column name ('\ufeffprompt') or make the first JSON line invalid
+_ENCODING = "utf-8-sig"
+
+
+def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataError:
+    """The error for a file that is not UTF-8, at its first undecodable byte. A text-mode read
+    reports the byte's offset within a buffer, not within the file, so the file is scanned again
+    line by line to find the line and column."""
+    where, byte = str(p), e.object[e.start]  # if the scan does not find it (the file changed)
+    with p.open("rb") as f:
+        utf16 = f.read(2) in (b"\xff\xfe", b"\xfe\xff")
+        f.seek(0)
+        for lineno, line in enumerate(f, start=1):
+            try:
+                line.decode(_ENCODING if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as bad:
+                where, byte = f"{p}:{lineno}, column {bad.start + 1}", line[bad.start]
+                break
+    hint = " (it looks like UTF-16, Excel's \"Unicode Text\")" if utf16 else " (e.g. Latin-1 or Windows-1252)"
+    return DataError(
+        f"{where}: byte 0x{byte:02x} is not valid UTF-8; the file is in another encoding{hint}. "
+        f"Save it as UTF-8 (in Excel: \"CSV UTF-8\"), or convert it, e.g. "
+        f"iconv -f {'UTF-16' if utf16 else 'LATIN1'} -t UTF-8 {p.name} > utf8_{p.name}"
+    )
 
 
 def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with p.open(encoding="utf-8") as f:
+    with p.open(encoding=_ENCODING) as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue  # blank lines (a trailing newline) are not records
@@ -59,7 +95,7 @@ def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_text(encoding=_ENCODING))
     except json.JSONDecodeError as e:
         raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
     if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: one list-valued key
@@ -79,7 +115,7 @@ def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _read_csv(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with p.open(encoding="utf-8", newline="") as f:
+    with p.open(encoding=_ENCODING, newline="") as f:
         reader = csv.DictReader(f)
         for record in reader:
             if None in record:  # more cells than header columns

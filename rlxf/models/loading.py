@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,19 +57,58 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
 
 def check_source(path: str | Path, what: str, *, local_first: bool = False) -> str:
     """A local directory, or something that looks like a hub id; otherwise a helpful error.
-    ``local_first``: ``a/b`` is a local path, not a hub id, when ``a`` is a local directory (a
-    command line's ``runs/NAME``; a config's ``model.path`` keeps hub ids whatever the cwd holds)."""
+
+    ``a/b`` where ``a`` is a local directory but ``a/b`` does not exist is a mistyped local path
+    (``models/nan0`` for ``models/nano``), refused at once rather than after a minute of hub
+    retries, unless the hub model ``a/b`` is already in the Hugging Face cache. ``local_first``:
+    refused even then (a command line's ``runs/NAME`` is never a hub id)."""
     text = str(path)
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
             raise ModelLoadError(f"{what} {text} is a file; give the directory that holds config.json")
         return _local_source(local, what)
-    looks_local = (text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
-                   or (local_first and text.count("/") == 1 and local.parent.is_dir()))
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
     if looks_local:
         raise ModelLoadError(f"{what} {text} does not exist. {missing_model_hint(local)}")
+    if text.count("/") == 1 and local.parent.is_dir() and (local_first or not _in_hub_cache(text)):
+        # `models/nan0` with a local `models/`: almost surely a mistyped local path. Tried as a hub
+        # id it would spend about a minute on retries before failing, so it is refused now
+        raise ModelLoadError(f"{what} {text} does not exist. {_no_local_subdir(local, text, local_first)}")
     return text
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hugging Face cache holds ``repo_id`` (no network: the cache directory only)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            if isinstance(try_to_load_from_cache(repo_id, name), str):
+                return True
+        except ValueError:  # not a valid repo id (HFValidationError)
+            return False
+    return False
+
+
+def _no_local_subdir(local: Path, text: str, local_first: bool) -> str:
+    """Why ``a/b`` is refused when ``a`` is a local directory: what ``a`` holds, the near name,
+    and how to mean the hub id of that name."""
+    parent = local.parent
+    try:
+        held = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:  # not readable: the message still names the path
+        held = []
+    close = difflib.get_close_matches(local.name, held, n=1)
+    hint = f" Did you mean {parent / close[0]}?" if close else f" {missing_model_hint(local)}"
+    shown = f"it holds {', '.join(held[:8])}{', ...' if len(held) > 8 else ''}" if held else "it is empty"
+    hub = "" if local_first else (
+        f" A name of the form org/name is tried as a Hugging Face hub id only when no local directory "
+        f"{parent}/ exists or the hub model is already in the local cache: to use the hub model {text!r}, "
+        f"download it first (`hf download {text}`); it is then read from the cache.")
+    return f"There is no directory {local.name!r} in the local directory {parent}/ ({shown}).{hint}{hub}"
 
 
 def _local_source(local: Path, what: str) -> str:
