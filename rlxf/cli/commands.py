@@ -31,6 +31,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Argument(Path("runs/quickstart"), help="Directory for the quickstart's runs."),
         seed: int = typer.Option(0, "--seed", help="Seed of every stage."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete OUT first if it exists."),
+        resume: bool = typer.Option(False, "--resume", help="Continue an interrupted quickstart in OUT: finished "
+                                    "stages are kept, an interrupted run continues from its last checkpoint."),
         rl_steps: int | None = typer.Option(None, "--rl-steps", min=1, help="GRPO steps (default: the recipe's)."),
         sft_steps: int | None = typer.Option(None, "--sft-steps", min=1, help="SFT steps (default: the recipe's)."),
         preset: str = typer.Option("tiny", "--preset", help="Model size preset (see init-model)."),
@@ -40,7 +42,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The quickstart: SFT a tiny model on easy arithmetic, GRPO on harder problems, compare."""
         _impl("quickstart").run(out, seed=seed, overwrite=overwrite, rl_steps=rl_steps, sft_steps=sft_steps,
-                                preset=preset, remedy=remedy)
+                                preset=preset, remedy=remedy, resume=resume)
 
     @app.command()
     def sft(
@@ -127,15 +129,20 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def generate(
         model: str = typer.Argument(..., help="Run, checkpoint or model directory, or a hub id."),
-        prompts: list[str] = typer.Argument(..., help="Prompt texts (chat-templated before generation)."),
+        prompts: list[str] = typer.Argument(..., help="Prompt texts (formatted as --chat-template says)."),
         backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
         n: int = typer.Option(1, "-n", help="Samples per prompt."),
         temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+        chat_template: bool | None = typer.Option(
+            None, "--chat-template/--no-chat-template",
+            help="Format prompts with the tokenizer's chat template, or as plain text. Default: as the run "
+            "trained (data.apply_chat_template and data.system_prompt of its config.yaml) for a run or "
+            "checkpoint directory; otherwise the chat template when the tokenizer has one."),
     ) -> None:
         """Generate responses from a model with a rollout engine."""
         _impl("generate").run(model, prompts, backend=backend, n=n, temperature=temperature,
-                              max_new_tokens=max_new_tokens)
+                              max_new_tokens=max_new_tokens, chat_template=chat_template)
 
     @app.command("serve-reward")
     def serve_reward(

@@ -17,7 +17,11 @@ The demo is built so that RL earns its keep, and shows the baseline that would s
 5. evaluate all three models greedily on 500 held-out hard problems (and 500 easy ones), print
    the table and write ``report.html`` for the GRPO run.
 
-Every stage is an ordinary rlxf run in ``<out>/``, with its config, metrics and model.
+Every stage is an ordinary rlxf run in ``<out>/``, with its config, metrics and model. Each
+finished stage's wall time is recorded in ``<out>/stages.json``; ``--resume`` after an interrupt
+skips the finished stages, continues the interrupted SFT or GRPO run from its last checkpoint
+(its time then counts the steps logged before the interrupt by their ``time/step``), and starts
+the continued-SFT baseline over (its budget is GRPO's time).
 """
 
 from __future__ import annotations
@@ -88,8 +92,56 @@ def _prepare(out: Path, overwrite: bool) -> None:
                           f"give a writable directory") from None
 
 
+STAGES = "stages.json"  # each finished stage's wall time: what --resume skips
+
+
+def _check_resumable(out: Path) -> None:
+    if not (out / "quickstart.log").is_file():
+        raise RunDirError(f"--resume: {out} is not a quickstart directory (it holds no quickstart.log); "
+                          f"start the quickstart without --resume")
+
+
+def _finished(out: Path) -> dict[str, float]:
+    try:
+        return json.loads((out / STAGES).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(out: Path, finished: dict[str, float], stage: str, seconds: float) -> float:
+    finished[stage] = seconds
+    tmp = out / f".{STAGES}.tmp"
+    tmp.write_text(json.dumps(finished, indent=2) + "\n")
+    tmp.replace(out / STAGES)
+    return seconds
+
+
+def _logged_seconds(run: Path) -> float:
+    """The steps' own time (``time/step``) in a run's metrics.jsonl: what an interrupted stage
+    had spent before ``--resume`` continues it."""
+    from rlxf.metrics import read_jsonl
+
+    path = run / "metrics.jsonl"
+    return sum(float(r.get("time/step", 0.0)) for r in read_jsonl(path)) if path.exists() else 0.0
+
+
+def _stage(out: Path, name: str, command: str, fn, *, continue_it: bool = True) -> float:
+    """Run a stage's run ``fn(cfg_run, resume)`` in ``out/name``: fresh, or (its directory left by
+    an interrupt) continued from its last checkpoint, or started over (``continue_it`` False).
+    Returns its wall time, with what the interrupted part had logged."""
+    path = out / name
+    resume = continue_it and path.exists()
+    before = _logged_seconds(path) if resume else 0.0
+    run = RunDir.open(out, name, command=command, resume=resume, overwrite=path.exists() and not resume)
+    t0 = time.perf_counter()
+    fn(run, resume)
+    run.drop_replaced()
+    return before + time.perf_counter() - t0
+
+
 def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite: bool = False,
-                   rl_steps: int | None = None, sft_steps: int | None = None, remedy: bool = True) -> list[Result]:
+                   rl_steps: int | None = None, sft_steps: int | None = None, remedy: bool = True,
+                   resume: bool = False) -> list[Result]:
     from rlxf.metrics.report import write_report
     from rlxf.models import init_model
     from rlxf.models.presets import PRESETS
@@ -104,42 +156,54 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
                       + ([f"sft.steps={sft_steps}"] if sft_steps is not None else []))
     grpo_cfg = _config("grpo", out, seed, [f"model.path={sft_model}"]
                        + ([f"train.steps={rl_steps}"] if rl_steps is not None else []))
-    _prepare(out, overwrite)
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; pass one")
+    if resume:
+        _check_resumable(out)
+    else:
+        _prepare(out, overwrite)
     setup_logging(out / "quickstart.log")
     start = time.perf_counter()
+    finished = _finished(out) if resume else {}
 
     # 1. a tiny base model with its own tokenizer, built offline
-    init_model(preset, base, seed=seed)
+    if "base" not in finished:
+        if base.exists():  # an interrupted build
+            shutil.rmtree(base)
+        init_model(preset, base, seed=seed)
+        _record(out, finished, "base", 0.0)
     log.info("stage 1/4: built %s model in %s", preset, base)
 
     # 2. SFT on easy demonstrations (at most one carry), the hard ones shown rarely
-    t0 = time.perf_counter()
-    run_sft(sft_cfg, RunDir.open(out, "sft", command="sft"))
-    sft_seconds = time.perf_counter() - t0
+    sft_seconds = finished.get("sft")
+    if sft_seconds is None:
+        sft_seconds = _record(out, finished, "sft", _stage(out, "sft", "sft",
+                                                           lambda run, again: run_sft(sft_cfg, run, resume=again)))
     log.info("stage 2/4: SFT done in %.0fs", sft_seconds)
 
     # 3. GRPO on hard problems (two or three carries) with PPO-ptx on easy ones, from the SFT model
     eval_cfg = grpo_cfg  # hard and easy held-out problems, whatever the run trains on
     if not remedy:
         grpo_cfg = _no_remedy(grpo_cfg)
-    grpo_run = RunDir.open(out, "grpo", command="train")
-    t0 = time.perf_counter()
-    run_training(grpo_cfg, grpo_run)
-    rl_seconds = time.perf_counter() - t0
-    write_report([grpo_run.path])
+    rl_seconds = finished.get("grpo")
+    if rl_seconds is None:
+        rl_seconds = _record(out, finished, "grpo", _stage(
+            out, "grpo", "train", lambda run, again: run_training(grpo_cfg, run, resume=again)))
+        write_report([out / "grpo"])
     log.info("stage 3/4: GRPO done in %.0fs", rl_seconds)
 
     # 4. the baseline: continued SFT on the same demonstrations for the same wall time
     more_cfg = _config("sft", out, seed, [f"model.path={sft_model}", "run.name=sft-more", "sft.steps=1000000",
                                           f"sft.max_seconds={rl_seconds:.1f}", "sft.optim.warmup_steps=20",
                                           "sft.optim.schedule=constant", "sft.eval_every=0", "sft.stop_when=null"])
-    t0 = time.perf_counter()
-    run_sft(more_cfg, RunDir.open(out, "sft-more", command="sft"))
-    more_seconds = time.perf_counter() - t0
+    more_seconds = finished.get("sft-more")
+    if more_seconds is None:
+        more_seconds = _record(out, finished, "sft-more", _stage(
+            out, "sft-more", "sft", lambda run, again: run_sft(more_cfg, run), continue_it=False))
     log.info("stage 4/4: continued SFT done in %.0fs", more_seconds)
 
     # held-out greedy accuracy of the three models on hard and easy problems
-    grpo_model = grpo_run.path
+    grpo_model = out / "grpo"
     results = []
     grpo_name = "+ GRPO + PPO-ptx on easy" if remedy else "+ GRPO on hard problems"
     for name, path, seconds in (("SFT, hard ones rare", sft_model, sft_seconds),
@@ -166,9 +230,27 @@ def format_table(results: list[Result]) -> str:
 
 
 def run(out: Path, *, seed: int, overwrite: bool, rl_steps: int | None, sft_steps: int | None,
-        preset: str = "tiny", remedy: bool = True) -> None:
-    results = run_quickstart(out, seed=seed, preset=preset, overwrite=overwrite, rl_steps=rl_steps,
-                             sft_steps=sft_steps, remedy=remedy)
+        preset: str = "tiny", remedy: bool = True, resume: bool = False) -> None:
+    import shlex
+    import sys
+
+    import typer
+
+    from rlxf.trainer.interrupt import TrainingInterrupted
+
+    again = shlex.join(["rlxf", "quickstart", str(out), "--seed", str(seed), "--preset", preset, "--resume",
+                        *(["--rl-steps", str(rl_steps)] if rl_steps is not None else []),
+                        *(["--sft-steps", str(sft_steps)] if sft_steps is not None else []),
+                        *([] if remedy else ["--no-remedy"])])
+    try:
+        results = run_quickstart(out, seed=seed, preset=preset, overwrite=overwrite, rl_steps=rl_steps,
+                                 sft_steps=sft_steps, remedy=remedy, resume=resume)
+    except TrainingInterrupted as e:
+        print(f"{e}\ncontinue the quickstart with: {again}", file=sys.stderr)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        print(f"interrupted\ncontinue the quickstart with: {again}", file=sys.stderr)
+        raise typer.Exit(130) from None
     print()
     print(format_table(results))
     if remedy:

@@ -24,3 +24,34 @@ def test_quickstart_pipeline_runs(tmp_path, capsys):
     assert (out / "grpo" / "report.html").exists()
     assert list((out / "sft-more" / "checkpoints").glob("step_*/model/model.safetensors"))
     assert main(["quickstart", str(out), "--preset", "nano"]) == 2   # exists: needs --overwrite
+
+
+def test_an_interrupted_quickstart_continues_with_resume(tmp_path, capsys, monkeypatch):
+    """Interrupted in GRPO (a first Ctrl-C: the step is checkpointed), the quickstart exits 130
+    and prints the command that continues it; that command keeps the finished base model and
+    SFT run, continues GRPO, and runs the rest."""
+    import signal
+
+    import rlxf.placement
+    from rlxf.trainer.interrupt import TrainingInterrupted
+
+    out = tmp_path / "qs"
+    args = ["quickstart", str(out), "--preset", "nano", "--sft-steps", "3", "--rl-steps", "2"]
+    real = rlxf.placement.run_training
+
+    def interrupted(*a, **k):
+        raise TrainingInterrupted(signal.SIGINT, 0, None)
+
+    monkeypatch.setattr(rlxf.placement, "run_training", interrupted)
+    assert main(args) == 130
+    assert f"rlxf quickstart {out} --seed 0 --preset nano --resume" in capsys.readouterr().err
+    assert set(json.loads((out / "stages.json").read_text())) == {"base", "sft"}
+    sft_metrics = (out / "sft" / "metrics.jsonl").read_text()
+    monkeypatch.setattr(rlxf.placement, "run_training", real)
+    assert main([*args, "--resume"]) == 0
+    assert set(json.loads((out / "stages.json").read_text())) == {"base", "sft", "grpo", "sft-more"}
+    assert (out / "sft" / "metrics.jsonl").read_text() == sft_metrics   # not run again
+    steps = [json.loads(line)["step"] for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]   # its evaluation before training, then its two steps
+    assert (out / "summary.json").exists()
+    assert main(["quickstart", str(tmp_path / "none"), "--resume"]) == 2
