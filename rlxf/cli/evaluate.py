@@ -52,20 +52,26 @@ def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
 
     from rlxf.data import build_prompt_data
     from rlxf.models import load_from_config
+    from rlxf.models.loading import tokenizer_from_config
     from rlxf.rewards import build_run_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
-    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
+    from rlxf.trainer.evaluate import NoHeldOutPrompts, evaluate_prompts, held_out_prompts, no_held_out_hint
 
+    # the held-out prompts first (they need only the tokenizer): with none there is nothing to
+    # measure, so refuse before loading the weights rather than append a 0% row to eval.jsonl
+    data = build_prompt_data(cfg.data, tokenizer_from_config(cfg.model), seed=cfg.seeds.data)
+    prompts = held_out_prompts(data.test, cfg.eval.num_problems)
+    if not prompts:
+        raise NoHeldOutPrompts(f"rlxf eval: {no_held_out_hint(cfg.data)}")
     model, tokenizer = load_from_config(cfg.model)
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)
-    data = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     reward = build_run_reward(cfg)
     sampling = SamplingParams.from_config(cfg.rollout)
     if cfg.eval.max_new_tokens is not None:
         sampling = SamplingParams.from_config(cfg.rollout, max_new_tokens=cfg.eval.max_new_tokens)
     try:
-        metrics = evaluate_prompts(engine, tokenizer, reward, held_out_prompts(data.test, cfg.eval.num_problems), sampling,
-                                   pass_k=cfg.eval.pass_k, seed=cfg.seeds.sampling)
+        metrics = evaluate_prompts(engine, tokenizer, reward, prompts, sampling, pass_k=cfg.eval.pass_k,
+                                   seed=cfg.seeds.sampling)
     finally:
         close = getattr(reward, "close", None)
         if close is not None:

@@ -11,17 +11,36 @@ from rich.table import Table
 
 
 def _model_dims(path: str, trust_remote_code: bool):
-    """Read the model's architecture (config.json only; weights are not loaded)."""
+    """Read the model's architecture (config.json only; weights are not loaded). ``path`` is read
+    as `rlxf train` reads model.path: a model, checkpoint or run directory (``rlxf.models.paths``)
+    or a hub id; a local directory that holds no model raises ModelLoadError, which says why."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from rlxf.config.explain import ModelDims
+    from rlxf.models.loading import check_source
 
-    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    hf_config = AutoConfig.from_pretrained(check_source(path, "model.path"), trust_remote_code=trust_remote_code)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=trust_remote_code)
     params = sum(p.numel() for p in model.parameters())
     return ModelDims.from_hf_config(hf_config, params)
+
+
+def _unreadable(path: str, err: Exception) -> str:
+    """Why model.path could not be read, and what to do. Only a path that does not exist gets
+    ``missing_model_hint`` (which may offer ``rlxf init-model``): an existing directory, a trained
+    run above all, must never be pointed at a command that writes (or with --overwrite deletes) it."""
+    from rlxf.models.loading import ModelLoadError, missing_model_hint
+
+    if isinstance(err, ModelLoadError):  # check_source's own message names the path and the fix
+        return str(err)
+    local = Path(path).expanduser()
+    first = next(iter(str(err).splitlines()), "").rstrip(".")
+    why = f"model.path {path!r} not readable ({type(err).__name__}: {first})."
+    if local.exists():
+        return f"{why} Check that it holds a model (config.json), a checkpoint or a run's checkpoints."
+    return f"{why} {missing_model_hint(local)}"
 
 
 def _gib(n: int) -> str:
@@ -158,10 +177,7 @@ def _print_tables(console: Console, cfg) -> None:
     try:
         dims = _model_dims(cfg.model.path, cfg.model.trust_remote_code)
     except (OSError, ValueError) as e:
-        from rlxf.models.loading import missing_model_hint
-
-        console.print(f"model.path {cfg.model.path!r} not readable ({type(e).__name__}); memory estimate "
-                      f"skipped. {missing_model_hint(Path(cfg.model.path))}", markup=False)
+        console.print(f"memory estimate skipped: {_unreadable(cfg.model.path, e)}", markup=False)
         _print_placement(console, cfg, None)
         return
     console.print(f"model: {dims.params:,} parameters, {dims.layers} layers, hidden {dims.hidden}, "

@@ -1,15 +1,80 @@
-"""`rlxf generate`: chat-template prompts, sample responses with a rollout engine, print them."""
+"""`rlxf generate`: format prompts as the model was trained to read them, sample responses with a
+rollout engine, print them.
+
+A run or checkpoint directory formats prompts as its training did: ``data.apply_chat_template``
+and ``data.system_prompt`` of the run's ``config.yaml`` (a model trained on raw ``3+4=`` prompts
+answers them wrongly when they are chat-templated). ``--chat-template/--no-chat-template``
+overrides the template choice; a bare model directory or hub id uses the tokenizer's chat
+template when it has one.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from rlxf.cli.errors import UsageError
 
 
+@dataclass(frozen=True)
+class PromptFormat:
+    """How prompts are rendered (``rlxf.data.templates.encode_prompts``) and why, for the log."""
+
+    use_chat_template: bool
+    system_prompt: str | None
+    why: str
+
+
+def _trained_data(source: str):
+    """The ``data`` section of the run that saved the model at ``source`` (a resolved local model
+    directory), with its config.yaml; (None, None) for a model outside a run or a run without one."""
+    import yaml
+    from pydantic import ValidationError
+
+    from rlxf.config.data import DataConfig
+    from rlxf.models.paths import ModelPathError, resolve_model_dir
+
+    try:
+        run = resolve_model_dir(source).run
+    except ModelPathError:
+        return None, None
+    saved = run / "config.yaml" if run is not None else None
+    if saved is None or not saved.is_file():
+        return None, None
+    try:
+        raw = yaml.safe_load(saved.read_text()) or {}
+        return DataConfig.model_validate(raw.get("data") or {}), saved
+    except (OSError, yaml.YAMLError, ValidationError, AttributeError) as e:
+        print(f"note: cannot read the data settings of {saved} ({type(e).__name__}); prompts are formatted "
+              f"as for a bare model (--chat-template/--no-chat-template choose)", file=sys.stderr)
+        return None, None
+
+
+def prompt_format(source: str, tokenizer, chat_template: bool | None) -> PromptFormat:
+    """The training run's format where ``source`` belongs to one, ``chat_template`` over it when given;
+    else the tokenizer's chat template when it has one, plain text when not."""
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    data, saved = _trained_data(source) if Path(source).is_dir() else (None, None)
+    if chat_template is not None:
+        if chat_template and not has_template:
+            raise UsageError(f"--chat-template: the tokenizer of {source} has no chat template; "
+                             f"use --no-chat-template (plain text prompts)")
+        system = data.system_prompt if data is not None else None
+        why = "--chat-template" if chat_template else "--no-chat-template"
+        return PromptFormat(chat_template, system, why + (f"; data.system_prompt of {saved}" if system else ""))
+    if data is not None:
+        why = f"data.apply_chat_template: {str(data.apply_chat_template).lower()}"
+        why += " and data.system_prompt" if data.system_prompt else ""
+        return PromptFormat(data.apply_chat_template, data.system_prompt, f"{why} of {saved}")
+    if has_template:
+        return PromptFormat(True, None, "the tokenizer's chat template")
+    return PromptFormat(False, None, f"the tokenizer of {source} has no chat template")
+
+
 def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, temperature: float = 0.0,
-        max_new_tokens: int = 64) -> None:
+        max_new_tokens: int = 64, chat_template: bool | None = None) -> None:
     from rlxf.models.loading import ModelLoadError, check_source, load_model, load_tokenizer
     from rlxf.rollout import BACKENDS, SamplingParams, build_engine
 
@@ -20,17 +85,17 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
-        check_source(model, "model", local_first=True)   # a missing path named as the model, not its tokenizer
+        source = check_source(model, "model", local_first=True)   # a missing path named as the model, not its tokenizer
         tokenizer = load_tokenizer(model)
+        fmt = prompt_format(source, tokenizer, chat_template)
         policy = load_model(model, device="auto", dtype="auto").eval()
     except ModelLoadError as e:
         raise UsageError(str(e)) from None
     from rlxf.data.templates import encode_prompts
 
-    templated = getattr(tokenizer, "chat_template", None) is not None
-    if not templated:
-        print(f"note: tokenizer of {model} has no chat template; prompts are used as plain text", file=sys.stderr)
-    encoded = encode_prompts(tokenizer, list(prompts), use_chat_template=templated)
+    print(f"prompts: {'chat template' if fmt.use_chat_template else 'plain text'} ({fmt.why})", file=sys.stderr)
+    encoded = encode_prompts(tokenizer, list(prompts), system_prompt=fmt.system_prompt,
+                             use_chat_template=fmt.use_chat_template)
     engine = build_engine(backend, policy, tokenizer)
     start = time.perf_counter()
     groups = engine.generate([ids for ids, _ in encoded], sampling)
@@ -47,4 +112,3 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
             print(f"--- sample {j} ({c.finish_reason}, {len(c.response_ids)} tokens, "
                   f"log-prob {sum(c.logprobs):.2f})\n{text}")
     print(f"[{type(engine).__name__}: {tokens} tokens in {seconds:.2f}s]", file=sys.stderr)
-

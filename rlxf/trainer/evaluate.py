@@ -1,14 +1,40 @@
-"""Held-out evaluation: greedy accuracy, and pass@k and mean@k from k samples per problem."""
+"""Held-out evaluation: greedy accuracy, and pass@k and mean@k from k samples per problem.
+
+With no held-out prompts there is nothing to measure: evaluation raises ``NoHeldOutPrompts``
+(`rlxf eval` exits 2 on it; training checks first, warns once and skips evaluation) rather
+than report an accuracy over zero problems.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rlxf.config.train import EvalConfig
+from rlxf.errors import UserInputError
 from rlxf.rollout import SamplingParams
 from rlxf.trainer.collect import EngineRollout, Rollout
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, source_of
+
+if TYPE_CHECKING:
+    from rlxf.config.data import DataConfig
+
+
+class NoHeldOutPrompts(UserInputError):
+    """Evaluation asked for with no held-out prompts (an accuracy over none would be made up)."""
+
+
+def no_held_out_hint(data: DataConfig) -> str:
+    """Why there is nothing to evaluate on, and which data field gives a held-out split."""
+    if not data.sources and data.source == "task":  # a task always holds some back: all were too long
+        how = "raise data.max_prompt_len: every held-out problem is longer than it, so all were dropped"
+    else:
+        at = "data.sources[i]." if data.sources else "data."
+        hub = any(s.source == "hf" for s in data.sources or [data])
+        how = (f"set {at}test_path to a file of held-out prompts"
+               + (f" (a Hugging Face dataset: {at}test_split)" if hub else ""))
+    return f"the data has no held-out prompts, so there is no accuracy to measure; to get some, {how}"
 
 
 def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, *,
@@ -26,12 +52,14 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
     ``pass_k``: whether a source is ever solved by sampling says whether RL has anything to learn
     from there.
     """
+    if not prompts:  # callers that know the config say how to get some (``no_held_out_hint``)
+        raise NoHeldOutPrompts("no held-out prompts to evaluate on; an accuracy over none would be made up")
     if pass_k > 0 and sampling.temperature <= 0:
         raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
     greedy = replace(sampling, n=1, temperature=0.0, top_k=0, top_p=1.0)
     trajs = rollout.generate(prompts, [derive_seed(seed, i) for i in range(len(prompts))], greedy)
     rollout.score(trajs, greedy.max_new_tokens)
-    n = max(1, len(prompts))
+    n = len(prompts)
     out = {
         f"{prefix}accuracy": sum(bool(t.correct) for t in trajs) / n,
         f"{prefix}reward_mean": sum(t.reward for t in trajs) / max(1, len(trajs)),
@@ -94,15 +122,19 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     """Greedy metrics of the model saved in ``model_dir`` on the first ``num_problems`` held-out
     problems of each source of ``cfg``'s data, sampled and scored as ``cfg`` says, every seed
     ``cfg.run.seed`` (the quickstart's and the benchmarks' final tables: one model after another
-    on the same problems); with ``cfg.eval.pass_k``, pass@k and mean@k too."""
+    on the same problems); with ``cfg.eval.pass_k``, pass@k and mean@k too. Raises
+    ``NoHeldOutPrompts`` (before loading the model) when the data has none."""
     from rlxf.data import build_prompt_data
     from rlxf.models import load_model, load_tokenizer
     from rlxf.rewards import build_run_reward
     from rlxf.rollout import build_engine_from_config
 
-    model, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
+    tokenizer = load_tokenizer(model_dir)
     prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test, num_problems)
+    if not prompts:
+        raise NoHeldOutPrompts(no_held_out_hint(cfg.data))
+    model = load_model(model_dir)
+    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
     reward = build_run_reward(cfg)
     try:
         return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),

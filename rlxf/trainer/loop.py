@@ -33,7 +33,7 @@ from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import step_metrics
 from rlxf.trainer.diagnostics import Diagnostics
-from rlxf.trainer.evaluate import evaluate
+from rlxf.trainer.evaluate import evaluate, no_held_out_hint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.state import RunState, restore, save
 from rlxf.trainer.stream import step_batches
@@ -55,6 +55,9 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     torch.manual_seed(seeds.init)
     data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)
     log.info("data: %d train / %d held-out prompts (%s)", len(data.train), len(data.test), data.report)
+    evaluating = bool(data.test)  # with no held-out prompts nothing is measured: no eval/* metrics at all
+    if not evaluating and (cfg.eval.every or cfg.eval.at_start):
+        log.warning("eval.every / eval.at_start: evaluation is skipped: %s", no_held_out_hint(cfg.data))
     sampler = build_sampler(data.train, data.weights, seed=seeds.data, shuffle=cfg.data.shuffle)
     curriculum = (Curriculum(cfg.data.curriculum, seed=seeds.data, num_prompts=len(data.train))
                   if cfg.data.curriculum.enabled else None)
@@ -74,7 +77,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
         # from here a signal stops the run at the next boundary: after the first evaluation, or
         # after the step in progress (outside, SIGTERM would end the process with nothing said)
         with stop:
-            if state.step == 0 and cfg.eval.at_start:
+            if evaluating and state.step == 0 and cfg.eval.at_start:
                 state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
                 if stop.signum is not None:  # nothing trained yet, so nothing to save
                     raise TrainingInterrupted(stop.signum, 0, None)
@@ -111,7 +114,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                     final = final or out_of_time
 
                     # eval: held-out accuracy every eval.every steps
-                    if cfg.eval.every and (step % cfg.eval.every == 0 or final):
+                    if evaluating and cfg.eval.every and (step % cfg.eval.every == 0 or final):
                         with timer("eval"):
                             eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
                     else:
