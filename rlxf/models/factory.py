@@ -55,17 +55,26 @@ def init_model(preset: str, out_dir: str | Path, seed: int = 0, overwrite: bool 
     """Write a new model and its tokenizer to ``out_dir`` (HF format, safetensors).
 
     Also writes ``rlxf_init.json`` (preset, seed, parameter count). Raises FileExistsError when
-    ``out_dir`` is a non-empty directory and ``overwrite`` is False. ``tokenizer`` reuses one
-    from ``train_tokenizer()`` (it is the same for every preset and seed) to skip training it.
+    ``out_dir`` is a non-empty directory and ``overwrite`` is False, and whatever ``overwrite``
+    when it is not a model directory (no config.json; a file) or is an rlxf run: replacing
+    deletes only a model. ``tokenizer`` reuses one from ``train_tokenizer()`` (it is the same
+    for every preset and seed) to skip training it.
     """
     from rlxf.models.loading import count_parameters, match_permissions
+    from rlxf.run_dir import looks_like_run
 
     get_preset(preset)  # unknown names fail before any work
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.is_dir() and looks_like_run(out):
+            raise FileExistsError(f"{out} is an rlxf run directory (its trained checkpoints are in it); init-model "
+                                  f"does not replace a run: give another directory")
+        if not out.is_dir() or not (out / "config.json").is_file():
+            raise FileExistsError(f"{out} already exists and is not a model directory (no config.json); init-model "
+                                  f"replaces only a model: give another directory")
         if not overwrite:
             raise FileExistsError(f"{out} already exists and is not empty; pass --overwrite to replace it")
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
+        shutil.rmtree(out)
     tokenizer = tokenizer if tokenizer is not None else train_tokenizer()
     model = build_model(preset, tokenizer, seed=seed)
     out.mkdir(parents=True, exist_ok=True)

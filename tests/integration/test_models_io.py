@@ -41,12 +41,23 @@ def test_init_model_is_deterministic(tmp_path, tokenizer_for_tests, nano_model_d
         assert (again / name).read_bytes() == (nano_model_dir / name).read_bytes(), name
 
 
-def test_init_model_refuses_to_overwrite(tmp_path, tokenizer_for_tests):
-    (tmp_path / "keep.txt").write_text("x")
+def test_init_model_replaces_only_a_model_and_only_with_overwrite(tmp_path, tokenizer_for_tests):
+    model = tmp_path / "model"
+    init_model("nano", model, tokenizer=tokenizer_for_tests)
     with pytest.raises(FileExistsError, match="--overwrite"):
-        init_model("nano", tmp_path, tokenizer=tokenizer_for_tests)
-    init_model("nano", tmp_path, overwrite=True, tokenizer=tokenizer_for_tests)
-    assert not (tmp_path / "keep.txt").exists()
+        init_model("nano", model, tokenizer=tokenizer_for_tests)
+    init_model("nano", model, seed=1, overwrite=True, tokenizer=tokenizer_for_tests)
+    # a directory of the user's, or a trained run, is never deleted, --overwrite or not
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text('{"command": "train"}\n')
+    for path, reason in ((mine, "not a model directory"), (run, "is an rlxf run directory")):
+        with pytest.raises(FileExistsError, match=reason):
+            init_model("nano", path, overwrite=True, tokenizer=tokenizer_for_tests)
+    assert (mine / "keep.txt").exists() and (run / "run.json").exists()
 
 
 @pytest.mark.parametrize("kernels", ["onednn", "torch"])
