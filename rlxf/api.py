@@ -114,12 +114,16 @@ def train(
 
     cfg = load_config(None, base=data, given_rewards=bool(funcs))
     run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
-    if resume:
+    files = {run_dir.path / PROMPTS_DIR / f"{split}.jsonl": rows for split, rows in records.items()}
+    if resume:  # checked before anything is written: a refused resume leaves the run as it was
         from rlxf.cli.train import check_resume_compatible
 
         check_resume_compatible(run_dir.config, cfg)
-    for split, rows in records.items():
-        _write_jsonl(run_dir.path / PROMPTS_DIR / f"{split}.jsonl", rows)
+        for path, rows in files.items():
+            _check_saved_prompts(path, rows)
+    for path, rows in files.items():
+        if not (resume and path.exists()):  # on resume the saved file holds the same prompts
+            _write_jsonl(path, rows)
 
     reward = None
     if funcs:
@@ -227,6 +231,30 @@ def _data_section(given: Mapping[str, Any], records: dict[str, list[dict]], dire
         section["fields"] = {"prompt": None if chat else "prompt", "messages": "prompt" if chat else None,
                              "ground_truth": "answer" if any("answer" in r for r in rows) else None}
     return section
+
+
+def _check_saved_prompts(path: Path, rows: list[dict[str, Any]]) -> None:
+    """On resume: ``rows`` must be the prompts the run saved in ``path`` (its config.yaml names
+    that file as its data), as records: the same rows in the same order, keys in any order."""
+    if not path.exists():  # nothing saved to keep (the sampler's fingerprint still checks the order)
+        return
+    given = [json.loads(json.dumps(r)) for r in rows]  # as they read back (tuples become lists)
+    try:
+        saved = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"rlxf.train(resume=True): cannot read the run's saved prompts {path} ({e})") from None
+    if given == saved:
+        return
+    if len(given) != len(saved):
+        how = f"{len(given)} rows given, {len(saved)} rows saved"
+    else:
+        first = next(i for i, (a, b) in enumerate(zip(given, saved, strict=True)) if a != b)
+        how = f"row {first} is {json.dumps(given[first])[:200]}, saved {json.dumps(saved[first])[:200]}"
+    raise ConfigError(
+        f"rlxf.train(resume=True): the prompts differ from the ones this run trained on, saved in {path} "
+        f"({how}); nothing was changed. Resume with the same prompts (or without prompts, passing "
+        f"config=<run>/config.yaml, which names that file); to train on other prompts start a new run "
+        f"(another run.name, or overwrite=True)")
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -19,14 +19,21 @@ copy. Decoding in another process means it no longer competes with training for 
 If the engine process dies (killed, out of memory), the next call that waits on it notices,
 starts a new one from the latest weights and resubmits every request not yet answered (a seeded
 request samples the same tokens again), up to ``max_restarts`` times. No Ray is imported.
+
+If the trainer dies without closing it (``kill -9``, out of memory), the engine exits too rather
+than hold the model (and a GPU's KV cache) forever: on Linux the kernel kills it
+(``PR_SET_PDEATHSIG``); elsewhere, and as a backstop, it checks its parent pid while it waits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
+import os
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -44,6 +51,8 @@ from rlxf.types import Completion
 log = logging.getLogger("rlxf")
 
 POLL_S = 0.2  # how often a waiting trainer checks that the engine process is still alive
+PARENT_POLL_S = 1.0  # how often an idle engine checks that its trainer is still alive
+PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
 
 
 class EngineLost(RuntimeError):
@@ -181,7 +190,8 @@ class EngineProcess:
         self._results, writer = self._ctx.Pipe(duplex=False)
         self._loaded = -1
         self._proc = self._ctx.Process(target=serve, name="rlxf-engine", daemon=True,
-                                       args=(self.recipe, self._weights, self.policy_version, self._commands, writer))
+                                       args=(self.recipe, self._weights, self.policy_version, self._commands, writer,
+                                             os.getpid()))
         self._proc.start()
         # the engine now holds the only write end: if it dies, even halfway through a message,
         # reading ends (EOF) instead of waiting forever for the rest
@@ -245,10 +255,13 @@ class EngineProcess:
             raise EngineLost(f"the engine process failed:\n{message[1]}")
 
 
-def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, connection) -> None:
+def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, connection,
+          parent: int) -> None:
     """The engine process's main function: build the engine, load ``weights`` as ``version``,
     then answer commands until told to close. Ctrl-C is the trainer's to handle (it finishes its
-    step and checkpoints, then closes the engine), so this process ignores SIGINT."""
+    step and checkpoints, then closes the engine), so this process ignores SIGINT. It exits when
+    its trainer, process ``parent``, dies (see ``_die_with``)."""
+    _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     results = _Outbox(connection)
@@ -256,13 +269,26 @@ def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, 
         engine = recipe.build()
         engine.update_weights(weights.items(), version=version)
         results.put(("loaded", version))
-        _Server(engine, weights, commands, results).run()
+        _Server(engine, weights, commands, results, parent).run()
     except _Closing:
         pass
+    except _Orphaned:  # nobody is left to read a message or wait for a clean close
+        os._exit(1)
     except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it
         results.put(("error", traceback.format_exc()))
     finally:
         results.close()
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this process when the trainer dies (Linux). The signal is armed
+    only from now on: a trainer that died before, while this process was starting, left it to a
+    new parent already, so that is checked right after. (It fires when the thread that started
+    this process exits; the trainer starts and uses its engine from one thread, the loop's.)"""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class _Outbox:
@@ -293,12 +319,17 @@ class _Closing(Exception):
     """The trainer asked the engine to close (raised out of a decode step)."""
 
 
+class _Orphaned(Exception):
+    """The trainer died without closing the engine (found while waiting for a command)."""
+
+
 class _Server:
     """The engine process's loop: wait for requests, decode the waiting ones as one batch
     (reading commands between decode steps), send each group back as it finishes."""
 
-    def __init__(self, engine, weights: dict[str, torch.Tensor], commands, results):
+    def __init__(self, engine, weights: dict[str, torch.Tensor], commands, results, parent: int):
         self.engine, self.weights, self.commands, self.results = engine, weights, commands, results
+        self.parent = parent  # the trainer's pid: a different parent means it died
         self.waiting: deque[tuple[int, Any, SamplingParams]] = deque()
         self.idle_s = 0.0
         self.streams = engine.name == "native"  # the hf backend answers a batch at its end only
@@ -308,12 +339,22 @@ class _Server:
             if not self.waiting:
                 t0 = time.monotonic()
                 self.results.put(("idle", self.idle_s, t0))
-                self.handle(self.commands.get())
+                self.handle(self._next_command())
                 self.idle_s += time.monotonic() - t0
                 self.results.put(("idle", self.idle_s, None))
             self.drain()
             if self.waiting:
                 self.decode()
+
+    def _next_command(self) -> tuple:
+        """The next command, however long it takes to come, unless the trainer dies meanwhile:
+        the portable backstop to the death signal (a process outliving its parent is re-parented)."""
+        while True:
+            try:
+                return self.commands.get(timeout=PARENT_POLL_S)
+            except queue.Empty:
+                if os.getppid() != self.parent:
+                    raise _Orphaned from None
 
     def drain(self) -> None:
         while True:

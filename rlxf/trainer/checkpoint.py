@@ -7,8 +7,12 @@
       trainer_state.pt    the loop's: step, data-sampler position, RNG states; written last
 
 A checkpoint is written to a hidden temporary directory, fsynced, then renamed into place in
-one ``rename(2)``: a reader sees either the whole checkpoint or none. Leftover temporary
-directories from a killed writer are ignored and cleaned up.
+one ``rename(2)``: a reader sees either the whole checkpoint or none. Deleting one (``keep_last``)
+is the same in reverse: it is renamed to a hidden name first, then removed, so a kill halfway
+through never leaves a ``step_N`` that is neither whole nor gone. Each save sweeps what a killed
+writer left behind: hidden ``.tmp-``/``.old-``/``.del-`` directories, and ``step_N`` directories
+without ``trainer_state.pt`` older than the newest complete checkpoint (an older rlxf's half-done
+deletions; they are never resumed from).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import torch
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "trainer_state.pt"
+# hidden directories of a save in progress: written (.tmp), replaced (.old), being deleted (.del)
+LEFTOVERS = (".tmp-step_*", ".old-step_*", ".del-step_*")
 
 
 def rng_state() -> dict[str, Any]:
@@ -130,8 +136,7 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], sta
     (the placement's ``save``); ``state`` is the loop's own, saved as ``trainer_state.pt``.
     """
     root.mkdir(parents=True, exist_ok=True)
-    for leftover in root.glob(".tmp-step_*"):  # from a writer killed mid-checkpoint
-        shutil.rmtree(leftover, ignore_errors=True)
+    _sweep(root)
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
     tmp.mkdir()
@@ -147,8 +152,33 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], sta
         tmp.rename(final)
     _fsync_dir(root)
     for _, path in list_checkpoints(root)[:-keep_last]:
-        shutil.rmtree(path, ignore_errors=True)
+        _delete(path)
     return final
+
+
+def _delete(path: Path) -> None:
+    """Remove checkpoint ``path``: hidden first in one rename, so a kill while its files go
+    leaves a ``.del-`` directory for the next save to sweep, not a broken ``step_N``."""
+    hidden = path.with_name(f".del-{path.name}-{os.getpid()}")
+    if hidden.exists():
+        shutil.rmtree(hidden, ignore_errors=True)
+    path.rename(hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
+
+
+def _sweep(root: Path) -> None:
+    """Remove what killed writers left under ``root`` (see the module docstring)."""
+    for pattern in LEFTOVERS:
+        for leftover in root.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
+    complete = list_checkpoints(root)
+    if not complete:
+        return
+    newest = complete[-1][0]
+    for p in root.iterdir():
+        m = STEP_DIR.match(p.name)
+        if m and int(m.group(1)) < newest and p.is_dir() and not (p / STATE_FILE).exists():
+            _delete(p)
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
