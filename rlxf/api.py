@@ -140,7 +140,7 @@ def train(
 
 def _run(cfg: Config, run_dir: RunDir, resume: bool, objects: dict[str, Any]) -> TrainResult:
     """What ``rlxf train`` does once its config and run directory are ready."""
-    from rlxf.cli.train import apply_threads
+    from rlxf.cli.train import apply_threads, discard_on_failed_start
     from rlxf.metrics.report import write_report
     from rlxf.placement import run_training
     from rlxf.trainer.checkpoint import latest_checkpoint
@@ -149,13 +149,15 @@ def _run(cfg: Config, run_dir: RunDir, resume: bool, objects: dict[str, Any]) ->
     try:
         apply_threads(cfg.run.threads)
         log.info("run directory %s", run_dir.path)
-        last = run_training(cfg, run_dir, resume=resume, **objects)
+        with discard_on_failed_start(run_dir, fresh=not resume):  # as `rlxf train`: see there
+            last = run_training(cfg, run_dir, resume=resume, **objects)
         write_report([run_dir.path])
         return TrainResult(run_dir.path, last, latest_checkpoint(run_dir.checkpoints))
-    finally:  # a library call leaves no open log file behind
+    finally:  # a library call leaves no open log file, and no lock on its run, behind
         for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
             log.removeHandler(handler)
             handler.close()
+        run_dir.release()
 
 
 def _as_dict(config: Config | str | Path | Mapping[str, Any] | None) -> dict[str, Any]:

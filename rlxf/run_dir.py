@@ -274,6 +274,11 @@ class RunDir:
             logging.getLogger("rlxf").info("put back the run %s was to replace", self.path)
         return True
 
+    def release(self) -> None:
+        """Let another process use this run directory now (a library call that ran a run in a
+        process that lives on, such as a notebook's); the end of the process releases it anyway."""
+        _release(self.path)
+
     def drop_replaced(self) -> None:
         """--overwrite: delete the old run set aside, now that the new one has started."""
         if self.replaced is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from rl_helpers import metrics, rlxf_subprocess, write_config
@@ -178,7 +180,8 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, nano_model_dir):
     killed = write_config(tmp_path / "b", nano_model_dir, run={"name": "killed", "output_dir": runs},
                           train={"steps": 3}, checkpoint={"every": 1})
     assert rlxf_subprocess("train", str(straight)).returncode == 0
-    env = {"PYTHONPATH": str(HERE), "PATH": "/usr/bin:/bin"}
+    # the same thread settings as the straight run's process (its weights are compared bit for bit)
+    env = {**os.environ, "PYTHONPATH": str(HERE), "PATH": "/usr/bin:/bin"}
     r = subprocess.run([sys.executable, "-c", KILL_DURING_CHECKPOINT, "train", str(killed)], cwd=REPO,
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == -9, r.stderr
