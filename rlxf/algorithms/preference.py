@@ -27,12 +27,17 @@ def _check_pairs(name: str, **tensors: Tensor) -> None:
 
 
 def _pair_metrics(chosen_rewards: Tensor, rejected_rewards: Tensor) -> dict[str, Tensor]:
+    """Means of the (B,) rewards of chosen and rejected, of their margin, and ``reward_accuracy``:
+    the fraction of pairs ranked right, where a pair scores 1 when chosen's reward is higher, 0
+    when lower and 0.5 on an exact tie (a coin flip's expected score). A tie thus counts as
+    chance, as a model that cannot tell the two apart is, rather than as wrong; and every pair
+    keeps its weight of 1/B, so micro-batch accuracies still average by pair count."""
     c, r = chosen_rewards.detach(), rejected_rewards.detach()
     return {
         "reward_chosen": c.mean(),
         "reward_rejected": r.mean(),
         "reward_margin": (c - r).mean(),
-        "reward_accuracy": (c > r).to(c.dtype).mean(),
+        "reward_accuracy": ((c > r).to(c.dtype) + 0.5 * (c == r).to(c.dtype)).mean(),
     }
 
 
@@ -52,7 +57,7 @@ def dpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor, ref_cho
 
     When the policy equals the reference, h = 0 and the sigmoid/conservative loss is log 2.
     Metrics: implicit rewards β(log π - log π_ref) of chosen and rejected (means), their
-    margin, and the fraction of pairs where chosen's reward is higher.
+    margin, and the fraction of pairs where chosen's reward is higher (an exact tie counts 0.5).
     """
     _check_pairs("dpo_loss", policy_chosen_logps=policy_chosen_logps,
                  policy_rejected_logps=policy_rejected_logps, ref_chosen_logps=ref_chosen_logps,

@@ -7,10 +7,16 @@
 messages ending with the assistant's answer). The prompt comes from ``fields.prompt`` /
 ``fields.messages`` when the record has it, else from the conversation before the answer
 (which must then be the same in chosen and rejected).
+
+A pair whose chosen and rejected responses are the same tokens (after truncation to
+``data.max_response_len``) states no preference: the DPO loss is log 2 whatever the policy, and
+a reward model's accuracy on it is noise. Such pairs are dropped with a warning that counts
+them (``<split>_dropped_identical`` in the report); a train split left empty is an error.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +25,8 @@ from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
 from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
 from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
+
+log = logging.getLogger("rlxf.data")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,10 @@ def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list
     return prompt, chosen, rejected
 
 
+def _after_truncation(cfg: DataConfig) -> str:
+    return f" (after truncation to data.max_response_len={cfg.max_response_len})" if cfg.max_response_len else ""
+
+
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
               counts: Counter) -> list[PreferenceExample]:
     counts[f"{split}_read"] = len(records)
@@ -86,8 +98,15 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
                             where, f"{split}_response", "first", counts)
         if kept_p is None or kept_c is None or kept_r is None:
             continue
+        if kept_c == kept_r:
+            counts[f"{split}_dropped_identical"] += 1
+            continue
         out.append(PreferenceExample(f"{name}:{split}:{i}", kept_p, kept_c, kept_r,
                                      ptext if kept_p is pids else tokenizer.decode(kept_p), chosen, rejected))
+    if counts[f"{split}_dropped_identical"]:
+        log.warning("preference data: dropped %d of %d %s pairs whose chosen and rejected responses are the same "
+                    "tokens%s: they state no preference", counts[f"{split}_dropped_identical"], len(records), split,
+                    _after_truncation(cfg))
     return out
 
 
@@ -103,6 +122,14 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceDa
         found = split_records(cfg, split)
         if found is not None:
             splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts)
+    if not splits["train"] and counts["train_dropped_identical"]:
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith("train"))
+        raise DataError(
+            f"no train pairs left ({detail}): {counts['train_dropped_identical']} have the same chosen and rejected "
+            f"response{_after_truncation(cfg)}, so they state no preference. Check that data.fields.chosen "
+            f"({cfg.fields.chosen!r}) and data.fields.rejected ({cfg.fields.rejected!r}) name different responses"
+            + (", or raise data.max_response_len if they differ only after it" if cfg.max_response_len else "")
+        )
     require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))
     report["train"], report["test"] = len(splits["train"]), len(splits["test"])

@@ -9,6 +9,13 @@ a reward model, or a weighted mix of them) scores each, and the best and the wor
 ``prompt`` is the prompt text with the chat template already applied, exactly what the policy
 saw and what the ``reward_model`` verifier is later given, so read these files with
 ``data.apply_chat_template: false``.
+
+A sample whose reward failed (a verifier raised, timed out or crashed) scores
+``reward.error_score``, which says nothing about the response, so it is left out of the choice
+of best and worst; a prompt with fewer than two scored samples gives no pair. Failures are
+counted in ``label_summary.json``, and as in RL too many of them stop the run with the first
+traceback: more than ``reward.max_error_frac_first_step`` of the first batch's samples, or more
+than ``reward.max_error_frac`` of a later batch's.
 """
 
 from __future__ import annotations
@@ -20,47 +27,91 @@ from pathlib import Path
 
 from rlxf.config import Config
 from rlxf.config.preference import LabelConfig
+from rlxf.config.reward import RewardConfig
 from rlxf.errors import UserInputError
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
-from rlxf.trainer.collect import Rollout
+from rlxf.trainer.collect import RewardFailures, Rollout
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
 
 log = logging.getLogger("rlxf")
 
 
-def best_and_worst(group: list[Trajectory]) -> tuple[Trajectory, Trajectory]:
-    """The highest- and lowest-rewarded samples of one prompt (the first of equals)."""
-    best = max(range(len(group)), key=lambda i: (group[i].reward, -i))
-    worst = min(range(len(group)), key=lambda i: (group[i].reward, i))
-    return group[best], group[worst]
+def best_and_worst(group: list[Trajectory]) -> tuple[Trajectory, Trajectory] | None:
+    """The highest- and lowest-rewarded samples of one prompt (the first of equals) among those
+    whose reward did not fail; None when fewer than two were scored."""
+    scored = [t for t in group if t.reward_error is None]
+    if len(scored) < 2:
+        return None
+    best = max(range(len(scored)), key=lambda i: (scored[i].reward, -i))
+    worst = min(range(len(scored)), key=lambda i: (scored[i].reward, i))
+    return scored[best], scored[worst]
+
+
+def check_label_failures(trajs: list[Trajectory], where: str, limit: float, name: str, error_score: float) -> None:
+    """Stop labelling when more than ``limit`` of a batch's samples have a failed reward: a
+    judge that is down would otherwise leave every prompt without a pair, or a flaky one
+    quietly shrink k. ``where`` names the batch; ``name`` the config field that sets ``limit``."""
+    failed = [t for t in trajs if t.reward_error is not None]
+    if not failed or len(failed) <= limit * len(trajs):
+        return
+    first = failed[0]
+    raise RewardFailures(
+        f"rlxf label, {where}: the reward failed on {len(failed)} of {len(trajs)} samples, more than {name}={limit:g} "
+        f"allows. The first failure (prompt {first.prompt.uid}):\n{first.reward_error}\n"
+        f"Fix the verifier, or raise {name} to label on: samples whose reward failed (scored "
+        f"reward.error_score={error_score:g}) are left out of the pairs and counted in label_summary.json."
+    )
 
 
 def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, cfg: LabelConfig, *,
-                  seed: int) -> tuple[list[dict], dict[str, float]]:
-    """Pairs for ``prompts`` (one per prompt whose scores differ by more than ``cfg.min_gap``)
-    and counts: prompts, pairs, ties dropped, mean best-worst gap."""
+                  seed: int, reward: RewardConfig, run_start: bool = True,
+                  split: str = "train") -> tuple[list[dict], dict[str, float]]:
+    """Pairs for ``prompts`` (one per prompt whose scored samples differ by more than
+    ``cfg.min_gap``) and counts: prompts, pairs, ties dropped, prompts left without a pair
+    because fewer than two samples were scored (``unscored``), samples whose reward failed
+    (``reward_failed``), mean best-worst gap.
+
+    Too many failed rewards in a batch raise ``RewardFailures``; with ``run_start`` the first
+    batch is the run's first and is held to ``reward.max_error_frac_first_step``."""
     sampling = replace(sampling, n=cfg.k)
     pairs: list[dict] = []
-    ties = 0
+    ties = unscored = failed = 0
+    first_error: str | None = None
     for start in range(0, len(prompts), cfg.batch_prompts):
         chunk = prompts[start:start + cfg.batch_prompts]
         trajs = rollout.generate(chunk, [derive_seed(seed, start + i) for i in range(len(chunk))], sampling)
         rollout.score(trajs, sampling.max_new_tokens)
+        limit, name = ((reward.max_error_frac_first_step, "reward.max_error_frac_first_step")
+                       if run_start and start == 0 else (reward.max_error_frac, "reward.max_error_frac"))
+        check_label_failures(trajs, f"{split} prompts {start}-{start + len(chunk) - 1}", limit, name,
+                             reward.error_score)
+        errors = [t.reward_error for t in trajs if t.reward_error is not None]
+        failed += len(errors)
+        first_error = first_error or (errors[0] if errors else None)
         groups: dict[int, list[Trajectory]] = {}
         for t in trajs:
             groups.setdefault(t.group, []).append(t)
         for group in groups.values():
-            chosen, rejected = best_and_worst(group)
+            ends = best_and_worst(group)
+            if ends is None:
+                unscored += 1
+                continue
+            chosen, rejected = ends
             if chosen.reward - rejected.reward <= cfg.min_gap:
                 ties += 1
                 continue
             pairs.append({"prompt": chosen.prompt.prompt_text, "chosen": chosen.response_text,
                           "rejected": rejected.response_text, "chosen_score": chosen.reward,
                           "rejected_score": rejected.reward, "uid": chosen.prompt.uid})
+    if failed:
+        log.warning("label %s: the reward failed on %d of %d samples, left out of the pairs (%d prompts were left "
+                    "with fewer than 2 scored samples and gave no pair). The first failure:\n%s", split, failed,
+                    len(prompts) * cfg.k, unscored, first_error)
     gap = sum(p["chosen_score"] - p["rejected_score"] for p in pairs) / max(1, len(pairs))
-    return pairs, {"prompts": float(len(prompts)), "pairs": float(len(pairs)), "ties": float(ties), "gap_mean": gap}
+    return pairs, {"prompts": float(len(prompts)), "pairs": float(len(pairs)), "ties": float(ties),
+                   "unscored": float(unscored), "reward_failed": float(failed), "gap_mean": gap}
 
 
 def write_pairs(path: Path, pairs: list[dict]) -> None:
@@ -95,10 +146,13 @@ def run_label(cfg: Config, run: RunDir) -> dict[str, dict[str, float]]:
                                      ("test", data.test[: cfg.label.test_prompts], cfg.seeds.sampling + 1)):
             if not prompts:
                 continue
-            pairs, counts = label_prompts(rollout, prompts, sampling, cfg.label, seed=seed)
+            pairs, counts = label_prompts(rollout, prompts, sampling, cfg.label, seed=seed, reward=cfg.reward,
+                                          run_start=split == "train", split=split)
             write_pairs(run.path / f"pairs_{split}.jsonl", pairs)
-            log.info("label %s: %d pairs from %d prompts (%d ties dropped), mean score gap %.3g -> %s", split,
-                     len(pairs), len(prompts), counts["ties"], counts["gap_mean"], run.path / f"pairs_{split}.jsonl")
+            log.info("label %s: %d pairs from %d prompts (%d ties dropped, %d without 2 scored samples; "
+                     "%d failed rewards), mean score gap %.3g -> %s", split, len(pairs), len(prompts), counts["ties"],
+                     counts["unscored"], counts["reward_failed"], counts["gap_mean"],
+                     run.path / f"pairs_{split}.jsonl")
             out[split] = counts
     finally:
         reward.close()

@@ -50,7 +50,7 @@ class BradleyTerryObjective:
 
     @torch.no_grad()
     def evaluate(self, pairs: list[PreferenceExample]) -> dict[str, float]:
-        """Held-out pair accuracy (P[r_w > r_l]), mean score margin, mean scores and loss."""
+        """Held-out pair accuracy (P[r_w > r_l], a tie counting 1/2), mean score margin, mean scores and loss."""
         self.model.eval()
         chosen, rejected = [], []
         for idx in micro_batches(len(pairs), self.eval_batch_size):
