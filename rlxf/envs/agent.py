@@ -9,13 +9,19 @@ own thread under ``limits.step_timeout_s``. The token sequence of an episode is 
 appending (``rlxf.envs.tokens``): the engine's ids with loss_mask 1, log-probs and policy
 version; the template's and the environment's ids with loss_mask 0.
 
+``limits.max_total_tokens`` bounds the whole sequence: a model turn samples at most what is left,
+and an observation that would leave no room for another model token ends the episode
+(``max_total_tokens``) without being appended (it is kept in ``final_observation``), so no
+trajectory is ever longer than the limit, whatever an environment or a tool returns.
+
 Failures stay inside their episode: an environment that raises, hangs past the timeout, or
 returns something that is not a ``StepResult`` ends that episode with ``episode["error"]`` set
-(counted in the step's metrics, written to samples.jsonl) and its loss mask zeroed, since an
-episode the environment broke carries no signal about the policy; so does a chat template that
-refuses an observation (its ``raise_exception``, e.g. a tool message without a name, which a
-malformed tool call has none of). A chat template that cannot be appended to is a configuration
-problem and stops the run (``TemplateAppendError``).
+(counted in the step's metrics, written to samples.jsonl), its loss mask zeroed and its reward 0
+(what it paid before it broke included), since an episode the environment broke carries no
+signal about the policy; so does a chat template that refuses an observation, the first one
+included (its ``raise_exception``, e.g. a tool message without a name, which a malformed tool
+call has none of, or two user messages in a row). A chat template that cannot be appended to is a
+configuration problem and stops the run (``TemplateAppendError``).
 
 A thread stuck in a hung ``step`` cannot be killed; it is a daemon thread, abandoned, so it does
 not keep the process alive. Environments that may hang for good should run their work in a
@@ -36,7 +42,7 @@ from typing import Any, Literal
 from jinja2 import TemplateError
 
 from rlxf.envs.base import Env, EnvTask, StepResult
-from rlxf.envs.tokens import Conversation, TokenBoundaryError
+from rlxf.envs.tokens import Conversation, TokenBoundaryError, TokenLimitError
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
@@ -73,7 +79,12 @@ class _Episode:
 
     def fail(self, reason: str) -> None:
         self.end, self.error = "error", reason
-        log.warning("episode %s (group %d) failed: %s", self.task.uid, self.group, reason)
+        warn_failed(self.task.uid, self.group, reason)
+
+
+def warn_failed(uid: str, group: int, reason: str) -> None:
+    """The warning of an episode that ended in error (both the agent loop's and a program's)."""
+    log.warning("episode %s (group %d) failed: %s", uid, group, reason)
 
 
 def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.step_timeout_s") -> list[tuple[bool, Any]]:
@@ -88,7 +99,9 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
     def run(i: int, fn: Callable[[], Any]) -> None:
         try:
             results[i] = (True, fn())
-        except Exception as e:  # noqa: BLE001 - any failure of user code ends only its episode
+        # any failure of user code ends only its episode, SystemExit included (a wrapped CLI's
+        # sys.exit()); Ctrl-C reaches the main thread, never this one
+        except BaseException as e:  # noqa: BLE001
             results[i] = (False, f"{type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=run, args=(i, fn), daemon=True, name=f"rlxf-env-{i}")
@@ -101,11 +114,18 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
     return [r if not t.is_alive() else (False, late) for r, t in zip(results, threads)]
 
 
-def _check_messages(obs: Any, what: str) -> str | None:
+def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None:
+    """Why ``obs`` is not a list of chat messages an environment may return, or None.
+
+    ``history``: a first observation, which may hold assistant messages before its last one (a
+    few-shot conversation: environment tokens, loss_mask 0); a step's may hold none."""
     if not isinstance(obs, list) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in obs):
         return f"{what} must be a list of {{'role': str, 'content': str}} messages, got {obs!r:.120}"
-    if any(m["role"] == "assistant" for m in obs):
+    if history:
+        if obs and obs[-1]["role"] not in ("user", "tool", "system"):
+            return f"{what} must end with a user / tool / system turn, not {obs[-1]['role']!r}"
+    elif any(m["role"] == "assistant" for m in obs):
         return f"{what} holds an assistant message; only the model writes those"
     return None
 
@@ -145,15 +165,17 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
             e.fail(f"reset: {value}")
             continue
         e.env, first = value
-        problem = _check_messages(first, "reset() observation")
-        if problem is None and first and first[-1]["role"] not in ("user", "tool", "system"):
-            problem = "reset() observation must end with a user / tool / system turn"
+        problem = _check_messages(first, "reset() observation", history=True)
         if problem is not None:
             e.fail(problem)
             continue
         # an empty first observation: the data prompt as it is (single-turn tasks through this path)
-        e.conv = (Conversation.start(tokenizer, first) if first
-                  else Conversation.from_prompt(tokenizer, e.prompt.prompt_ids, e.prompt.prompt_text))
+        try:
+            e.conv = (Conversation.start(tokenizer, first) if first
+                      else Conversation.from_prompt(tokenizer, e.prompt.prompt_ids, e.prompt.prompt_text))
+        except TemplateError as err:   # the template's raise_exception, e.g. roles that do not alternate
+            e.fail(f"reset: the chat template refused the first observation: {err}")
+            continue
         if len(e.conv.ids) >= limits.max_total_tokens:
             e.fail(f"the first observation has {len(e.conv.ids)} tokens, env.max_total_tokens is "
                    f"{limits.max_total_tokens}")
@@ -208,16 +230,14 @@ def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLi
     if turn == limits.max_turns - 1:
         e.end, e.final_observation = "max_turns", list(result.observation)
         return
-    try:
-        e.conv.add_messages(result.observation)
+    try:   # room for at least one more model token, or the observation ends the episode unappended
+        e.conv.add_messages(result.observation, max_len=limits.max_total_tokens - 1)
+    except TokenLimitError:
+        e.end, e.final_observation = "max_total_tokens", list(result.observation)
     except TokenBoundaryError as err:
         e.fail(f"step {turn}: {err}")
-        return
     except TemplateError as err:   # the template's raise_exception, e.g. a tool message without a name
         e.fail(f"step {turn}: the chat template refused the observation: {err}")
-        return
-    if len(e.conv.ids) >= limits.max_total_tokens:
-        e.end = "max_total_tokens"
 
 
 def _trajectory(e: _Episode, tokenizer, credit: Credit) -> Trajectory:
@@ -233,9 +253,14 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
     """The trajectory of one recorded conversation (the agent loop's, or the chat endpoint's).
 
     ``prompt`` becomes the first observation's ids; ``rewards[k]`` lands on response index
-    ``reward_at[k]`` under per-turn credit. A failed episode keeps its tokens with loss_mask 0.
-    ``episode`` gains the conversation's messages (and its tools, where it was given some).
+    ``reward_at[k]`` under per-turn credit. A failed episode keeps its tokens with loss_mask 0 and
+    its rewards become 0 (``episode["turn_rewards"]`` too): a broken episode says nothing about the
+    policy, whatever it paid before it broke. ``episode`` gains the conversation's messages (and
+    its tools, where it was given some).
     """
+    if failed:
+        rewards = [0.0] * len(rewards)
+        episode = {**episode, "turn_rewards": list(rewards)}
     ids = conv.response_ids if conv is not None else []
     mask = [0] * len(ids) if failed or conv is None else list(conv.loss_mask)
     token_rewards = None

@@ -24,8 +24,12 @@ In training (``sampling`` given), every turn samples with the rollout's paramete
 program asks for (a program's own temperature would make the recorded log-probs those of
 another distribution than the trainer's), and an episode opened with a seed (``open``) samples
 turn k with ``derive_seed(seed, k)``, the built-in agent loop's seed, so the two paths give the
-same trajectory for the same seeded episode. ``max_turns`` and ``max_total_tokens`` end an
-episode as they do in the agent loop: a request past them is a 400 and ``ended`` says why.
+same trajectory for the same seeded episode (k counts model turns: a first request's few-shot
+assistant messages are history, loss_mask 0). ``max_turns`` and ``max_total_tokens`` end an
+episode as they do in the agent loop: a request past them is a 400, ``ended`` says why, and the
+episode takes no further request. A request whose messages would leave no room for another model
+token is refused before anything of it is recorded, so an episode never grows past
+``max_total_tokens``, whatever a program sends.
 
 Tools: a request's ``tools`` (OpenAI function schemas) belong to the episode's first templating
 (``Conversation.start(..., tools=)``): given to a chat template that renders them, else written
@@ -72,7 +76,7 @@ from rlxf.envs.chat_protocol import (
     tool_calls,
     tools_change,
 )
-from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError
+from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError, TokenLimitError
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
@@ -171,8 +175,14 @@ class EpisodeRecorder:
             conv = self.episodes.get(episode)
             if conv is None and self.only_opened and episode not in self.seeds:
                 raise HistoryMismatch(f"episode {episode!r} is not open: it has ended (or never started)")
+            if episode in self.ended:
+                raise EpisodeLimit(f"episode {episode!r} has ended (env.{self.ended[episode]})")
             if conv is None:
                 conv = Conversation.start(self.tokenizer, [_plain(m) for m in messages], tools=tools)
+                if len(conv.ids) >= self.max_total_tokens:   # not recorded: nothing of it can train
+                    self.ended[episode] = "max_total_tokens"
+                    raise EpisodeLimit(f"episode {episode!r}: the first request has {len(conv.ids)} tokens, "
+                                       f"the limit is {self.max_total_tokens} (env.max_total_tokens)")
                 self._say_where_tools_are(conv)
                 self.episodes[episode] = conv
             elif self.max_turns is not None and len(conv.turn_ends) >= self.max_turns:
@@ -185,8 +195,14 @@ class EpisodeRecorder:
                         f"the request's tools differ from those of the episode's first request ({change}); "
                         f"the tools are part of the episode's first templating, so they cannot change within "
                         f"an episode: send the same tools every turn (or start a new episode)")
-                conv.add_messages(self._new_messages(conv, messages))
-            turn = sum(1 for m in conv.messages if m["role"] == "assistant")
+                try:   # room for at least one more model token, or the request is refused unrecorded
+                    conv.add_messages(self._new_messages(conv, messages), max_len=self.max_total_tokens - 1)
+                except TokenLimitError as e:
+                    self.ended[episode] = "max_total_tokens"
+                    raise EpisodeLimit(f"episode {episode!r}: the new messages would make it {e.length} tokens "
+                                       f"long, the limit is {self.max_total_tokens} (env.max_total_tokens) "
+                                       f"with room for another turn") from None
+            turn = conv.model_turns
             if self.sampling is not None:
                 cap = min(max_tokens or self.sampling.max_new_tokens, self.sampling.max_new_tokens)
                 base = self.sampling
@@ -229,7 +245,7 @@ class EpisodeRecorder:
         if len(messages) <= len(recorded):
             raise HistoryMismatch(f"the request holds {len(messages)} messages but the episode already has "
                                   f"{len(recorded)}; send the whole conversation plus the new messages")
-        called = _called_tools(recorded)
+        called = _called_tools(recorded[conv.prompt_messages:])
         for i, (old, new) in enumerate(zip(recorded, messages)):
             same = new.get("role") == old["role"] and (old["role"] == "assistant" or _plain(new, called) == old)
             if not same:
@@ -283,7 +299,8 @@ def _plain(message: dict[str, Any], called: dict[str, str] | None = None) -> dic
 
 
 def _called_tools(messages: list[dict[str, Any]]) -> dict[str, str]:
-    """id -> tool name of every call the endpoint returned for the recorded assistant turns."""
+    """id -> tool name of every call the endpoint returned for the recorded assistant turns
+    (``messages`` from the first model turn on: call ids number model turns)."""
     turns = [m["content"] for m in messages if m["role"] == "assistant"]
     return {c["id"]: c["function"]["name"] for k, text in enumerate(turns) for c in tool_calls(text, k)}
 

@@ -24,12 +24,14 @@ Requests may carry ``tools``, ``stream: true`` and ``logprobs: true``; what the 
 record as asked (``n > 1``, penalties, a forced tool call, ...) is a 400 saying why
 (``rlxf.envs.chat_protocol``).
 
-Episodes run concurrently, one thread each (a command: one process each, killed at the
-timeout). A program that raises, exits nonzero, hangs past ``env.agent_timeout_s``, returns
-something that is not a reward, or never calls the model ends its own episode with
-``episode["error"]`` and loss_mask 0, as a broken environment does; the run goes on. A program
-whose request is refused because the episode reached ``env.max_turns`` / ``env.max_total_tokens``
-may fail on that refusal: its episode then ends for that limit, with reward 0, and trains.
+Episodes run concurrently, one thread each (a command: one process each, in a process group of
+its own that is killed when the run of the episode ends, at the timeout or not, so what the
+command started dies with it). A program that raises, exits nonzero, hangs past
+``env.agent_timeout_s``, returns something that is not a reward, or never calls the model ends
+its own episode with ``episode["error"]``, loss_mask 0 and reward 0, as a broken environment does,
+with a warning; the run goes on. A program whose request is refused because the episode reached
+``env.max_turns`` / ``env.max_total_tokens`` may fail on that refusal: its episode then ends for
+that limit, with reward 0, and trains (what the refused request sent is not recorded).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from rlxf.envs.agent import EpisodeLimits, call_all, conversation_trajectory, episode_task
+from rlxf.envs.agent import EpisodeLimits, call_all, conversation_trajectory, episode_task, warn_failed
 from rlxf.envs.base import EnvError, EnvTask, import_object
 from rlxf.envs.chat_server import ChatServer, EpisodeRecorder
 from rlxf.rollout import SamplingParams
@@ -52,18 +56,44 @@ from rlxf.types import Prompt, Trajectory
 AgentFunction = Callable[[str, EnvTask], Any]   # (base_url, task) -> reward | {"reward": ..., ...}
 
 
-def command_agent(command: list[str], timeout_s: float) -> AgentFunction:
-    """An agent program run as ``command`` once per episode (see ``EnvConfig.agent_command``)."""
-    def run(base_url: str, task: EnvTask) -> Any:
+class CommandAgent:
+    """An agent program run as ``command`` once per episode (see ``EnvConfig.agent_command``).
+
+    Each run is a session of its own (``start_new_session``), and its whole process group is
+    killed when the run ends, by timeout, error or success, and on ``close``: a wrapper script's
+    children die with it instead of outliving the run (killing only the direct child would leave
+    them running)."""
+
+    def __init__(self, command: list[str], timeout_s: float):
+        self.command, self.timeout_s = list(command), timeout_s
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, base_url: str, task: EnvTask) -> Any:
+        command = self.command
         env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "rlxf",
                "RLXF_TASK": json.dumps(asdict(task), default=repr)}
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        with self._lock:
+            self._running.add(proc)
         try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+            stdout, stderr = proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise TimeoutError(f"{command[0]} did not return within {timeout_s:g} s (env.agent_timeout_s)") from None
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()[-300:]}")
-        lines = done.stdout.strip().splitlines()
+            raise TimeoutError(f"{command[0]} did not return within {self.timeout_s:g} s "
+                               f"(env.agent_timeout_s)") from None
+        finally:
+            _kill_group(proc)
+            with self._lock:
+                self._running.discard(proc)
+            if proc.returncode is None:   # timed out (or interrupted): reap it, its pipes at EOF now
+                try:
+                    proc.communicate(timeout=5)
+                except subprocess.TimeoutExpired:   # a process that left the group holds a pipe
+                    proc.wait()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} exited with {proc.returncode}: {stderr.strip()[-300:]}")
+        lines = stdout.strip().splitlines()
         if not lines:
             raise ValueError(f"{' '.join(command)} printed nothing; its last stdout line must be the reward")
         try:
@@ -71,7 +101,27 @@ def command_agent(command: list[str], timeout_s: float) -> AgentFunction:
         except ValueError:
             raise ValueError(f"the last stdout line of {' '.join(command)} is {lines[-1][:80]!r}, not a reward "
                              f"(a number or a JSON object)") from None
-    return run
+
+    def close(self) -> None:
+        """Kill the process groups of the runs still going (their episodes were abandoned); each
+        run's own thread then reaps its process."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s process group (its own: started with ``start_new_session``)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):   # the group is gone already
+        pass
+
+
+def command_agent(command: list[str], timeout_s: float) -> CommandAgent:
+    """An agent program run as ``command`` once per episode (see ``CommandAgent``)."""
+    return CommandAgent(command, timeout_s)
 
 
 def load_agent(agent: str | None, command: list[str] | None, timeout_s: float) -> AgentFunction:
@@ -136,9 +186,11 @@ class ProgramEpisodes:
             elif ended is None:
                 error = f"agent program: {value}"
             if conv is None and error is None:
-                error = "the agent program made no model call"
+                error = ("the agent program made no model call" if ended is None else
+                         f"the agent program's first request was refused (env.{ended}); nothing was recorded")
             if error is not None:   # a broken episode says nothing about the policy
                 reward, info = 0.0, {}
+                warn_failed(prompt.uid, group, error)
             end = "error" if error else ended or "terminated"
             last_model = max((k for k, m in enumerate(conv.loss_mask) if m), default=None) if conv else None
             trajs.append(conversation_trajectory(
@@ -149,6 +201,8 @@ class ProgramEpisodes:
         return trajs
 
     def close(self) -> None:
+        if isinstance(self.agent, CommandAgent):
+            self.agent.close()
         if self._server is not None:
             self._server.close()
             self._server = None

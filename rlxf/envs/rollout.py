@@ -73,7 +73,9 @@ class EnvRollout:
 def score_episodes(trajs: list[Trajectory], max_new_tokens: int, reward=None) -> dict[str, float]:
     """Reward = episode return (+ the ``reward`` verifiers' score of the last model turn, when
     given); correct = the episode's last ``info["success"]`` where it says, else the verifiers'
-    verdict. Returns the step's episode metrics (errors, timeouts, tool errors, per-turn reward)."""
+    verdict. An episode that ended in error has reward 0 (``conversation_trajectory``) and correct
+    None, whatever it paid or said before it broke. Returns the step's episode metrics (errors,
+    timeouts, tool errors, per-turn reward)."""
     metrics: dict[str, float] = {}
     verdicts: list[Any] = [None] * len(trajs)
     if reward is not None:
@@ -95,7 +97,7 @@ def score_episodes(trajs: list[Trajectory], max_new_tokens: int, reward=None) ->
         ep = t.episode
         t.scores["env"] = float(sum(ep["turn_rewards"]))
         success = next((info["success"] for info in reversed(ep["infos"]) if "success" in info), None)
-        t.correct = bool(success) if success is not None else verdict
+        t.correct = None if ep["end"] == "error" else bool(success) if success is not None else verdict
     tool_errors = sum(info.get("tool_errors", 0) for t in trajs for info in t.episode["infos"])
     timeouts = sum(1 for t in trajs if "did not return within" in (t.episode["error"] or ""))
     metrics |= {

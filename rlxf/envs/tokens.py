@@ -47,6 +47,14 @@ class TokenBoundaryError(ValueError):
     """The text appended after a model turn merges with the model's last tokens."""
 
 
+class TokenLimitError(ValueError):
+    """The messages to append would make the conversation longer than allowed; nothing was appended."""
+
+    def __init__(self, message: str, length: int):
+        super().__init__(message)
+        self.length = length   # tokens the conversation would have had
+
+
 def render(tokenizer, messages: list[Message], *, generation_prompt: bool,
            tools: list[dict[str, Any]] | None = None) -> str:
     """The chat template's text of ``messages``; ``tools`` go to the template as they are."""
@@ -63,15 +71,17 @@ def encode_text(tokenizer, text: str) -> list[int]:
 class Conversation:
     """The messages of one episode and its token sequence, with per-token provenance.
 
-    ``ids[:prompt_len]`` are the first observation's prompt; after it every token is either the
-    model's (``loss_mask`` 1, its engine log-prob and policy version) or the template's / the
-    environment's (``loss_mask`` 0, log-prob 0, version -1).
+    ``ids[:prompt_len]`` are the first observation's prompt (``messages[:prompt_messages]``, which
+    may hold few-shot assistant messages: template tokens like the rest); after it every token is
+    either the model's (``loss_mask`` 1, its engine log-prob and policy version) or the template's /
+    the environment's (``loss_mask`` 0, log-prob 0, version -1).
     """
 
     tokenizer: Any
     messages: list[Message]
     ids: list[int]
     prompt_len: int
+    prompt_messages: int = 0                                # messages of the first observation
     loss_mask: list[int] = field(default_factory=list)      # (R,) over ids[prompt_len:]
     logprobs: list[float] = field(default_factory=list)     # (R,)
     versions: list[int] = field(default_factory=list)       # (R,)
@@ -91,7 +101,7 @@ class Conversation:
         # a template that ignores `tools` renders the same text without them
         in_system = tools is not None and text == render(tokenizer, messages, generation_prompt=True)
         conv = cls(tokenizer=tokenizer, messages=[dict(m) for m in messages], ids=[], prompt_len=0,
-                   tools=tools, tools_in_system=in_system)
+                   prompt_messages=len(messages), tools=tools, tools_in_system=in_system)
         text = conv.render(conv.messages, generation_prompt=True)
         conv.ids = encode_text(tokenizer, text)
         conv.prompt_len, conv._rendered = len(conv.ids), text
@@ -107,6 +117,11 @@ class Conversation:
     @property
     def response_ids(self) -> list[int]:
         return self.ids[self.prompt_len:]
+
+    @property
+    def model_turns(self) -> int:
+        """The model turns so far (a first observation's few-shot assistant messages are not)."""
+        return sum(m["role"] == "assistant" for m in self.messages[self.prompt_messages:])
 
     def render(self, messages: list[Message], *, generation_prompt: bool) -> str:
         """The template text of ``messages`` in this conversation, its tools included."""
@@ -134,9 +149,13 @@ class Conversation:
         self._stop_texts = (last,) if special and stopped else ()
         return text
 
-    def add_messages(self, new: list[Message], *, generation_prompt: bool = True) -> list[int]:
+    def add_messages(self, new: list[Message], *, generation_prompt: bool = True,
+                     max_len: int | None = None) -> list[int]:
         """Append the environment's messages after the last model turn (and the generation prompt
-        of the next one); returns the appended ids (loss_mask 0)."""
+        of the next one); returns the appended ids (loss_mask 0).
+
+        ``max_len``: the longest the conversation may become; messages that would make it longer
+        raise ``TokenLimitError`` and leave the conversation as it was."""
         assert self.messages and self.messages[-1]["role"] == "assistant", "add_messages follows a model turn"
         if len(self.messages) == 1:
             raise TokenBoundaryError("this episode started from the data prompt's own ids (the environment's "
@@ -175,6 +194,9 @@ class Conversation:
                 f"the text the template appends after the model's turn ({appended[:30]!r}) merges with the "
                 f"model's last tokens when the conversation is tokenized whole; the episode's ids would "
                 f"differ from a fresh templating")
+        if max_len is not None and len(self.ids) + len(new_ids) > max_len:
+            raise TokenLimitError(f"the messages add {len(new_ids)} tokens to the conversation's {len(self.ids)}, "
+                                  f"past its limit of {max_len}", len(self.ids) + len(new_ids))
         self.messages += [dict(m) for m in new]
         self.ids += new_ids
         self.loss_mask += [0] * len(new_ids)

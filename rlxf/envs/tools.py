@@ -11,9 +11,9 @@ Every call is run and answered, in order, by one message
     {"role": "tool", "tool_call_id": "call_T_I", "name": "calculator", "content": RESULT}
 
 where RESULT is the tool's return value as text (JSON for anything but a string), or
-``error: WHY`` for a malformed block, an unknown tool, bad arguments or a tool that raised. The
-model sees its mistakes and can learn from them; every failure is counted
-(``ToolResult.errors``). ``tool_call_id`` and ``name`` are what chat templates read of a tool
+``error: WHY`` for a malformed block, an unknown tool, bad arguments or a tool that raised (or
+called ``sys.exit()``). The model sees its mistakes and can learn from them; every failure is
+counted (``ToolResult.errors``). ``tool_call_id`` and ``name`` are what chat templates read of a tool
 message besides its content (Hermes-style templates render the name, Mistral's the id, though
 those are not append-only; ChatML, Qwen2.5's and Llama 3.1's read neither): the id is
 ``call_id(T, I)``, block I of model turn T, as the chat endpoint numbers the ``tool_calls`` it
@@ -239,7 +239,11 @@ class ToolSet:
                     raise ValueError(f"unknown tool {name!r}; tools: {', '.join(self.functions)}")
                 value = self.functions[name](**args)
                 result = value if isinstance(value, str) else json.dumps(value)
-            except Exception as e:  # noqa: BLE001 - a bad call is the model's to learn from
+            except KeyboardInterrupt:
+                raise
+            # a bad call is the model's to learn from, even one that ends in sys.exit() (a wrapped
+            # CLI's main()): SystemExit is the tool's failure, not the run's
+            except BaseException as e:  # noqa: BLE001
                 error = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
             if error is not None:
                 out.errors += 1
