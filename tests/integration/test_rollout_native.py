@@ -314,3 +314,13 @@ def test_packed_weights_are_a_memory_bounded_choice_with_the_same_samples(tiny, 
     assert [[c.logprobs for c in g] for g in a] == [[c.logprobs for c in g] for g in b]
     monkeypatch.setattr(EngineOptions, "PACK_WEIGHTS_AUTO_MAX_BYTES", 1 << 20)  # a model over the bound
     assert getattr(build_engine("native", tiny, tokenizer_for_tests).kernels, "_reorder", None) is None
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2])
+def test_every_request_is_answered_when_a_whole_batch_finishes_at_once(tiny, tokenizer_for_tests, max_new_tokens):
+    """Four rows (two prompts x n=2) fill the batch and all finish in the same step, leaving it
+    empty: the worker stopped there, and four of six prompts came back as None."""
+    engine = build_engine("native", tiny, tokenizer_for_tests, max_batch_size=4, threads=1)
+    got = engine.generate(prompts(6, seed=1), SamplingParams(n=2, temperature=1.0, max_new_tokens=max_new_tokens,
+                                                             seed=0))
+    assert all(c is not None and len(c.response_ids) == max_new_tokens for group in got for c in group)

@@ -287,6 +287,10 @@ class _Shared:
         self._next[worker] = nxt + self.workers
         return nxt
 
+    def pending(self, worker: int) -> bool:
+        """Whether ``take(worker)`` would still hand out a request."""
+        return not self._aborted and self._next[worker] < len(self.prompts)
+
     def abort(self) -> None:
         """A worker failed: the others take nothing more."""
         self._aborted = True
@@ -371,7 +375,9 @@ class _Run:
         while True:
             self.admit()
             if not self.B:
-                if self.queue:
+                # every row admitted may have finished at once (at its first token): the requests
+                # this worker has not taken yet are still its to answer
+                if self.queue or self.shared.pending(self.worker):
                     continue
                 break
             if self.shared.between_steps is not None:
