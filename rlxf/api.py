@@ -132,7 +132,7 @@ def train(
         verifiers = {name: CallableVerifier(name, fn, ground_truth_key=cfg.data.fields.ground_truth)
                      for name, fn in zip(names, funcs, strict=True)}
         reward = LocalReward(cfg.reward, verifiers=verifiers)
-    objects = {"reward": reward}
+    objects = {"reward": reward} if reward is not None else {}
     if in_memory_model:
         objects |= {"model": model, "tokenizer": tokenizer}
     return _run(cfg, run_dir, resume, objects)

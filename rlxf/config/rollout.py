@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlxf.config.base import Section
 
@@ -31,11 +31,23 @@ class RolloutConfig(Section):
     )
     n: int = Field(8, ge=1, description="Samples per prompt (the group size G in GRPO).")
     temperature: float = Field(
-        1.0, ge=0.0,
-        description="Sampling temperature; 0 = greedy. Engine log-probs are those of "
-        "softmax(logits / temperature), before top-k / top-p truncation.",
+        1.0, ge=0.0, allow_inf_nan=False,
+        description="Sampling temperature; 0 = greedy. A finite number: 0, or at least 1e-6 (smaller "
+        "nonzero values overflow logits / temperature and are refused; use 0 for greedy). Engine "
+        "log-probs are those of softmax(logits / temperature), before top-k / top-p truncation.",
     )
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 = off.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False,
+                         description="Nucleus sampling mass, in (0, 1]; 1 = off.")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_not_tiny(cls, v: float) -> float:
+        from rlxf.rollout.sampling import MIN_TEMPERATURE
+
+        if 0.0 < v < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}; smaller ones overflow "
+                             f"logits / temperature (got {v}); use 0 for greedy decoding")
+        return v
     top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens; 0 = off.")
     max_new_tokens: int = Field(128, ge=1, description="Longest response in tokens (with an environment: longest model turn).")
     stop_strings: list[str] = Field(

@@ -15,13 +15,14 @@ def build(cfg: Config, **objects) -> Placement:
     """The placement ``run.placement`` names, built for ``cfg`` (models loaded, engine ready).
 
     ``objects``: in-memory ``model``, ``tokenizer`` and ``reward`` to use instead of building
-    them from the config (the Python API, ``rlxf.train``).
+    them from the config (the Python API, ``rlxf.train``); ``None`` values mean "build it from
+    the config" and are allowed in every placement.
     """
     if cfg.run.placement == "local":
         from rlxf.placement.local import LocalPlacement
 
         return LocalPlacement.from_config(cfg, **objects)
-    if objects:
+    if any(v is not None for v in objects.values()):
         raise ValueError("in-memory models, tokenizers and rewards run only in the local placement "
                          "(run.placement=local); a Ray placement loads them from the config in its actors")
     if cfg.run.placement == "ray":

@@ -29,16 +29,20 @@ ends the run with ``LearnerLost`` (resume from the last checkpoint). Ray is impo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from rlxf.config import Config
+from rlxf.errors import UserInputError
 from rlxf.placement.base import LearnerLost, Placement
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupRequest, GroupStream
@@ -50,6 +54,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlxf")
 
 _ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
+# an actor that does not answer its close in this long (never placed, stuck) is killed instead
+CLOSE_TIMEOUT_S = 30.0
+# how long the actors may wait for the cluster to place them before the run says why it cannot
+PLACE_TIMEOUT_S = 300.0
+
+
+class ActorsNotPlaced(UserInputError):
+    """The cluster cannot place the actors the config asks for (too few CPUs or GPUs)."""
+_NOT_CLOSED = (*_ACTOR_LOST, GetTimeoutError)
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """Ctrl-C held back until the block ends (main thread): a second Ctrl-C landing inside
+    ``close`` left Ray's own processes running and exited 1; it now takes effect after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _threads(cpus: float, seed: int) -> None:
@@ -251,8 +278,8 @@ class _ActorReward:
     def close(self) -> None:
         for scorer in self.placement._scorers:
             try:
-                ray.get(scorer.close.remote())
-            except _ACTOR_LOST:
+                ray.get(scorer.close.remote(), timeout=CLOSE_TIMEOUT_S)
+            except _NOT_CLOSED:
                 pass
 
 
@@ -286,6 +313,7 @@ class RayPlacement(Placement):
         # learner ranks: rank 0 holds everything when colocated; the others are learner-only
         first = _Colocated if rc.mode == "colocated" else _Learner
         self._learners = [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
+        self._wait_placed("learner", self._learners)
         address, port = ray.get(self._learners[0].address.remote()) if rc.learners > 1 else (None, None)
         self._gather([h.start.remote(rank, rc.learners, address, port) for rank, h in enumerate(self._learners)])
         if rc.mode == "disaggregated":
@@ -293,8 +321,30 @@ class RayPlacement(Placement):
 
             self._engines = [self._new_engine() for _ in range(rc.engines)]
             self._scorers = [self._new_scorer() for _ in range(rc.reward_actors)]
+            self._wait_placed("engine and reward", [*self._engines, *self._scorers])
             self.reward = _ActorReward(self) if self._scorers else build_run_reward(cfg)
         self.sync_weights(0)
+
+    def _wait_placed(self, role: str, handles: list[Any]) -> None:
+        """Raise ActorsNotPlaced, naming what was asked and what the cluster has, when ``handles``
+        are not all placed within PLACE_TIMEOUT_S (before, the run waited forever, silently)."""
+        refs = [h.__ray_ready__.remote() for h in handles]
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=PLACE_TIMEOUT_S)
+        if pending:
+            rc = self.cfg.ray
+            asked = (f"learner_cpus={rc.learner_cpus} x {rc.learners}, engine_cpus={rc.engine_cpus} x "
+                     f"{rc.engines if rc.mode == 'disaggregated' else 0}, reward_cpus={rc.reward_cpus} x "
+                     f"{rc.reward_actors if rc.mode == 'disaggregated' else 0}, learner_gpus={rc.learner_gpus}, "
+                     f"engine_gpus={rc.engine_gpus}")
+            have = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
+            for handle in [*self._learners, *self._engines, *self._scorers]:  # none has anything to close yet
+                ray.kill(handle)
+            if self._started_ray:
+                ray.shutdown()
+            raise ActorsNotPlaced(
+                f"ray: {len(pending)} of {len(handles)} {role} actors could not be placed in {PLACE_TIMEOUT_S:g} s: "
+                f"the config asks for {asked}; the cluster has {have}. Lower the ray.*_cpus / *_gpus or the "
+                f"actor counts, use ray.mode: colocated, or add resources")
 
     @property
     def _colocated(self):
@@ -380,24 +430,25 @@ class RayPlacement(Placement):
         self._on_learners("load", directory)
 
     def close(self) -> None:
-        try:
-            if self._colocated is not None:
-                try:
-                    ray.get(self._colocated.call.remote("close"))
-                except _ACTOR_LOST:
-                    pass
-            if self.reward is not None:
-                self.reward.close()
-            for engine in self._engines:
-                try:
-                    ray.get(engine.close.remote())
-                except _ACTOR_LOST:
-                    pass
-        finally:
-            for handle in [*self._learners, *self._engines, *self._scorers]:
-                ray.kill(handle)
-            if self._started_ray:
-                ray.shutdown()
+        with _uninterrupted():
+            try:
+                if self._colocated is not None:
+                    try:
+                        ray.get(self._colocated.call.remote("close"), timeout=CLOSE_TIMEOUT_S)
+                    except _NOT_CLOSED:
+                        pass
+                if self.reward is not None:
+                    self.reward.close()
+                for engine in self._engines:
+                    try:
+                        ray.get(engine.close.remote(), timeout=CLOSE_TIMEOUT_S)
+                    except _NOT_CLOSED:
+                        pass
+            finally:
+                for handle in [*self._learners, *self._engines, *self._scorers]:
+                    ray.kill(handle)
+                if self._started_ray:
+                    ray.shutdown()
 
     # -- learners ---------------------------------------------------------------------------
 

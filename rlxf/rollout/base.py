@@ -20,6 +20,7 @@ still the untruncated one, as in vLLM's default.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -27,6 +28,9 @@ from typing import ClassVar, Protocol, runtime_checkable
 import torch
 
 from rlxf.types import Completion
+
+# smallest nonzero temperature: below it logits / T overflows float32 (NaN log-probs, garbage tokens)
+MIN_TEMPERATURE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,10 @@ class SamplingParams:
         problems = []
         if self.n < 1:
             problems.append(f"n must be >= 1 (got {self.n})")
-        if self.temperature < 0:
-            problems.append(f"temperature must be >= 0, 0 = greedy (got {self.temperature})")
-        if not 0.0 < self.top_p <= 1.0:
+        if not (math.isfinite(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE)):
+            problems.append(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (smaller "
+                            f"ones overflow logits / temperature) (got {self.temperature})")
+        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
             problems.append(f"top_p must be in (0, 1], 1 = off (got {self.top_p})")
         if self.top_k < 0:
             problems.append(f"top_k must be >= 0, 0 = off (got {self.top_k})")

@@ -13,8 +13,12 @@ distribution (see ``rlxf.rollout.base``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+
+from rlxf.rollout.base import MIN_TEMPERATURE  # the smallest nonzero temperature, and why
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -94,6 +98,25 @@ def _sample_full(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return (b * BLOCK + j).squeeze(-1)
 
 
+
+
+def check_sampling(temperature: float, top_p: float = 1.0) -> None:
+    """Raise ValueError, naming the field, for a temperature or top_p that cannot be sampled at:
+    non-finite, negative, 0 < temperature < ``MIN_TEMPERATURE``, top_p outside (0, 1]."""
+    problems = []
+    t = float(temperature)
+    if not math.isfinite(t) or t < 0:
+        problems.append(f"temperature must be a finite number >= 0, 0 = greedy (got {temperature})")
+    elif 0.0 < t < MIN_TEMPERATURE:
+        problems.append(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}; smaller ones overflow "
+                        f"logits / temperature (got {temperature}); use 0 for greedy decoding")
+    p = float(top_p)
+    if not (math.isfinite(p) and 0.0 < p <= 1.0):
+        problems.append(f"top_p must be a finite number in (0, 1], 1 = off (got {top_p})")
+    if problems:
+        raise ValueError("invalid sampling parameters: " + "; ".join(problems))
+
+
 def _nucleus_mass(probs_sorted: torch.Tensor, cdf: torch.Tensor, top_p: float) -> torch.Tensor:
     """Mass of the smallest prefix of a descending distribution whose mass reaches ``top_p``."""
     keep = (cdf - probs_sorted) < top_p  # a token is kept when the mass before it is < p
@@ -113,8 +136,10 @@ def sample_tokens(
     ``logits`` (N, V) float32; ``u`` (N,) uniforms in [0, 1) (ignored and may be None when
     greedy). ``logprobs[i] = log softmax(logits[i] / T)[token_i]`` (T = 1 when greedy), before
     any top-k / top-p truncation. Top-k is applied first, then top-p on the renormalised top-k
-    distribution (the order of transformers' logits processors).
+    distribution (the order of transformers' logits processors). ``temperature`` and ``top_p``
+    are checked with ``check_sampling`` (NaN, inf and 0 < T < ``MIN_TEMPERATURE`` are refused).
     """
+    check_sampling(temperature, top_p)
     logits = logits.float()
     if temperature == 0.0:
         top, tokens = logits.max(-1)

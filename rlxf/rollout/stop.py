@@ -21,9 +21,10 @@ class StopStrings:
             raise ValueError("stop_strings need a tokenizer to decode responses; build the engine with one")
         self.tokenizer = tokenizer
         self.strings = tuple(stop_strings)
-        # Every token of the window decodes to >= 1 character except partial UTF-8 pieces, so
-        # len + 8 tokens always reach back past the start of an occurrence ending now.
-        self.window = max(len(s) for s in self.strings) + 8
+        # Every token holds >= 1 byte of the text (a byte-level token may hold a single byte of a
+        # multi-byte character), so the UTF-8 length + 8 tokens always reach back past the start
+        # of an occurrence ending now, with a margin for a partial character before it.
+        self.window = max(len(s.encode("utf-8")) for s in self.strings) + 8
         last_chars = {s[-1] for s in self.strings}
         known = min(vocab_size, len(tokenizer))
         texts = tokenizer.batch_decode([[i] for i in range(known)])

@@ -245,3 +245,15 @@ def test_env_episodes_on_disaggregated_engines_train_as_local(tmp_path, nano_mod
     runs = tmp_path / "runs"
     samples = [(runs / name / "samples.jsonl").read_text() for name in ("env-local", "env-split")]
     assert samples[0] == samples[1] and '"turns": 2' in samples[0]     # the episodes themselves, step by step
+
+
+def test_actors_the_cluster_cannot_place_are_named_instead_of_waited_for(tmp_path, nano_model_dir, local_ray,
+                                                                          monkeypatch):
+    """An engine asking for 8 CPUs of a 2-CPU cluster: the run waited forever, silently."""
+    import rlxf.placement.ray as ray_placement
+
+    monkeypatch.setattr(ray_placement, "PLACE_TIMEOUT_S", 3.0)
+    cfg = _cfg(tmp_path, nano_model_dir, "too-big", "run.placement=ray", "ray.mode=disaggregated", "ray.engine_cpus=8")
+    with pytest.raises(ray_placement.ActorsNotPlaced, match=r"1 of 1 engine and reward actors could not be placed.*"
+                                                            r"engine_cpus=8"):
+        ray_placement.RayPlacement(cfg)
