@@ -18,6 +18,7 @@ must be importable there (installed, or on the path of the config's directory).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import numbers
@@ -44,13 +45,25 @@ def load_function(spec: str) -> Callable[..., Any]:
 def as_result(value: Any, where: str) -> RewardResult:
     """A custom function's return value as a RewardResult (TypeError if it cannot be)."""
     if isinstance(value, RewardResult):
-        return value
+        return _checked(value, where)
     if isinstance(value, numbers.Real):  # bool included: True -> 1.0
         return RewardResult(float(value))
     if isinstance(value, dict) and "score" in value:
-        return RewardResult(float(value["score"]), dict(value.get("metrics", {})), value.get("error"))
+        return _checked(RewardResult(float(value["score"]), dict(value.get("metrics") or {}), value.get("error")),
+                        where)
     raise TypeError(f"{where} returned {type(value).__name__}; return a number, a RewardResult or "
                     "{'score': ..., 'metrics': {...}}")
+
+
+def _checked(result: RewardResult, where: str) -> RewardResult:
+    """``result`` with its metrics as floats; TypeError (that sample's error) naming a bad one."""
+    metrics = {}
+    for k, v in result.metrics.items():
+        if isinstance(v, str) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{where} returned metric {k!r} = {v!r:.80} ({type(v).__name__}); metrics must be "
+                            "numbers")
+        metrics[k] = float(v)
+    return dataclasses.replace(result, metrics=metrics)
 
 
 class CustomVerifier(SyncVerifier):

@@ -39,6 +39,7 @@ from rlxf.rewards.types import RewardInput, RewardResult, VerifierFailure, descr
 
 log = logging.getLogger(__name__)
 PACKET = 16  # calls handed to a lane at once: fewer round trips, little work lost to a kill
+START_ATTEMPTS = 4  # replacements in a row that may die while starting before the pool gives up
 
 
 @dataclass
@@ -232,6 +233,8 @@ class VerifierPool:
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
         self.counts = {"timeouts": 0, "crashes": 0, "restarts": 0}
+        self._start_failures = 0  # replacements in a row that died before becoming ready
+        self.broken: str | None = None  # set once no worker can be started: every call fails with it
         self._lanes: list[_Lane] = []
         # Workers are started by the dispatcher thread: their parent-death signal follows the
         # thread that forked them, and this one lives exactly as long as the pool.
@@ -288,6 +291,10 @@ class VerifierPool:
         with self._lock:
             for x in inputs:
                 future: Future = Future()
+                if self.broken is not None:  # no worker left to run it: fail at once
+                    future.set_result(VerifierFailure("crash", self.broken))
+                    futures.append(future)
+                    continue
                 self._ids += 1
                 self._pending.append(_Call(self._ids, verifier, x, future))
                 futures.append(future)
@@ -359,11 +366,13 @@ class VerifierPool:
         kind = event[0]
         if kind == "ready":
             lane.ready = True
+            self._start_failures = 0
         elif kind == "init_error":
             lane.init_error = event[1]  # type: ignore[attr-defined]
-            lane.ready = True
-            if self._started.is_set():  # a replacement that cannot start: give up on that lane
-                self._drop(lane, f"a reward worker could not rebuild its verifiers: {event[1]}")
+            if self._started.is_set():  # a replacement that cannot start
+                self._start_failed(lane, f"a reward worker could not rebuild its verifiers: {event[1]}")
+            else:
+                lane.ready = True
         elif kind == "done":
             _, call_id, ok, payload = event
             if lane.packet and lane.packet[0].id == call_id:
@@ -371,20 +380,37 @@ class VerifierPool:
                 self._finish(call, payload if ok else VerifierFailure("error", payload))
                 lane.started = time.monotonic()
 
-    def _drop(self, lane: _Lane, message: str) -> None:
-        """Remove a lane that cannot work; with none left, fail everything queued."""
+    def _start_failed(self, lane: _Lane, message: str) -> None:
+        """A replacement died (or failed) while starting: retry a few times with a backoff, then,
+        with no lane left, mark the pool broken so every queued and later call fails at once."""
         log.error("%s", message)
         lane.kill()
         self._lanes.remove(lane)
-        if not self._lanes:
-            with self._lock:
-                while self._pending:
-                    self._finish(self._pending.popleft(), VerifierFailure("crash", message))
+        if self._closed:
+            return
+        self._start_failures += 1
+        if self._start_failures < START_ATTEMPTS:
+            time.sleep(min(2.0, 0.25 * 2 ** (self._start_failures - 1)))
+            try:
+                self._lanes.append(self._new_lane())
+                log.warning("starting another reward worker (attempt %d of %d)", self._start_failures + 1,
+                            START_ATTEMPTS)
+                return
+            except Exception as e:  # noqa: BLE001 - e.g. out of processes: give up below
+                message = f"{message}; starting another failed: {describe_exception(e)}"
+        if self._lanes:
+            return
+        with self._lock:
+            self.broken = (f"no reward worker could be started ({START_ATTEMPTS} attempts in a row failed; "
+                           f"last: {message})")
+            log.error("%s: every reward call now fails", self.broken)
+            while self._pending:
+                self._finish(self._pending.popleft(), VerifierFailure("crash", self.broken))
 
     def _replace(self, lane: _Lane, kind: str, message: str) -> None:
         """Fail the lane's current call, requeue the rest, start a fresh lane."""
-        if not lane.ready:  # died while starting: do not respawn in a loop
-            self._drop(lane, "a replacement reward worker died while starting")
+        if not lane.ready:  # died while starting: retry a bounded number of times
+            self._start_failed(lane, "a replacement reward worker died while starting")
             return
         self.counts["timeouts" if kind == "timeout" else "crashes"] += 1
         if lane.packet:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -84,6 +85,9 @@ def _failure(outcome: Outcome) -> VerifierFailure | None:
         return VerifierFailure("error", outcome.error)
     if not math.isfinite(outcome.score):
         return VerifierFailure("error", f"non-finite score {outcome.score}")
+    for k, v in outcome.metrics.items():
+        if isinstance(v, str) or not isinstance(v, numbers.Real):  # would fail float() in combine
+            return VerifierFailure("error", f"metric {k!r} is {type(v).__name__} {v!r:.80}, not a number")
     return None
 
 
@@ -168,6 +172,11 @@ class LocalReward:
         parts = await asyncio.gather(*(chunk(batch[k:k + size]) for k in range(0, len(batch), size)))
         return [o for part in parts for o in part]
 
+    @property
+    def problem(self) -> str | None:
+        """Why this scorer cannot score any more (no reward worker can be started), or None."""
+        return self._pool.broken if self._pool is not None else None
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -238,6 +247,10 @@ class RemoteReward:
                 if response.status_code == 200:
                     return self._parse(batch, response.json())
                 problem = f"HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code == 413 and len(batch) > 1:  # too big a body: halve and resend
+                    half = len(batch) // 2
+                    parts = await asyncio.gather(self._post(client, batch[:half]), self._post(client, batch[half:]))
+                    return [s for part in parts for s in part]
                 if response.status_code < 500 and response.status_code != 429:
                     break  # our request is wrong: retrying will not help
             if attempt < self.retries:

@@ -2,6 +2,7 @@
 
     GET  /health  -> {"status": "ok", "verifiers": [...], "accuracy": name, "max_batch_size": N,
                       "in_flight": k, "waiting": w}
+                     (503, "status": "unhealthy", "error": why, once the scorer cannot score)
     POST /score   {"samples": [RewardInput as JSON, ...]}
                   -> {"results": [ScoredSample as JSON, ...], "metrics": {...}}   (same order)
 
@@ -27,6 +28,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlxf.config.reward import RewardServerConfig
@@ -66,9 +68,13 @@ def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None,
     state = {"in_flight": 0, "waiting": 0}
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "verifiers": scorer.names, "accuracy": scorer.accuracy,
+    async def health() -> Any:
+        body = {"status": "ok", "verifiers": scorer.names, "accuracy": scorer.accuracy,
                 "max_batch_size": limits.max_batch_size, **state}
+        problem = getattr(scorer, "problem", None)
+        if problem:  # e.g. no reward worker can be started: every /score would fail
+            return JSONResponse({**body, "status": "unhealthy", "error": problem}, status_code=503)
+        return body
 
     @app.post("/score")
     async def score(request: ScoreRequest, http: Request) -> dict[str, Any]:

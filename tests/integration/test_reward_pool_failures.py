@@ -1,0 +1,146 @@
+"""Review round 3: a pool that cannot restart its worker fails fast (never hangs) and says so
+in /health; a non-numeric metric fails only its sample; RemoteReward splits a batch refused
+for its body size."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from rlxf.config.reward import RewardConfig, RewardServerConfig
+from rlxf.rewards import LocalReward, RemoteReward, RewardInput, VerifierFailure
+from rlxf.rewards.custom import as_result
+from rlxf.rewards.pool import START_ATTEMPTS, VerifierPool
+from rlxf.rewards.scorer import combine
+from rlxf.rewards.server import server_config
+from rlxf.rewards.types import RewardResult, ScoredSample
+
+HERE = __name__
+
+
+def crashy(sample):
+    if sample.response == "crash":
+        os._exit(3)
+    return 1.0
+
+
+def str_metric(sample):
+    if sample.response == "bad":
+        return {"score": 1.0, "metrics": {"tag": "abc"}}
+    return {"score": 1.0, "metrics": {"n": 2}}
+
+
+def crashy_cfg(workers: int = 1) -> RewardConfig:
+    return RewardConfig.model_validate({"verifiers": [{"type": f"{HERE}:crashy", "name": "c"}],
+                                        "workers": workers, "timeout_s": 5.0})
+
+
+def _dying_lanes(pool: VerifierPool, times: int | None) -> list[int]:
+    """Make the next ``times`` (None: all) replacement workers die while starting."""
+    real, killed = pool._new_lane, []
+
+    def new_lane():
+        lane = real()
+        if times is None or len(killed) < times:
+            lane.proc.kill()
+            killed.append(lane.proc.pid)
+        return lane
+
+    pool._new_lane = new_lane
+    return killed
+
+
+def test_a_replacement_dying_while_starting_is_retried():
+    with LocalReward(crashy_cfg()) as scorer:
+        killed = _dying_lanes(scorer._pool, 1)
+        assert scorer.score([RewardInput("q", "crash")])[0].failures["c"].kind == "crash"
+        out = scorer.score([RewardInput("q", "fine")])  # used to hang: no lane left
+        assert len(killed) == 1 and out[0].reward == 1.0 and not out[0].failures
+        assert scorer.problem is None
+
+
+def test_no_startable_worker_fails_every_call_at_once_with_a_reason():
+    pool = VerifierPool(crashy_cfg().verifiers, workers=1, timeout_s=5.0)
+    try:
+        killed = _dying_lanes(pool, None)
+        assert pool.submit(0, [RewardInput("q", "crash")])[0].result(30).kind == "crash"
+        queued = pool.submit(0, [RewardInput("q", "a"), RewardInput("q", "b")])
+        for f in queued:  # queued while the pool was still retrying, or after: never hangs
+            out = f.result(30)
+            assert isinstance(out, VerifierFailure) and "no reward worker could be started" in out.message
+        assert len(killed) == START_ATTEMPTS and pool.broken
+        start = time.monotonic()
+        later = pool.submit(0, [RewardInput("q", "c")])[0].result(5)
+        assert isinstance(later, VerifierFailure) and time.monotonic() - start < 1
+    finally:
+        pool.close()
+
+
+def test_a_non_numeric_metric_fails_only_its_sample():
+    with pytest.raises(TypeError, match="'tag'"):
+        as_result({"score": 1.0, "metrics": {"tag": "abc"}}, "m:f")
+    assert as_result({"score": 1, "metrics": {"n": True}}, "m:f").metrics == {"n": 1.0}
+    # a RewardResult with a bad metric (from any verifier) is that verifier's failure, not a raise
+    s = combine(["a"], [1.0], [RewardResult(1.0, {"x": "abc"})], accuracy="a", error_score=-1.0)
+    assert s.reward == -1.0 and "'x'" in s.failures["a"].message
+    cfg = RewardConfig.model_validate({"verifiers": [{"type": f"{HERE}:str_metric", "name": "s"}],
+                                       "workers": 0, "error_score": -1.0})
+    with LocalReward(cfg) as scorer:
+        bad, good = scorer.score([RewardInput("q", "bad"), RewardInput("q", "good")])
+    assert bad.reward == -1.0 and "'tag'" in bad.failures["s"].message
+    assert good.reward == 1.0 and good.metrics == {"s/n": 2.0}
+
+
+class FakeScorer:
+    names = ["fake"]
+    accuracy = "fake"
+    problem = None
+
+    async def ascore(self, batch):
+        return [ScoredSample(reward=1.0, scores={"fake": 1.0}, correct=True, uid=x.uid) for x in batch]
+
+
+@contextlib.contextmanager
+def serving(scorer, limits: RewardServerConfig):
+    server = uvicorn.Server(server_config(scorer, limits, "127.0.0.1", 0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the reward server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_health_is_unhealthy_when_the_scorer_cannot_score():
+    scorer = FakeScorer()
+    with serving(scorer, RewardServerConfig()) as url:
+        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+        scorer.problem = "no reward worker could be started"
+        resp = httpx.get(f"{url}/health")
+        assert resp.status_code == 503 and resp.json()["status"] == "unhealthy"
+        assert "no reward worker" in resp.json()["error"]
+
+
+def test_remote_reward_halves_a_batch_refused_for_its_body_size():
+    with serving(FakeScorer(), RewardServerConfig(max_body_mb=0.05)) as url:  # ~52 kB
+        remote = RemoteReward(url, retries=0)
+        batch = [RewardInput("p", "r", "t" * 2000, uid=str(i)) for i in range(64)]  # ~130 kB in all
+        out = remote.score(batch)
+        assert [s.uid for s in out] == [str(i) for i in range(64)]
+        assert not any(s.failures for s in out)
+        batch[5] = RewardInput("p", "r", "t" * 100_000, uid="5")  # one sample alone is too big
+        out = remote.score(batch)
+        assert [s.uid for s in out] == [str(i) for i in range(64)]
+        assert [i for i, s in enumerate(out) if s.failures] == [5]
+        assert "413" in out[5].failures["remote"].message
