@@ -1,4 +1,4 @@
-"""Review round 3: a pool that cannot restart its worker fails fast (never hangs) and says so
+"""A pool that cannot restart its worker fails fast (never hangs) and says so
 in /health; a non-numeric metric fails only its sample; RemoteReward splits a batch refused
 for its body size."""
 
