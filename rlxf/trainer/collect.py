@@ -85,17 +85,25 @@ def check_reward_failures(trajs: list[Trajectory], step: int, reward: RewardConf
     exceptions sit in samples.jsonl. The first step allows ``max_error_frac_first_step``
     (default none): a broken reward function shows before any training.
     """
+    stop_on_reward_failures(trajs, reward, first=step == 1, where=f"step {step}",
+                            carry_on=f"train on with failed samples scored reward.error_score={reward.error_score:g}")
+
+
+def stop_on_reward_failures(trajs: list[Trajectory], reward: RewardConfig, *, first: bool, where: str,
+                            carry_on: str) -> None:
+    """Raise ``RewardFailures`` when more of ``trajs`` failed their reward than the config allows:
+    ``reward.max_error_frac_first_step`` for a run's ``first`` batch, else ``reward.max_error_frac``.
+    ``where`` names the batch in the message, ``carry_on`` says what raising the limit does."""
     failed = [t for t in trajs if t.reward_error is not None]
-    limit, name = ((reward.max_error_frac_first_step, "reward.max_error_frac_first_step") if step == 1
+    limit, name = ((reward.max_error_frac_first_step, "reward.max_error_frac_first_step") if first
                    else (reward.max_error_frac, "reward.max_error_frac"))
     if not failed or len(failed) <= limit * len(trajs):
         return
-    first = failed[0]
+    first_failure = failed[0]
     raise RewardFailures(
-        f"step {step}: the reward failed on {len(failed)} of {len(trajs)} samples, more than {name}={limit:g} "
-        f"allows. The first failure (prompt {first.prompt.uid}):\n{first.reward_error}\n"
-        f"Fix the verifier, or raise {name} to train on with failed samples scored "
-        f"reward.error_score={reward.error_score:g}."
+        f"{where}: the reward failed on {len(failed)} of {len(trajs)} samples, more than {name}={limit:g} "
+        f"allows. The first failure (prompt {first_failure.prompt.uid}):\n{first_failure.reward_error}\n"
+        f"Fix the verifier, or raise {name} to {carry_on}."
     )
 
 

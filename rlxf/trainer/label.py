@@ -31,7 +31,7 @@ from rlxf.config.reward import RewardConfig
 from rlxf.errors import UserInputError
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
-from rlxf.trainer.collect import RewardFailures, Rollout
+from rlxf.trainer.collect import Rollout, stop_on_reward_failures
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
 
@@ -47,22 +47,6 @@ def best_and_worst(group: list[Trajectory]) -> tuple[Trajectory, Trajectory] | N
     best = max(range(len(scored)), key=lambda i: (scored[i].reward, -i))
     worst = min(range(len(scored)), key=lambda i: (scored[i].reward, i))
     return scored[best], scored[worst]
-
-
-def check_label_failures(trajs: list[Trajectory], where: str, limit: float, name: str, error_score: float) -> None:
-    """Stop labelling when more than ``limit`` of a batch's samples have a failed reward: a
-    judge that is down would otherwise leave every prompt without a pair, or a flaky one
-    quietly shrink k. ``where`` names the batch; ``name`` the config field that sets ``limit``."""
-    failed = [t for t in trajs if t.reward_error is not None]
-    if not failed or len(failed) <= limit * len(trajs):
-        return
-    first = failed[0]
-    raise RewardFailures(
-        f"rlxf label, {where}: the reward failed on {len(failed)} of {len(trajs)} samples, more than {name}={limit:g} "
-        f"allows. The first failure (prompt {first.prompt.uid}):\n{first.reward_error}\n"
-        f"Fix the verifier, or raise {name} to label on: samples whose reward failed (scored "
-        f"reward.error_score={error_score:g}) are left out of the pairs and counted in label_summary.json."
-    )
 
 
 def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, cfg: LabelConfig, *,
@@ -83,10 +67,11 @@ def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingPar
         chunk = prompts[start:start + cfg.batch_prompts]
         trajs = rollout.generate(chunk, [derive_seed(seed, start + i) for i in range(len(chunk))], sampling)
         rollout.score(trajs, sampling.max_new_tokens)
-        limit, name = ((reward.max_error_frac_first_step, "reward.max_error_frac_first_step")
-                       if run_start and start == 0 else (reward.max_error_frac, "reward.max_error_frac"))
-        check_label_failures(trajs, f"{split} prompts {start}-{start + len(chunk) - 1}", limit, name,
-                             reward.error_score)
+        stop_on_reward_failures(
+            trajs, reward, first=run_start and start == 0,
+            where=f"rlxf label, {split} prompts {start}-{start + len(chunk) - 1}",
+            carry_on=(f"label on: samples whose reward failed (scored reward.error_score={reward.error_score:g}) "
+                      "are left out of the pairs and counted in label_summary.json"))
         errors = [t.reward_error for t in trajs if t.reward_error is not None]
         failed += len(errors)
         first_error = first_error or (errors[0] if errors else None)

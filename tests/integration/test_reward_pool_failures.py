@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
+from reward_server_helpers import server_in_thread
 
 from rlxf.config.reward import RewardConfig, RewardServerConfig
 from rlxf.rewards import LocalReward, RemoteReward, RewardInput, VerifierFailure
@@ -108,18 +107,8 @@ class FakeScorer:
 
 @contextlib.contextmanager
 def serving(scorer, limits: RewardServerConfig):
-    server = uvicorn.Server(server_config(scorer, limits, "127.0.0.1", 0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the reward server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with server_in_thread(server_config(scorer, limits, "127.0.0.1", 0, log_level="warning")) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_health_is_unhealthy_when_the_scorer_cannot_score():

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 
 import httpx
 import pytest
 import uvicorn
+from reward_server_helpers import server_in_thread
 
 from rlxf.config.reward import RewardConfig, RewardServerConfig
 from rlxf.rewards import LocalReward, RemoteReward, RewardInput, build_reward
@@ -34,19 +34,8 @@ def slow(sample):
 def serving(scorer, limits=None):
     """Run the app with uvicorn on a free loopback port in a thread; yield its URL."""
     config = uvicorn.Config(create_app(scorer, limits), host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the reward server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with server_in_thread(config) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def reward_cfg(**extra) -> RewardConfig:

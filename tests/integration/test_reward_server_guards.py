@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-import uvicorn
+from reward_server_helpers import server_in_thread
 
 from rlxf.config.reward import RewardServerConfig
 from rlxf.rewards import RemoteReward, RewardInput
@@ -42,19 +42,8 @@ class FakeScorer:
 
 @contextlib.contextmanager
 def serving(scorer, limits: RewardServerConfig, host: str = "127.0.0.1"):
-    server = uvicorn.Server(server_config(scorer, limits, host, 0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the reward server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with server_in_thread(server_config(scorer, limits, host, 0, log_level="warning")) as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def body(n: int = 1) -> dict:
