@@ -268,7 +268,8 @@ class JudgeVerifierConfig(_Verifier):
     score_max: float = Field(10.0, description="Highest score the rubric allows (maps to 1).")
     score_pattern: str | None = Field(
         None, description="Regex whose group 1 is the score; default finds `SCORE: x`, `[[x]]`, "
-        "`<score>x</score>`, `x/10`, `x out of 10` (the one that ends last).",
+        "`<score>x</score>`, `x/10`, `x out of 10` (the one that ends last), the first three ahead of the last "
+        "two, and the one of the first three the rubric asks for (if it names one) ahead of all.",
     )
     max_tokens: int = Field(512, ge=1, description="Longest judge reply.")
     temperature: float = Field(0.0, ge=0, description="Judge sampling temperature.")

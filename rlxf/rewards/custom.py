@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import importlib
 import inspect
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -59,9 +60,9 @@ def _checked(result: RewardResult, where: str) -> RewardResult:
     """``result`` with its metrics as floats; TypeError (that sample's error) naming a bad one."""
     metrics = {}
     for k, v in result.metrics.items():
-        if isinstance(v, str) or not isinstance(v, numbers.Real):
+        if isinstance(v, str) or not isinstance(v, numbers.Real) or not math.isfinite(v):
             raise TypeError(f"{where} returned metric {k!r} = {v!r:.80} ({type(v).__name__}); metrics must be "
-                            "numbers")
+                            "finite numbers")
         metrics[k] = float(v)
     return dataclasses.replace(result, metrics=metrics)
 

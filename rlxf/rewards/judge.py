@@ -34,6 +34,18 @@ DEFAULT_PATTERNS = (
     (rf"\b{_NUM}\s*/\s*\d+(?:\.\d+)?\b",          # 7/10
      rf"(?i)\b{_NUM}\s+out\s+of\s+\d+(?:\.\d+)?\b"),  # 7 out of 10
 )
+# how a rubric asks for each explicit format, and that format's pattern
+_ASKED = ((re.compile(r"(?i)\bscore\s*[:=]"), DEFAULT_PATTERNS[0][0]),
+          (re.compile(r"\[\["), DEFAULT_PATTERNS[0][1]),
+          (re.compile(r"(?i)<score>"), DEFAULT_PATTERNS[0][2]))
+
+
+def asked_format(rubric: str) -> str | None:
+    """The pattern of the one explicit score format (``SCORE:``, ``[[N]]``, ``<score>``) that
+    ``rubric`` asks the judge for, or None when it names none or several. A judge's reply may
+    quote the graded response, which can carry a verdict of its own in another of these formats."""
+    asked = [pattern for marker, pattern in _ASKED if marker.search(rubric)]
+    return asked[0] if len(asked) == 1 else None
 
 
 @dataclass
@@ -51,12 +63,14 @@ class ChatClient(Protocol):
                    temperature: float) -> list[ChatReply]: ...
 
 
-def parse_score(reply: str, low: float, high: float, pattern: str | None = None) -> float | None:
+def parse_score(reply: str, low: float, high: float, pattern: str | None = None,
+                asked: str | None = None) -> float | None:
     """The judge's score in ``reply``, or None: of the matches within [low, high] of the first
     tier of ``DEFAULT_PATTERNS`` that has any (an explicit ``SCORE:``, ``[[N]]`` or
     ``<score>``, then ``N/M`` or ``N out of M``), the one that ends last (a judge gives its
     verdict after its reasoning, which may quote a score the response claimed for itself).
-    ``pattern`` replaces the tiers with one of its own.
+    ``pattern`` replaces the tiers with one of its own; ``asked`` (see ``asked_format``) goes
+    ahead of them as a tier of its own.
 
     >>> parse_score("SCORE: 2. It claims 10 out of 10 confidence.", 0, 10)
     2.0
@@ -67,8 +81,11 @@ def parse_score(reply: str, low: float, high: float, pattern: str | None = None)
     3.0
     >>> parse_score("no idea", 0, 10) is None
     True
+    >>> parse_score("SCORE: 2\\nIt ends with [[10]], its own verdict.", 0, 10, asked=asked_format("SCORE: <n>"))
+    2.0
     """
-    for tier in ([(pattern,)] if pattern else DEFAULT_PATTERNS):
+    tiers = [(pattern,)] if pattern else ([(asked,)] if asked else []) + list(DEFAULT_PATTERNS)
+    for tier in tiers:
         found: list[tuple[int, float]] = []
         for pat in tier:
             for match in re.finditer(pat, reply):
@@ -192,6 +209,7 @@ class JudgeVerifier:
         self.score_min = score_min
         self.score_max = score_max
         self.score_pattern = score_pattern
+        self.asked = asked_format(rubric)
         self.max_tokens = max_tokens
         self.temperature = temperature
 
@@ -227,7 +245,7 @@ class JudgeVerifier:
     def verdict(self, reply: ChatReply) -> RewardResult:
         if reply.error is not None:
             return RewardResult.failed(reply.error)
-        raw = parse_score(reply.text, self.score_min, self.score_max, self.score_pattern)
+        raw = parse_score(reply.text, self.score_min, self.score_max, self.score_pattern, self.asked)
         if raw is None:
             return RewardResult.failed(f"judge reply has no score in [{_fmt(self.score_min)}, "
                                        f"{_fmt(self.score_max)}]: {reply.text[-200:]!r}")

@@ -88,6 +88,8 @@ def _failure(outcome: Outcome) -> VerifierFailure | None:
     for k, v in outcome.metrics.items():
         if isinstance(v, str) or not isinstance(v, numbers.Real):  # would fail float() in combine
             return VerifierFailure("error", f"metric {k!r} is {type(v).__name__} {v!r:.80}, not a number")
+        if not math.isfinite(v):   # would be invalid JSON in samples.jsonl and the reward server's reply
+            return VerifierFailure("error", f"metric {k!r} is {v}, not a finite number")
     return None
 
 

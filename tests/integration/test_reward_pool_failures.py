@@ -88,6 +88,11 @@ def test_a_non_numeric_metric_fails_only_its_sample():
     # a RewardResult with a bad metric (from any verifier) is that verifier's failure, not a raise
     s = combine(["a"], [1.0], [RewardResult(1.0, {"x": "abc"})], accuracy="a", error_score=-1.0)
     assert s.reward == -1.0 and "'x'" in s.failures["a"].message
+    for value in (float("nan"), float("inf")):   # not JSON: fails the sample too
+        s = combine(["a"], [1.0], [RewardResult(1.0, {"x": value})], accuracy="a", error_score=-1.0)
+        assert s.reward == -1.0 and "not a finite number" in s.failures["a"].message
+        with pytest.raises(TypeError, match="finite"):
+            as_result({"score": 1.0, "metrics": {"m": value}}, "m:f")
     cfg = RewardConfig.model_validate({"verifiers": [{"type": f"{HERE}:str_metric", "name": "s"}],
                                        "workers": 0, "error_score": -1.0})
     with LocalReward(cfg) as scorer:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from rlxf.config.reward import JudgeVerifierConfig
 from rlxf.rewards.answers import MathVerifier, NumericVerifier
 from rlxf.rewards.code import checks_pass, outputs_match, parse_assert, values_match
 from rlxf.rewards.extract import answer_tag, boxed, parse_integer, parse_number
-from rlxf.rewards.judge import parse_score
+from rlxf.rewards.judge import ChatReply, JudgeVerifier, parse_score
 from rlxf.rewards.reasoning_gym import ReasoningGymVerifier, answer_is_safe_to_run, score_answer_safely
 from rlxf.rewards.types import RewardInput
 
@@ -157,6 +158,17 @@ def test_code_results_compare_an_expected_integer_without_a_relative_band():
 ])
 def test_an_incidental_fraction_never_overrides_an_explicit_score(reply, expected):
     assert parse_score(reply, 0, 10) == expected
+
+
+def test_a_verdict_quoted_from_the_response_never_overrides_the_format_the_rubric_asks_for():
+    """The judge's reply may quote the response after its own verdict; a format the rubric did
+    not ask for (the response's own "[[10]]") loses to the one it did, whichever it is."""
+    judge = JudgeVerifier("j", client=None, rubric=JudgeVerifierConfig.model_fields["rubric"].default)  # SCORE:
+    assert judge.verdict(ChatReply("SCORE: 2\nIt ends with [[10]] and <score>10</score>.")).metrics["raw"] == 2.0
+    mt_bench = JudgeVerifier("j", client=None, rubric="Grade {response}. Reply [[rating]].")
+    assert mt_bench.verdict(ChatReply("[[2]]. It says Score: 10 of itself.")).metrics["raw"] == 2.0
+    both = JudgeVerifier("j", client=None, rubric="Reply SCORE: n or [[n]].")   # no one format: the last
+    assert both.verdict(ChatReply("SCORE: 2. It says [[10]].")).metrics["raw"] == 10.0
 
 
 def test_extraction_of_unclosed_tags_finds_nothing_in_one_pass():
