@@ -10,7 +10,10 @@ of calls from one shared queue and watches the clock: the call a lane is on may 
 ``timeout_s``; past that the call is recorded as a timeout, the lane is killed (a thread can
 only be abandoned) and replaced, and the rest of its packet goes back to the queue. A worker
 that dies mid-call (segfault, os._exit, OOM kill) records a crash for that call the same way.
-A verifier that raises records an error. Nothing a verifier does stops the batch.
+A verifier that raises records an error. Nothing a verifier does stops the batch. A
+replacement that does not become ready within ``start_timeout_s`` counts as one that died while
+starting. A cancelled future (a reward server's client hung up) is not run: queued, it is
+dropped; on a lane whose every call is cancelled, the lane is replaced at once.
 
 Futures are ``concurrent.futures.Future``: usable from threads and, through
 ``asyncio.wrap_future``, from any event loop.
@@ -104,6 +107,7 @@ class _Lane:
         self.ready = False
         self.packet: collections.deque[_Call] = collections.deque()
         self.started = 0.0  # when the call at the head of the packet started
+        self.created = time.monotonic()  # a lane not ready by created + start_timeout_s is dead
 
     @property
     def busy(self) -> bool:
@@ -225,6 +229,7 @@ class VerifierPool:
             verifiers = [build_verifier(c) for c in configs or []]
         self.workers = workers
         self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
         self._configs = configs
         self._verifiers = verifiers
         self._pending: collections.deque[_Call] = collections.deque()
@@ -232,6 +237,7 @@ class VerifierPool:
         self._ids = 0
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
+        self._cancelled = False  # a future was cancelled since the dispatcher last looked
         self.counts = {"timeouts": 0, "crashes": 0, "restarts": 0}
         self._start_failures = 0  # replacements in a row that died before becoming ready
         self.broken: str | None = None  # set once no worker can be started: every call fails with it
@@ -297,9 +303,18 @@ class VerifierPool:
                     continue
                 self._ids += 1
                 self._pending.append(_Call(self._ids, verifier, x, future))
+                future.add_done_callback(self._wake_if_cancelled)
                 futures.append(future)
         os.write(self._wake_w, b"x")
         return futures
+
+    def _wake_if_cancelled(self, future: Future) -> None:
+        if future.cancelled() and not self._closed:
+            self._cancelled = True
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # closed meanwhile
+                pass
 
     def close(self) -> None:
         """Stop the dispatcher and the workers; unfinished calls fail with a crash."""
@@ -332,6 +347,7 @@ class VerifierPool:
             now = time.monotonic()
             busy = [lane for lane in self._lanes if lane.packet]
             deadlines = [lane.started + self.timeout_s for lane in busy]
+            deadlines += [lane.created + self.start_timeout_s for lane in self._lanes if not lane.ready]
             wait = max(0.0, min(deadlines) - now) if deadlines else None
             ready = multiprocessing.connection.wait([self._wake_r, *self._lanes], wait)
             if self._wake_r in ready:
@@ -343,10 +359,31 @@ class VerifierPool:
                             self._on_event(lane, event)
                     except (EOFError, OSError):
                         self._replace(lane, "crash", "the reward worker process died during this call")
+            if self._cancelled:
+                self._drop_cancelled()
             now = time.monotonic()
             for lane in list(self._lanes):
                 if lane.packet and now - lane.started > self.timeout_s:
                     self._replace(lane, "timeout", f"no result within reward.timeout_s={self.timeout_s:g}s")
+                elif not lane.ready and now - lane.created > self.start_timeout_s:
+                    self._start_failed(lane, f"a replacement reward worker was not ready within "
+                                             f"{self.start_timeout_s:g}s")
+
+    def _drop_cancelled(self) -> None:
+        """Nobody waits for a cancelled call: drop the queued ones, and replace a lane whose every
+        call is cancelled rather than let it finish them (or hang in them to their time limit)."""
+        self._cancelled = False
+        with self._lock:
+            self._pending = collections.deque(c for c in self._pending if not c.future.cancelled())
+        for lane in list(self._lanes):
+            if lane.ready and lane.packet and all(c.future.cancelled() for c in lane.packet):
+                lane.packet.clear()
+                lane.kill()
+                self._lanes.remove(lane)
+                log.info("reward calls cancelled by their caller: %s", "replacing their worker" if self.workers
+                         else "abandoning their thread")
+                if not self._closed:
+                    self._lanes.append(self._new_lane())
 
     def _assign(self) -> None:
         with self._lock:

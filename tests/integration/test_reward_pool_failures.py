@@ -1,11 +1,12 @@
 """A pool that cannot restart its worker fails fast (never hangs) and says so
-in /health; a non-numeric metric fails only its sample; RemoteReward splits a batch refused
-for its body size."""
+in /health; calls nobody waits for any more stop taking a worker; a non-numeric metric fails
+only its sample; RemoteReward splits a batch refused for its body size."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 
 import httpx
@@ -26,6 +27,12 @@ HERE = __name__
 def crashy(sample):
     if sample.response == "crash":
         os._exit(3)
+    return 1.0
+
+
+def sleepy(sample):
+    if sample.response == "slow":
+        time.sleep(60)
     return 1.0
 
 
@@ -79,6 +86,55 @@ def test_no_startable_worker_fails_every_call_at_once_with_a_reason():
         assert isinstance(later, VerifierFailure) and time.monotonic() - start < 1
     finally:
         pool.close()
+
+
+def test_a_replacement_that_hangs_while_starting_is_given_up_on():
+    pool = VerifierPool(crashy_cfg().verifiers, workers=1, timeout_s=5.0, start_timeout_s=1.0)
+    real, stopped = pool._new_lane, []
+
+    def hanging_lane():   # never says ready: as a verifier whose import blocks would
+        lane = real()
+        os.kill(lane.proc.pid, signal.SIGSTOP)
+        stopped.append(lane.proc.pid)
+        return lane
+
+    try:
+        pool._new_lane = hanging_lane
+        assert pool.submit(0, [RewardInput("q", "crash")])[0].result(30).kind == "crash"
+        out = pool.submit(0, [RewardInput("q", "a")])[0].result(30)   # used to wait for ever
+        assert isinstance(out, VerifierFailure) and "not ready within 1s" in out.message
+        assert len(stopped) == START_ATTEMPTS and pool.broken
+    finally:
+        pool.close()
+
+
+def sleepy_cfg(workers: int) -> RewardConfig:
+    return RewardConfig.model_validate({"verifiers": [{"type": f"{HERE}:sleepy", "name": "s"}],
+                                        "workers": workers, "timeout_s": 120.0})
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_cancelled_calls_free_their_worker(workers):
+    pool = VerifierPool(sleepy_cfg(workers).verifiers, workers=workers, timeout_s=120.0)
+    try:
+        running = pool.submit(0, [RewardInput("q", "slow")] * 3)   # one packet, on the only lane
+        time.sleep(0.5)
+        queued = pool.submit(0, [RewardInput("q", "slow")] * 2)
+        for f in running + queued:
+            assert f.cancel()
+        assert pool.submit(0, [RewardInput("q", "fine")])[0].result(20).score == 1.0   # not after 60 s
+        assert pool.counts["timeouts"] == pool.counts["crashes"] == 0
+    finally:
+        pool.close()
+
+
+def test_a_client_that_hangs_up_does_not_hold_the_reward_workers():
+    with LocalReward(sleepy_cfg(1)) as scorer, serving(scorer, RewardServerConfig()) as url:
+        remote = RemoteReward(url, retries=0, timeout_s=1.0)
+        assert remote.score([RewardInput("q", "slow")])[0].failures   # gives up after 1 s, hangs up
+        start = time.monotonic()
+        out = RemoteReward(url, retries=0, timeout_s=30.0).score([RewardInput("q", "fine")])
+        assert out[0].reward == 1.0 and time.monotonic() - start < 20
 
 
 def test_a_non_numeric_metric_fails_only_its_sample():
