@@ -247,7 +247,8 @@ def test_deleting_files_it_does_not_own(box, verifier, tmp_path):
         print(3)
     """)
     try:
-        run_hostile(box, verifier, code, {"error", "timeout"})  # walking /usr may spend the CPU budget
+        # walking /usr may spend the CPU budget, or on a loaded machine the wall clock first
+        run_hostile(box, verifier, code, {"error", "timeout", "wall_timeout"})
         assert victim.read_text() == "keep me"
         assert Path("/etc/passwd").exists() and Path("/usr/bin/env").exists()
     finally:
