@@ -71,7 +71,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     from rlxf.config import dump_config
     from rlxf.rewards import build_run_reward
     from rlxf.rollout import SamplingParams, build_engine_from_config
-    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts
+    from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts, no_held_out_hint
 
     run.config.write_text(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model)
@@ -79,10 +79,15 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
     start = resume_trainable(run, core, sampler) if resume else 0
-    sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
-                       config=cfg.model_dump(mode="json"))
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
     prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)
+    if not prompts:   # nothing to measure: say so now, not with a missing metric at the first evaluation
+        if cfg.sft.stop_when is not None:
+            raise ConfigError(f"sft.stop_when reads a held-out evaluation, but {no_held_out_hint(cfg.data)}")
+        if cfg.sft.eval_every:
+            log.warning("sft.eval_every: evaluation is skipped: %s", no_held_out_hint(cfg.data))
+    sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
+                       config=cfg.model_dump(mode="json"))
     reward = build_run_reward(cfg) if prompts else None
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling) if prompts else None
     sampling = SamplingParams.from_config(cfg.rollout)

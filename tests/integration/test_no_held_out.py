@@ -87,3 +87,40 @@ def test_the_hint_names_the_field_that_gives_a_held_out_split():
     assert "data.test_split" in no_held_out_hint(data(source="hf"))
     assert "data.sources[i].test_path" in no_held_out_hint(data(sources=[data()]))
     assert "data.max_prompt_len" in no_held_out_hint(data(source="task"))
+
+
+def _sft_config_without_test_split(tmp_path, model_dir, **sft):
+    """An `rlxf sft` config on a file of demonstrations with no test_path, evaluating every 2 steps."""
+    import yaml  # noqa: PLC0415
+
+    train = tmp_path / "demos.jsonl"
+    train.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
+                             for a in range(5) for b in range(5)))
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump({
+        "run": {"name": "sft", "output_dir": str(tmp_path / "runs"), "seed": 0},
+        "model": {"path": str(model_dir)},
+        "data": {"source": "jsonl", "task": None, "task_options": {}, "train_path": str(train), "test_path": None,
+                 "fields": {"ground_truth": "answer", "response": "answer"}, "max_prompt_len": 32},
+        "rollout": {"max_new_tokens": 4},
+        "reward": {"verifiers": [{"type": "numeric", "extract": ["last_number"]}]},
+        "sft": {"steps": 4, "batch_size": 4, "micro_batch_size": 4, "eval_every": 2, **sft},
+        "logging": {"progress": False},
+    }))
+    return path
+
+
+def test_sft_without_held_out_prompts_warns_and_refuses_a_stop_rule(tmp_path, nano_model_dir, capsys):
+    assert main(["sft", str(_sft_config_without_test_split(tmp_path, nano_model_dir))]) == 0
+    run = tmp_path / "runs" / "sft"
+    log = (run / "train.log").read_text()
+    assert "sft.eval_every: evaluation is skipped" in log and "no held-out prompts" in log
+    first = metrics(run)
+    assert first and not [k for r in first for k in r if k.startswith("eval/")]
+    # a stop rule that could never be read is refused before the first step, not at the first evaluation
+    stop = {"metric": "eval/accuracy", "at_least": 0.5}
+    assert main(["sft", str(_sft_config_without_test_split(tmp_path, nano_model_dir, stop_when=stop)),
+                 "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "sft.stop_when" in err and "no held-out prompts" in err
+    assert metrics(run) == first, "the run it was to replace is put back as it was"
