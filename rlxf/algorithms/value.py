@@ -43,13 +43,26 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor
         loss = 0.5 * torch.maximum(unclipped, clipped)
         clipfrac = masked_mean((clipped > unclipped).to(values.dtype), valid).detach()
     v = values.detach()
-    var_returns = masked_var(returns, valid)
-    explained = torch.where(var_returns > 0, 1 - safe_divide(masked_var(returns - v, valid), var_returns),
-                            torch.zeros_like(var_returns))
     metrics = {
         "vf_clipfrac": clipfrac,
-        "vf_explained_var": explained,
+        "vf_explained_var": explained_variance(returns, v, valid),
         "value_mean": masked_mean(v, valid),
         "return_mean": masked_mean(returns, valid),
     }
     return zero_masked(loss, valid), metrics
+
+
+def explained_variance(returns: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """1 - Var(R - V) / Var(R) over the valid tokens of (B, T) ``returns`` and ``values``; 0 when
+    Var(R) = 0. Detached, 0-dim.
+
+    Not a mean of per-token terms: the explained variance of a batch is not a combination of its
+    parts' (a micro-batch of one sequence has its own variance). Compute it over the whole batch
+    the metric describes, e.g. a mini-batch's values gathered from its micro-batches.
+    """
+    valid = mask.bool()
+    returns = zero_masked(returns.detach(), valid)
+    values = zero_masked(values.detach(), valid)
+    var_returns = masked_var(returns, valid)
+    return torch.where(var_returns > 0, 1 - safe_divide(masked_var(returns - values, valid), var_returns),
+                       torch.zeros_like(var_returns))

@@ -24,7 +24,7 @@ from rlxf.models import load_from_config
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
 from rlxf.trainer.pairwise import PairRun, train_pairs
-from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.roles import disable_dropout, micro_batches
 from rlxf.trainer.trainable import TrainableModel
 
 # (model, pairs) -> (B,) summed log π(y_w | x), (B,) summed log π(y_l | x)
@@ -68,7 +68,8 @@ class DPOObjective:
 
     def __init__(self, model, cfg: DPOConfig, reference: dict[str, tuple[float, float]] | None,
                  logprob_fn: PairLogprobFn = summed_pair_logprobs):
-        self.model = model
+        # h compares the training forward with π_ref's (eval) forward: dropout would make it noise
+        self.model = disable_dropout(model)
         self.cfg = cfg
         self.loss = get_preference_loss(cfg.loss)
         self.reference = reference

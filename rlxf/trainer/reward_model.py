@@ -25,7 +25,7 @@ from rlxf.models import ValueModel, load_tokenizer, sequence_scores
 from rlxf.rewards.reward_model import ScoreStats
 from rlxf.run_dir import RunDir
 from rlxf.trainer.pairwise import PairRun, train_pairs
-from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.roles import disable_dropout, micro_batches
 from rlxf.trainer.trainable import TrainableModel
 
 
@@ -40,7 +40,8 @@ class BradleyTerryObjective:
     prefix = "rm"
 
     def __init__(self, model: ValueModel, margin: float | None, eval_batch_size: int):
-        self.model = model
+        # r_w - r_l compares two training forwards: dropout would add noise to every margin (TRL's default)
+        self.model = disable_dropout(model)
         self.margin = margin
         self.eval_batch_size = eval_batch_size
 

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from rlxf.algorithms import loss_totals, masked_sum, value_loss, zero_variance_fraction
+from rlxf.algorithms.value import explained_variance
 from rlxf.config.train import OptimConfig
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.models.value_model import sequence_values
@@ -130,6 +131,30 @@ class _Accumulator:
             else:
                 out[k] = sum(vs) / len(vs)
         return out
+
+
+def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Zero the dropout of ``model``'s architecture, in place (its config and files are left as
+    they are); returns ``model``.
+
+    RL and preference training compare a model with itself: π_θ with π_old (PPO's ratio, 1 on
+    the first mini-batch), π_θ with π_ref (DPO's h, 0 at the start), V with V_old (value
+    clipping). Dropout in the training forward makes those comparisons noise: with attention
+    dropout 0.3 the first mini-batch's ratios spread over 0.89-1.14, against a clip range of
+    0.2, before any weight has moved. TRL trains such roles without dropout too (its
+    ``disable_dropout``). Covers ``nn.Dropout`` modules and the float probabilities that
+    transformers' attention and MLP modules hold (``attention_dropout``, ``dropout``, ...);
+    LoRA's ``lora_dropout``, which the user sets for the adapters, is kept.
+    """
+    for name, module in model.named_modules():
+        if "lora_dropout" in name:
+            continue
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for attr, value in list(vars(module).items()):
+            if "dropout" in attr and type(value) is float:
+                setattr(module, attr, 0.0)
+    return model
 
 
 def rows_with_tokens(exp: Experience, rows: list[int]) -> list[int]:
@@ -281,7 +306,7 @@ class Actor(_Trainable):
     def __init__(self, model, objective: PolicyObjective, optim: OptimConfig, total_steps: int,
                  spec: ForwardSpec, mini_batch_size: int | None = None, dp: DataParallel = SINGLE,
                  ptx_coef: float = 0.0):
-        super().__init__(model, optim, total_steps, spec, dp)
+        super().__init__(disable_dropout(model), optim, total_steps, spec, dp)
         if mini_batch_size is not None and mini_batch_size < 1:
             raise ValueError(f"Actor: mini_batch_size must be >= 1 or None, got {mini_batch_size!r}")
         self.objective = objective
@@ -421,7 +446,7 @@ class Critic(_Trainable):
 
     def __init__(self, model, optim: OptimConfig, total_steps: int, spec: ForwardSpec,
                  value_clip: float | None, aggregate, agg_norm: float | None, dp: DataParallel = SINGLE):
-        super().__init__(model, optim, total_steps, spec, dp)
+        super().__init__(disable_dropout(model), optim, total_steps, spec, dp)
         self.value_clip = value_clip
         self.aggregate = aggregate
         self.agg_norm = agg_norm
@@ -441,25 +466,32 @@ class Critic(_Trainable):
             mini = exp.select(rows)
             num_tokens, num_seqs = loss_totals(mini.mask)  # of the whole mini-batch: see Actor.update
             mine = list(self.dp.share(len(rows)))
+            # V of the mini-batch's rows, each filled by the rank that runs it: the explained
+            # variance is the mini-batch's, not a combination of its micro-batches' (it is no mean)
+            values = torch.zeros_like(mini.returns)
             finite, passes = True, 0
             for local in micro_batches(len(mine), self.spec.micro_batch_size):
-                mb = mini.select([mine[i] for i in local]).trimmed()
-                loss, metrics = self._loss(mb, num_tokens, num_seqs)
+                idx = [mine[i] for i in local]
+                mb = mini.select(idx).trimmed()
+                loss, metrics, v = self._loss(mb, num_tokens, num_seqs)
+                values[idx, :v.shape[1]] = v.detach()
                 finite = finite and bool(torch.isfinite(loss))
                 if finite or self.dp.lockstep:
                     loss.backward()
                 passes += 1
                 share = mb.mask.sum() / num_tokens.clamp(min=1)
                 acc.add({"critic/loss": loss.detach(),
-                         **{f"critic/{k}": m * share for k, m in metrics.items()}})
+                         **{f"critic/{k}": m * share for k, m in metrics.items() if k != "vf_explained_var"}})
             self._idle_passes(mini, passes, num_tokens, num_seqs)
+            explained = explained_variance(mini.returns, self.dp.sum_(values), mini.mask)
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"critic/grad_norm": grad_norm, "critic/skipped": float(skipped),
-                                "critic/no_signal": float(no_signal)})
+                                "critic/no_signal": float(no_signal), "critic/vf_explained_var": float(explained)})
         return acc.result()
 
-    def _loss(self, mb: Experience, num_tokens: Tensor, num_seqs: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """A micro-batch's share of the mini-batch's value loss, and its metrics."""
+    def _loss(self, mb: Experience, num_tokens: Tensor, num_seqs: Tensor) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        """A micro-batch's share of the mini-batch's value loss, its metrics, and its values (b, t)."""
         v = self.run(sequence_values, mb.prompt_ids, mb.response_ids, packed=self.spec.packing).float()
         token_loss, metrics = value_loss(v, mb.values, mb.returns, mb.mask, self.value_clip)
-        return self.aggregate(token_loss, mb.mask, num_tokens=num_tokens, num_seqs=num_seqs, norm=self.agg_norm), metrics
+        loss = self.aggregate(token_loss, mb.mask, num_tokens=num_tokens, num_seqs=num_seqs, norm=self.agg_norm)
+        return loss, metrics, v
