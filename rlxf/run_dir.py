@@ -163,6 +163,27 @@ class RunDir:
     def config(self) -> Path:
         return self.path / "config.yaml"
 
+    def write_config(self, text: str) -> None:
+        """Replace config.yaml with ``text`` atomically (temp file, fsync, rename).
+
+        A resume rewrites it; written in place, a full disk or a kill halfway would leave the
+        run's only record of what ran empty or cut short, and ``--resume`` reads it back."""
+        tmp = self.config.with_name(f".{self.config.name}.tmp-{os.getpid()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                data = text.encode()
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.config)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise RunDirError(f"cannot write {self.config} ({e.strerror or type(e).__name__}); the previous one is "
+                              f"kept. Free space on {self.path.parent} (or fix its permissions) and run again") from None
+
     @property
     def metrics(self) -> Path:
         return self.path / "metrics.jsonl"

@@ -23,8 +23,9 @@ from typing import Any
 
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
+from rlxf.data.prompts import content_key
 from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
-from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
+from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
 
 log = logging.getLogger("rlxf.data")
 
@@ -51,6 +52,9 @@ def _response(value: Any, where: str, key: str) -> tuple[str, list | None]:
     """(answer text, the conversation before it or None) of a chosen/rejected value."""
     if isinstance(value, str):
         return value, None
+    if not isinstance(value, list):
+        raise DataError(f"{where}: field {key!r} must be the response text or a conversation (a list of chat "
+                        f"messages) ending with it, got {type(value).__name__}; fix the record")
     msgs = check_messages(value, where, key)
     if msgs[-1]["role"] != "assistant":
         raise DataError(f"{where}: {key!r} is a conversation that does not end with an assistant message")
@@ -64,7 +68,8 @@ def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list
     key, config_key = (f.messages, "messages") if f.messages is not None else (f.prompt, "prompt")
     if key is not None and key in record:
         prompt = record[key]
-        prompt = check_messages(prompt, where, key) if config_key == "messages" else prompt
+        prompt = check_messages(prompt, where, key) if config_key == "messages" else \
+            check_prompt(prompt, where, key, config_key)
     elif chosen_ctx:
         if chosen_ctx != rejected_ctx:
             raise DataError(f"{where}: {f.chosen!r} and {f.rejected!r} have different conversations before the "
@@ -83,14 +88,16 @@ def _after_truncation(cfg: DataConfig) -> str:
 
 
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
-              counts: Counter) -> list[PreferenceExample]:
+              counts: Counter, keys: dict[str, str]) -> list[PreferenceExample]:
+    """The pairs of ``records``; each one's prompt ``content_key`` goes into ``keys`` by uid."""
     counts[f"{split}_read"] = len(records)
     triples = [record_triple(rec, where, cfg) for where, rec in records]
     prompts = encode_prompts(tokenizer, [t[0] for t in triples], system_prompt=cfg.system_prompt,
-                             use_chat_template=cfg.apply_chat_template)
+                             use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
     out = []
-    for i, ((where, _), (_, chosen, rejected), (pids, ptext)) in enumerate(
+    for i, ((where, _), (prompt, chosen, rejected), (pids, ptext)) in enumerate(
             zip(records, triples, prompts, strict=True)):
+        keys[f"{name}:{split}:{i}"] = content_key(prompt)
         kept_p = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
         kept_c = fit_length(encode_response(tokenizer, chosen), cfg.max_response_len, cfg.overlong_prompt, where,
                             f"{split}_response", "first", counts)
@@ -118,10 +125,18 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceDa
                         "not from a procedural task")
     counts: Counter = Counter()
     splits: dict[str, list[PreferenceExample]] = {"train": [], "test": []}
+    keys: dict[str, str] = {}
     for split in ("train", "test"):
         found = split_records(cfg, split)
         if found is not None:
-            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts)
+            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts, keys)
+    # held-out prompts are never trained on (data.test_path: its prompts are removed from training):
+    # the test accuracy would otherwise measure pairs the model was fitted to
+    test_keys = {keys[e.uid] for e in splits["test"]}
+    in_test = [e for e in splits["train"] if keys[e.uid] in test_keys]
+    if in_test:
+        counts["train_removed_in_test"] = len(in_test)
+        splits["train"] = [e for e in splits["train"] if keys[e.uid] not in test_keys]
     if not splits["train"] and counts["train_dropped_identical"]:
         detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith("train"))
         raise DataError(

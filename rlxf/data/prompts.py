@@ -52,9 +52,18 @@ class SourcePrompts:
 def content_key(prompt: str | list[dict[str, Any]]) -> str:
     """A hash of a prompt's text as written (before any template), Unicode-NFKC-normalised with
     whitespace runs collapsed: two sources that render the same question with a different
-    system prompt, spacing or seed still share a key. Chat messages hash their roles and contents."""
+    system prompt, spacing or seed still share a key.
+
+    Chat messages hash their roles and contents, without system turns (a system prompt is
+    templating, as ``data.system_prompt`` is); a conversation of one user turn is keyed as that
+    turn's text, since a text prompt becomes exactly that turn. So the same question held out by
+    one source as text and given by another as ``messages`` is still kept out of training."""
     if not isinstance(prompt, str):
-        prompt = "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+        turns = [m for m in prompt if m.get("role") != "system"]
+        if len(turns) == 1 and turns[0].get("role") == "user" and isinstance(turns[0].get("content"), str):
+            prompt = turns[0]["content"]
+        else:
+            prompt = "\n".join(f"{m.get('role')}: {m.get('content')}" for m in turns)
     text = " ".join(unicodedata.normalize("NFKC", prompt).split())
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -126,7 +135,7 @@ def _file_prompts(cfg: DataConfig, tokenizer, counts: Counter, name: str | None)
         counts[f"{split}_read"] = len(records)
         parsed = [record_prompt(rec, where, cfg) for where, rec in records]
         encoded = encode_prompts(tokenizer, [p for p, _, _ in parsed], system_prompt=cfg.system_prompt,
-                                 use_chat_template=cfg.apply_chat_template)
+                                 use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
         uids = [f"{name or file_name}:{split}:{i}" for i in range(len(records))]
         keys.update((uid, content_key(p)) for uid, (p, _, _) in zip(uids, parsed, strict=True))
         raw = [(where, uid, ids, text, gt, meta)

@@ -19,7 +19,7 @@ from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
 from rlxf.data.prompts import content_key, read_task_records, source_config, source_seed
 from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
-from rlxf.data.templates import check_messages, encode_prompts, encode_response, get_field
+from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class SFTData:
     test: list[SFTExample]
     report: dict[str, int] = field(default_factory=dict)
     weights: dict[str, float] | None = None   # a mixture: source name -> sampling weight (None: one source)
+    # uid -> content_key of the prompt as written (before the template), for held-out removal
+    keys: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, str]:
@@ -51,7 +53,7 @@ def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, 
         prompt: str | list = msgs
     else:
         assert f.prompt is not None
-        prompt = get_field(record, f.prompt, where, "prompt")
+        prompt = check_prompt(get_field(record, f.prompt, where, "prompt"), where, f.prompt, "prompt")
     if f.response is None:
         raise DataError(f"{where}: no response: the messages do not end with an assistant turn and "
                         f"data.fields.response is null")
@@ -62,7 +64,8 @@ def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, 
 
 
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
-              counts: Counter, exclude: frozenset[str] = frozenset()) -> list[SFTExample]:
+              counts: Counter, keys: dict[str, str], exclude: frozenset[str] = frozenset()) -> list[SFTExample]:
+    """The examples of ``records``; each one's prompt ``content_key`` goes into ``keys`` by uid."""
     counts[f"{split}_read"] = len(records)
     pairs = [record_pair(rec, where, cfg) for where, rec in records]
     if exclude:
@@ -71,9 +74,10 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
             counts[f"{split}_removed_held_out"] = len(pairs) - len(kept)
         records, pairs = [records[i] for i in kept], [pairs[i] for i in kept]
     prompts = encode_prompts(tokenizer, [p for p, _ in pairs], system_prompt=cfg.system_prompt,
-                             use_chat_template=cfg.apply_chat_template)
+                             use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
     out = []
-    for i, ((where, _), (_, response), (pids, ptext)) in enumerate(zip(records, pairs, prompts, strict=True)):
+    for i, ((where, _), (prompt, response), (pids, ptext)) in enumerate(zip(records, pairs, prompts, strict=True)):
+        keys[f"{name}:{split}:{i}"] = content_key(prompt)
         pids2 = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
         rids = encode_response(tokenizer, response)
         rids2 = fit_length(rids, cfg.max_response_len, cfg.overlong_prompt, where, f"{split}_response", "first",
@@ -105,10 +109,11 @@ def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> 
     built = {s.label: _one_source(source_config(cfg, s), tokenizer, source_seed(s, seed), exclude, Counter(),
                                   name=s.label)
              for s in cfg.sources}
-    held_out = {content_key(e.prompt_text) for data in built.values() for e in data.test}
+    # by the prompts as written, not as templated: sources may template differently
+    held_out = {data.keys[e.uid] for data in built.values() for e in data.test}
     report: dict[str, int] = {}
     for name, data in built.items():
-        kept = [e for e in data.train if content_key(e.prompt_text) not in held_out]
+        kept = [e for e in data.train if data.keys[e.uid] not in held_out]
         if len(kept) < len(data.train):
             data.report["train_removed_held_out"] = len(data.train) - len(kept)
             data.train = kept
@@ -119,26 +124,35 @@ def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> 
     test = [e for data in built.values() for e in data.test]
     report["train"], report["test"] = len(train), len(test)
     log_report("SFT", report)
-    return SFTData(train, test, report, {s.label: s.weight for s in cfg.sources})
+    keys = {uid: key for data in built.values() for uid, key in data.keys.items()}
+    return SFTData(train, test, report, {s.label: s.weight for s in cfg.sources}, keys)
 
 
 def _one_source(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str], counts: Counter,
                 name: str | None = None) -> SFTData:
     splits: dict[str, list[SFTExample]] = {"train": [], "test": []}
+    keys: dict[str, str] = {}
     if cfg.source == "task":
         task_records = read_task_records(cfg, seed)
         sft_cfg = cfg.model_copy(update={"fields": cfg.fields.model_copy(
             update={"prompt": "prompt", "messages": None, "response": "response"})})
         for split, records in task_records.items():
-            splits[split] = _examples(name or str(cfg.task), split, records, sft_cfg, tokenizer, counts,
+            splits[split] = _examples(name or str(cfg.task), split, records, sft_cfg, tokenizer, counts, keys,
                                       exclude if split == "train" else frozenset())
     else:
         for split in ("train", "test"):
             found = split_records(cfg, split)
             if found is not None:
-                splits[split] = _examples(name or found[0], split, found[1], cfg, tokenizer, counts,
+                splits[split] = _examples(name or found[0], split, found[1], cfg, tokenizer, counts, keys,
                                           exclude if split == "train" else frozenset())
+    # the held-out split is never trained on (data.test_path: its prompts are removed from training),
+    # as for RL prompts: the run's evaluation would otherwise measure memorised answers
+    test_keys = {keys[e.uid] for e in splits["test"]}
+    in_test = [e for e in splits["train"] if keys[e.uid] in test_keys]
+    if in_test:
+        counts["train_removed_in_test"] = len(in_test)
+        splits["train"] = [e for e in splits["train"] if keys[e.uid] not in test_keys]
     require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))
     report["train"], report["test"] = len(splits["train"]), len(splits["test"])
-    return SFTData(splits["train"], splits["test"], report)
+    return SFTData(splits["train"], splits["test"], report, keys=keys)

@@ -63,6 +63,12 @@ def require_some(n_kept: int, split: str, counts: Counter, cfg: DataConfig) -> N
     """A clear error, before any training, when filtering left nothing."""
     if n_kept:
         return
+    if split in ("train", "test") and counts.get(f"{split}_read") == 0 and cfg.source != "task":
+        # nothing to filter: the length limits are not the problem, the input is
+        path = cfg.train_path if split == "train" else (cfg.test_path or cfg.train_path)
+        hf = f" and data.{split}_split" if cfg.source == "hf" else ""
+        raise DataError(f"{path or 'the data'} holds no {split} records ({split}_read=0: the file is empty, or "
+                        f"has only blank lines); check data.{split}_path{hf}")
     detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith(split)) or "nothing read"
     raise DataError(
         f"no {split} examples left after filtering ({detail}). Check data.train_path / data.task, or raise "

@@ -38,7 +38,27 @@ def check_messages(messages: Any, where: str, field: str) -> Messages:
             raise DataError(f"{where}: {field}[{i}] must be an object with 'role' and 'content', got {m!r:.80}")
         if m["role"] not in ROLES:
             raise DataError(f"{where}: {field}[{i}] has role {m['role']!r}; valid roles: {', '.join(ROLES)}")
+        # text, or a list of content parts; null only for an assistant turn that calls tools (OpenAI format)
+        content = m["content"]
+        if not (isinstance(content, (str, list)) or (content is None and m["role"] == "assistant"
+                                                       and m.get("tool_calls"))):
+            raise DataError(f"{where}: {field}[{i}] ({m['role']}) has content of type {type(content).__name__}; "
+                            f"a message's content must be text")
     return [dict(m) for m in messages]
+
+
+def check_prompt(value: Any, where: str, field: str, config_key: str) -> str | Messages:
+    """A prompt as text or chat messages, or a DataError naming the record, field and type.
+
+    Checked when the record is read, so a wrong type is reported where it is, not as a
+    template error (or a TypeError) while the batch is rendered."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return check_messages(value, where, field)
+    raise DataError(f"{where}: field {field!r} (data.fields.{config_key}) must be text or a list of chat "
+                    f"messages, got {type(value).__name__}; fix the record, or point data.fields.{config_key} "
+                    f"at the field that holds the prompt")
 
 
 def with_system(messages: Messages, system_prompt: str | None) -> Messages:
@@ -101,12 +121,23 @@ def encode_prompts(
     *,
     system_prompt: str | None = None,
     use_chat_template: bool = True,
+    wheres: list[str] | None = None,
 ) -> list[tuple[list[int], str]]:
-    """``encode_prompt`` over many prompts: rendered one by one, tokenized in one batch call."""
+    """``encode_prompt`` over many prompts: rendered one by one, tokenized in one batch call.
+
+    ``wheres`` (one per prompt: ``file:line``) is named in the error of a prompt that cannot be
+    rendered (the template fails on it, or it ends with an assistant turn)."""
     if not prompts:
         return []
-    texts = [render_prompt(tokenizer, p, system_prompt=system_prompt, use_chat_template=use_chat_template)
-             for p in prompts]
+    texts = []
+    for i, p in enumerate(prompts):
+        try:
+            texts.append(render_prompt(tokenizer, p, system_prompt=system_prompt, use_chat_template=use_chat_template))
+        except Exception as e:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
+            if wheres is None:
+                raise
+            detail = str(e) if isinstance(e, DataError) else f"the chat template failed: {type(e).__name__}: {e}"
+            raise DataError(f"{wheres[i]}: cannot render the prompt: {detail}") from None
     ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
     return [(list(i), t) for i, t in zip(ids, texts, strict=True)]
 

@@ -17,6 +17,7 @@ deletions; they are never resumed from).
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import random
@@ -28,6 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+log = logging.getLogger("rlxf")
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "trainer_state.pt"
@@ -128,6 +131,30 @@ def find_damage(path: Path) -> str | None:
     return None
 
 
+def intact_checkpoint(root: Path) -> Path | None:
+    """The newest checkpoint under ``root`` whose files all read back; a damaged newer one is
+    skipped with a warning naming its file. Raises ``CheckpointDamaged`` if all are damaged.
+
+    What every ``--resume`` loads (RL, SFT, RM, DPO alike): ``latest_checkpoint`` does not read
+    the files, so a checkpoint damaged after it was written would stop the resume."""
+    damaged = []
+    for _, ckpt in reversed(list_checkpoints(root)):
+        problem = find_damage(ckpt)
+        if problem is None:
+            if damaged:
+                log.warning("resuming from the previous intact checkpoint %s instead", ckpt)
+            return ckpt
+        log.warning("checkpoint %s is damaged: %s", ckpt, problem)
+        damaged.append(problem)
+    if damaged:
+        raise CheckpointDamaged(
+            "no intact checkpoint to resume from; damaged: " + "; ".join(damaged) +
+            ". Restore those files from a copy, or delete the damaged checkpoint directories to "
+            "resume from step 0 (or start over with --overwrite)."
+        )
+    return None
+
+
 def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], state: dict[str, Any],
                     keep_last: int) -> Path:
     """Write ``step_<step>`` atomically; keep the newest ``keep_last`` checkpoints.
@@ -192,6 +219,12 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError) as e:  # torch's reader on a truncated or garbled archive
+        # damage, not a format question: say which file, and how to get past it
+        raise CheckpointDamaged(
+            f"{file} cannot be read back ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'damaged'}); "
+            f"the checkpoint {path.name} is damaged. Delete {path} to resume from the checkpoint before it, "
+            f"or restore the file from a copy") from None
     except pickle.UnpicklingError as e:
         raise ValueError(
             f"{file} holds objects other than tensors and plain values, so it is not loaded (loading "

@@ -108,7 +108,7 @@ def run_dpo(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     ``<run>/checkpoints/step_N/model``."""
     from rlxf.config import dump_config
 
-    run.config.write_text(dump_config(cfg))
+    run.write_config(dump_config(cfg))
     torch.manual_seed(cfg.seeds.init)  # LoRA's initialisation
     model, tokenizer = load_from_config(cfg.model)
     data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data)

@@ -118,7 +118,7 @@ def run_label(cfg: Config, run: RunDir) -> dict[str, dict[str, float]]:
     if cfg.rollout.temperature <= 0:
         raise UserInputError(f"rlxf label: rollout.temperature={cfg.rollout.temperature} makes the k samples of a "
                          f"prompt identical; set rollout.temperature > 0 (e.g. 1.0)")
-    run.config.write_text(dump_config(cfg))
+    run.write_config(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
     data = build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.seeds.sampling)

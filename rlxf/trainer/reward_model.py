@@ -76,7 +76,7 @@ def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[
     with reward_stats.json from the first ``rm.stats_pairs`` training pairs."""
     from rlxf.config import dump_config
 
-    run.config.write_text(dump_config(cfg))
+    run.write_config(dump_config(cfg))
     m = cfg.model
     tokenizer = load_tokenizer(m.tokenizer or m.path, chat_template=m.chat_template, revision=m.revision,
                                trust_remote_code=m.trust_remote_code)

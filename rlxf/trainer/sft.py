@@ -73,7 +73,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     from rlxf.rollout import SamplingParams, build_engine_from_config
     from rlxf.trainer.evaluate import evaluate_prompts, held_out_prompts, no_held_out_hint
 
-    run.config.write_text(dump_config(cfg))
+    run.write_config(dump_config(cfg))
     model, tokenizer = load_from_config(cfg.model)
     data = build_sft_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)

@@ -16,8 +16,7 @@ from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_aft
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import (
     CheckpointDamaged,
-    find_damage,
-    list_checkpoints,
+    intact_checkpoint,
     load_trainer_state,
     save_checkpoint,
     set_rng_state,
@@ -81,7 +80,7 @@ class RunState:
 
     @classmethod
     def fresh(cls, run: RunDir, cfg: Config, step: int = 0) -> RunState:
-        run.config.write_text(dump_config(cfg))
+        run.write_config(dump_config(cfg))
         sink = build_sinks(cfg.logging.sinks, run.path, project=cfg.logging.project, run_name=cfg.run.name,
                            config=cfg.model_dump(mode="json"))
         return cls(run, cfg, sink, SampleWriter(run.samples, cfg.logging.samples_fraction, cfg.seeds.sampling), step=step)
@@ -114,27 +113,6 @@ def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, s
                            keep_last=state.cfg.checkpoint.keep_last)
     log.info("saved checkpoint %s", path)
     return path
-
-
-def intact_checkpoint(root: Path) -> Path | None:
-    """The newest checkpoint under ``root`` whose files all read back; a damaged newer one is
-    skipped with a warning naming its file. Raises ``CheckpointDamaged`` if all are damaged."""
-    damaged = []
-    for _, ckpt in reversed(list_checkpoints(root)):
-        problem = find_damage(ckpt)
-        if problem is None:
-            if damaged:
-                log.warning("resuming from the previous intact checkpoint %s instead", ckpt)
-            return ckpt
-        log.warning("checkpoint %s is damaged: %s", ckpt, problem)
-        damaged.append(problem)
-    if damaged:
-        raise CheckpointDamaged(
-            "no intact checkpoint to resume from; damaged: " + "; ".join(damaged) +
-            ". Restore those files from a copy, or delete the damaged checkpoint directories to "
-            "resume from step 0 (or start over with --overwrite)."
-        )
-    return None
 
 
 def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,

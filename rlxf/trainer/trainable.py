@@ -30,7 +30,7 @@ from rlxf.errors import UserInputError
 from rlxf.metrics.sinks import truncate_after_step
 from rlxf.models import ValueModel, load_model, save_model
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
+from rlxf.trainer.checkpoint import intact_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
 from rlxf.trainer.roles import ForwardSpec, _Trainable
 
 log = logging.getLogger("rlxf")
@@ -107,8 +107,9 @@ def checkpoint_trainable(run: RunDir, step: int, core: TrainableModel, tokenizer
 def resume_trainable(run: RunDir, core: TrainableModel, sampler) -> int:
     """Load the run's newest checkpoint into ``core``, the data ``sampler`` and the RNGs, and cut
     metrics.jsonl back to its step; returns that step (0 when there is no checkpoint yet: the
-    run starts over, and what it logged before, its first evaluation too, is dropped)."""
-    ckpt = latest_checkpoint(run.checkpoints)
+    run starts over, and what it logged before, its first evaluation too, is dropped). A newest
+    checkpoint whose files do not read back is skipped for the one before it (``intact_checkpoint``)."""
+    ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:
         truncate_after_step(run.metrics, -1)
         return 0

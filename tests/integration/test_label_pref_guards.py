@@ -99,8 +99,9 @@ def test_pairs_without_a_preference_are_refused(tmp_path, nano_model_dir, capsys
 def test_dpo_drops_identical_pairs_and_trains_on_the_rest(tmp_path, nano_model_dir):
     rows = [{"prompt": f"say {i}", "chosen": "APPLE STONE", "rejected": "APPLE STONE" if i % 2 else "apple"}
             for i in range(8)]
+    held_out = [{**row, "prompt": f"say {i + 100}"} for i, row in enumerate(rows)]   # never trained on
     path = _pair_config(tmp_path, nano_model_dir, "dpo", _pairs(tmp_path / "train.jsonl", rows),
-                        _pairs(tmp_path / "test.jsonl", rows))
+                        _pairs(tmp_path / "test.jsonl", held_out))
     assert main(["dpo", path]) == 0
     log = (tmp_path / "runs" / "dpo" / "train.log").read_text()
     assert "preference data: dropped 4 of 8 train pairs whose chosen and rejected responses are the same" in log
