@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _model_dims(path: str, trust_remote_code: bool):
@@ -78,8 +79,14 @@ def _titled_table(console, title: str, columns: tuple[str, ...], rows) -> None:
     for col in columns:
         table.add_column(col)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*_literal(row))
     console.print(table)
+
+
+def _literal(cells) -> list[Text]:
+    """Table cells shown as written: they hold the user's names and paths (a source named
+    ``easy[bold]``), which rich would otherwise read as markup and print as ``easy``."""
+    return [Text(str(cell)) for cell in cells]
 
 
 def _data_files(cfg) -> list[tuple[tuple, str, bool]]:
@@ -166,7 +173,8 @@ def _print_tables(console: Console, cfg) -> None:
                       "content; the counts are in the run log's `prompt data` line.", highlight=False)
     if cfg.algorithm.ptx_coef > 0 and cfg.data.ptx is not None:
         console.print(f"PPO-ptx: + {cfg.algorithm.ptx_coef:g} x NLL of {cfg.data.ptx.batch_size} demonstrations "
-                      f"({cfg.data.ptx.task or cfg.data.ptx.train_path}) per optimizer step", highlight=False)
+                      f"({cfg.data.ptx.task or cfg.data.ptx.train_path}) per optimizer step", highlight=False,
+                      markup=False)
     if cfg.data.curriculum.enabled:
         c = cfg.data.curriculum
         what = " and ".join(w for w, on in (("solved", c.skip_solved), ("unsolved", c.skip_unsolved)) if on)
@@ -212,7 +220,7 @@ def _print_placement(console: Console, cfg, roles) -> None:
     for col in ("process", "roles", "resources", "memory (GiB)"):
         table.add_column(col)
     for process, held, resources, size in placement_table(cfg, roles):
-        table.add_row(process, held, resources, _gib(size) if size is not None and known else "-")
+        table.add_row(*_literal((process, held, resources, _gib(size) if size is not None and known else "-")))
     console.print(table)
     for note in placement_notes(cfg):
         console.print(note, markup=False)

@@ -75,7 +75,7 @@ def prompt_format(source: str, tokenizer, chat_template: bool | None) -> PromptF
 
 def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, temperature: float = 0.0,
         max_new_tokens: int = 64, chat_template: bool | None = None) -> None:
-    from rlxf.models.loading import ModelLoadError, check_source, load_model, load_tokenizer
+    from rlxf.models.loading import ModelLoadError, check_source, check_vocab, load_model, load_tokenizer
     from rlxf.rollout import BACKENDS, SamplingParams, build_engine
 
     if backend not in BACKENDS:
@@ -89,6 +89,7 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
         tokenizer = load_tokenizer(model)
         fmt = prompt_format(source, tokenizer, chat_template)
         policy = load_model(model, device="auto", dtype="auto").eval()
+        check_vocab(policy, tokenizer, model_what=f"model {model}", tokenizer_what=f"the tokenizer of {model}")
     except ModelLoadError as e:
         raise UsageError(str(e)) from None
     from rlxf.data.templates import encode_prompts

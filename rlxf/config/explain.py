@@ -51,10 +51,23 @@ class RoleMemory:
         return self.weights + self.grads + self.optimizer + self.activations + self.kv_cache
 
 
-def resolved_dtype(cfg: Config, cuda: bool = False) -> str:
+def on_cuda(cfg: Config) -> bool:
+    """Whether the model would train on CUDA here: ``model.device=cuda``, or ``auto`` on a machine
+    that has CUDA (``rlxf.models.loading.resolve_device``), so that ``rlxf explain`` describes the
+    run ``rlxf train`` would start on this machine."""
+    if cfg.model.device != "auto":
+        return cfg.model.device == "cuda"
+    import torch  # noqa: PLC0415 - config stays importable without torch until it is asked about devices
+
+    return torch.cuda.is_available()
+
+
+def resolved_dtype(cfg: Config, cuda: bool | None = None) -> str:
+    """The dtype the model is loaded in: ``model.dtype``, or for ``auto`` bfloat16 on CUDA and
+    float32 on CPU. ``cuda`` None: as this machine would run the config (:func:`on_cuda`)."""
     if cfg.model.dtype != "auto":
         return cfg.model.dtype
-    return "bfloat16" if cuda or cfg.model.device == "cuda" else "float32"
+    return "bfloat16" if (on_cuda(cfg) if cuda is None else cuda) else "float32"
 
 
 def activation_bytes(dims: ModelDims, tokens: int, dtype_bytes: int, checkpointing: bool, chunk: int) -> int:
@@ -236,7 +249,8 @@ def placement_table(cfg: Config, roles: list[RoleMemory]) -> list[tuple[str, str
 
 def offload_note(cfg: Config) -> list[str]:
     """Where the optimizer state waits between updates (``train.offload_optimizer``)."""
-    on_gpu = cfg.model.device == "cuda" or (cfg.run.placement == "ray" and cfg.ray.learner_gpus > 0)
+    on_gpu = (on_cuda(cfg) if cfg.run.placement == "local" else cfg.model.device == "cuda") or (
+        cfg.run.placement == "ray" and cfg.ray.learner_gpus > 0)
     mode = cfg.train.offload_optimizer
     if mode == "off" or (mode == "auto" and not on_gpu):
         return []

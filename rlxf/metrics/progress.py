@@ -18,8 +18,15 @@ from rich.progress import (
 
 
 def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
+    """``metrics[key]`` formatted by ``spec``; "-" when absent, and as it is when no number
+    (NaN stays "nan": a progress line must never be what stops a run)."""
     value = metrics.get(key)
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    try:
+        return format(value, spec)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 class ProgressDisplay:
@@ -50,7 +57,8 @@ class ProgressDisplay:
         if self.live:
             self._progress = Progress(
                 TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
-                TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("ETA"),
+                # markup off: the description holds source names, and rich would read "[hard]" as a style
+                TextColumn("{task.description}", markup=False), TimeElapsedColumn(), TextColumn("ETA"),
                 TimeRemainingColumn(), console=self.console, transient=False,
             )
             # a time-limited run has no step count to reach: an open-ended bar, no ETA
@@ -69,11 +77,11 @@ class ProgressDisplay:
             sources = {k[len("eval/"):-len("/accuracy")]: v for k, v in metrics.items()
                        if k.startswith("eval/") and k.endswith("/accuracy") and k.count("/") == 2}
             if sources:
-                per = ", ".join(f"{name} {v:.2f}" for name, v in sorted(sources.items()))
-                # parentheses, not brackets: rich would read "[a 0.70]" as a style tag and drop it
-                self._last_eval = f"  eval mean {metrics['eval/source_mean_accuracy']:.3f} ({per})"
+                per = ", ".join(f"{name} {_fmt(sources, name, '.2f')}" for name in sorted(sources))
+                mean = _fmt(metrics, "eval/source_mean_accuracy", ".3f")
+                self._last_eval = f"  eval mean {mean} ({per})"
             else:
-                self._last_eval = f"  eval acc {metrics['eval/accuracy']:.3f}"
+                self._last_eval = f"  eval acc {_fmt(metrics, 'eval/accuracy', '.3f')}"
         if any(label == "eval acc" for label, _, _ in self.fields):
             return ""  # the fields show it already (SFT)
         return self._last_eval
@@ -87,8 +95,10 @@ class ProgressDisplay:
             eta = elapsed / done * (self.total - step) if done else float("nan")
             if self.max_seconds is not None:
                 eta = min(eta, max(0.0, self.max_seconds - elapsed))
+            # one line per step whatever the width (a log file is read, and grepped, by line); no
+            # markup: source names are the user's, and "[hard]" would vanish as a style tag
             self.console.print(f"step {step}/{self.total}  {self.summary(metrics)}  eta {eta:.0f}s",
-                               highlight=False)
+                               highlight=False, markup=False, soft_wrap=True)
 
     def close(self) -> None:
         if self._progress is not None:

@@ -63,6 +63,31 @@ HEADLINE_MEAN = ("time/step", "throughput/tokens_per_s")
 SAMPLE_STEPS = 6          # steps shown in the samples table, evenly spread, first and last included
 
 
+def metric_number(value: Any) -> float | None:
+    """A logged value as a float, or None when it is no number (a list, a label, a bool).
+
+    metrics.jsonl holds NaN and inf as the strings "nan", "inf" and "-inf" (JSON has no such
+    numbers, ``sinks.encode_line``): they are read back as the floats they stand for, so a loss
+    that went NaN stays visible instead of disappearing from the report."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in NON_FINITE_TEXT:
+        return float(value)
+    return None
+
+
+NON_FINITE_TEXT = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
+
+
+def record_step(record: dict[str, Any]) -> int | None:
+    """A record's ``step`` as a whole number; None when missing or not a finite number (a file
+    written by hand or another tool), so one odd record cannot stop the whole report."""
+    step = metric_number(record.get("step"))
+    return int(step) if step is not None and math.isfinite(step) else None
+
+
 @dataclass
 class RunMetrics:
     name: str
@@ -70,13 +95,28 @@ class RunMetrics:
     samples: list[dict[str, Any]] | None = None
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of the finite values of ``key``: what a curve can draw."""
         xs, ys = [], []
         for r in self.records:
-            v = r.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                xs.append(int(r.get("step", len(xs))))
-                ys.append(float(v))
+            v = metric_number(r.get(key))
+            if v is not None and math.isfinite(v):
+                step = record_step(r)
+                xs.append(step if step is not None else len(xs))
+                ys.append(v)
         return xs, ys
+
+    def non_finite(self, key: str) -> int:
+        """How many logged values of ``key`` are NaN or infinite (not drawn, but said)."""
+        return sum(1 for r in self.records if (v := metric_number(r.get(key))) is not None and not math.isfinite(v))
+
+    def last(self, key: str) -> float | None:
+        """The last logged value of ``key``, NaN and inf included: a run that ended on a NaN loss
+        must not show the last finite loss as its result."""
+        for r in reversed(self.records):
+            v = metric_number(r.get(key))
+            if v is not None:
+                return v
+        return None
 
     def keys(self) -> set[str]:
         return {k for r in self.records for k in r}
@@ -120,10 +160,11 @@ def headline_rows(runs: list[RunMetrics]) -> list[list[str]]:
     such as the first with its warm-up, says little about a run)."""
     rows = [["run", "steps", *(f"{k} (last)" for k in HEADLINE_LAST), *(f"{k} (mean)" for k in HEADLINE_MEAN)]]
     for run in runs:
-        row = [run.name, str(max((int(r.get("step", 0)) for r in run.records), default=0))]
+        steps = [s for r in run.records if (s := record_step(r)) is not None]
+        row = [run.name, str(max(steps, default=0))]
         for key in HEADLINE_LAST:
-            ys = run.series(key)[1]
-            row.append(_fmt(ys[-1]) if ys else "-")
+            last = run.last(key)
+            row.append(_fmt(last) if last is not None else "-")
         for key in HEADLINE_MEAN:
             ys = run.series(key)[1]
             row.append(_fmt(sum(ys) / len(ys)) if ys else "-")
@@ -146,8 +187,9 @@ def sample_rows(run: RunMetrics, per_run_steps: int = SAMPLE_STEPS) -> list[list
     """Best, worst and one random sample (seeded by run and step) of a few evenly spread steps."""
     by_step: dict[int, list[dict[str, Any]]] = {}
     for s in run.samples or []:
-        if isinstance(s.get("reward"), (int, float)):
-            by_step.setdefault(int(s.get("step", 0)), []).append(s)
+        reward, step = metric_number(s.get("reward")), record_step(s) if "step" in s else 0
+        if reward is not None and math.isfinite(reward) and step is not None:  # NaN is neither best nor worst
+            by_step.setdefault(step, []).append({**s, "reward": reward})
     steps = sorted(by_step)
     if len(steps) > per_run_steps:
         steps = sorted({steps[round(i * (len(steps) - 1) / (per_run_steps - 1))] for i in range(per_run_steps)})

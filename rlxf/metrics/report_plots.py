@@ -48,6 +48,14 @@ def ema(ys: Sequence[float], weight: float) -> list[float]:
     return out
 
 
+def plain_text(text: str) -> str:
+    """``text`` as matplotlib draws it literally: a run or source name is the user's, and
+    matplotlib reads a pair of ``$`` as math (``a$b_{$`` stops the report with a parse error) and
+    drops legend labels that start with ``_`` (a run named ``_baseline`` would lose its entry)."""
+    text = text.replace("$", r"\$")
+    return "\N{ZERO WIDTH SPACE}" + text if text.startswith("_") else text
+
+
 def png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
@@ -74,10 +82,15 @@ def line_plot(plot: Plot, runs: Sequence[Series]):
         color = f"C{ci % 10}"
         for si, key in enumerate(plot.keys):
             xs, ys = run.series(key)
+            label = plain_text(key if len(runs) == 1 else f"{run.name}: {key}")
+            bad = run.non_finite(key) if hasattr(run, "non_finite") else 0
+            if bad:  # a NaN loss is news: say it on the plot, where the curve stops or never starts
+                label += f" ({bad} NaN/inf not drawn)"
+                if not xs:
+                    ax.plot([], [], STYLES[si % len(STYLES)], color=color, label=label)
             if not xs:
                 continue
             ys_all += ys
-            label = key if len(runs) == 1 else f"{run.name}: {key}"
             style = STYLES[si % len(STYLES)]
             if key.startswith("eval/"):
                 ax.plot(xs, ys, style, color=color, label=label, marker="o", markersize=4, linewidth=1)
@@ -92,7 +105,10 @@ def line_plot(plot: Plot, runs: Sequence[Series]):
     ax.set_ylabel(plot.ylabel)
     ax.grid(alpha=0.3)
     _integer_axes(ax, ys_all)
-    ax.legend(fontsize=7)
+    if not ys_all:
+        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, color="gray")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=7)
     return fig
 
 
@@ -120,7 +136,7 @@ def time_plot(runs: Sequence[Series]):
             ax.barh(ri, mean, left=left, color=f"C{PHASES.index(phase)}", label=phase)
             left += mean
             drawn = True
-    ax.set_yticks(range(len(runs)), [r.name for r in runs])
+    ax.set_yticks(range(len(runs)), [plain_text(r.name) for r in runs])
     ax.set_xlabel("seconds per step (mean)")
     ax.set_title("Time per phase")
     if drawn:

@@ -120,12 +120,19 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             line = raw.strip()
             if line:
                 try:
-                    records.append(json.loads(line))
+                    record = json.loads(line)
                 except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
                     raise DamagedFileError(
                         f"{p}, line {number}: not a JSON record ({e}). rlxf writes whole lines, so the file "
                         f"was damaged after it was written; delete or repair that line and run again."
                     ) from None
+                if not isinstance(record, dict):  # valid JSON, but every reader looks keys up in it
+                    raise DamagedFileError(
+                        f"{p}, line {number}: a JSON {type(record).__name__}, not a record ({{\"step\": ...}}). "
+                        f"rlxf writes one object per line, so the file was edited or damaged after it was "
+                        f"written; delete or repair that line and run again."
+                    )
+                records.append(record)
     return records
 
 

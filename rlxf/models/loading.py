@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ import torch
 from rlxf.errors import UserInputError
 from rlxf.models.kernels import LinearKernels, use_fast_linears
 from rlxf.models.paths import ModelPathError, resolve_model_dir
+
+log = logging.getLogger("rlxf")
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -53,6 +56,35 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     except KeyError:
         raise ModelLoadError(f"unknown dtype {dtype!r}; valid: auto, float32, bfloat16, float16") from None
+
+
+def slow_cpu_dtype(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why ``dtype`` would be slow on this CPU, or None. Without oneDNN's half-precision kernels
+    (AVX512-FP16 / AMX for float16, AVX512-BF16 / AMX for bfloat16) torch computes those dtypes
+    by converting to float32 and back, several times slower than float32 itself."""
+    if device.type != "cpu" or dtype not in (torch.float16, torch.bfloat16) or cpu_has_half_kernels(dtype):
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return (f"model.dtype={name} on a CPU without {name} matmul kernels: torch emulates {name} through float32, "
+            f"several times slower than float32 (and float16 training has no loss scaling here). "
+            f"Set model.dtype=float32 (or auto) on this machine.")
+
+
+def cpu_has_half_kernels(dtype: torch.dtype) -> bool:
+    """Whether oneDNN has fast ``dtype`` (float16 / bfloat16) kernels on this CPU; True when torch
+    cannot tell (no warning is better than a wrong one)."""
+    check = {torch.float16: "_is_mkldnn_fp16_supported", torch.bfloat16: "_is_mkldnn_bf16_supported"}[dtype]
+    try:
+        return bool(getattr(torch.ops.mkldnn, check)())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def warn_slow_cpu_dtype(device: torch.device, dtype: torch.dtype) -> None:
+    """Log :func:`slow_cpu_dtype`'s reason, once per load: a run that is slow for this reason says so."""
+    reason = slow_cpu_dtype(device, dtype)
+    if reason:
+        log.warning(reason)
 
 
 def check_source(path: str | Path, what: str, *, local_first: bool = False) -> str:
@@ -119,7 +151,7 @@ def _local_source(local: Path, what: str) -> str:
     try:
         return str(resolve_model_dir(local).model)
     except ModelPathError as e:
-        raise ModelLoadError(f"{what} path: {e}") from None
+        raise ModelLoadError(f"{what if what.endswith('path') else what + ' path'}: {e}") from None
 
 
 def missing_model_hint(path: Path) -> str:
@@ -213,6 +245,7 @@ def load_model(
     source = check_source(path, "model")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    warn_slow_cpu_dtype(dev, dt)
     kwargs: dict[str, Any] = {"dtype": dt, "revision": revision, "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -291,7 +324,24 @@ def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToken
         lora=cfg.lora, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
         attn_implementation=cfg.attn_implementation, linear_kernels=cfg.linear_kernels,
     )
+    check_vocab(model, tokenizer, model_what=f"model.path {cfg.path}",
+                tokenizer_what=f"model.tokenizer {cfg.tokenizer}" if cfg.tokenizer else f"the tokenizer of {cfg.path}")
     return model, tokenizer
+
+
+def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str) -> None:
+    """Refuse a tokenizer with more tokens than the model has embeddings: they are not made for
+    each other. Such a pair runs on text that happens to use only the low token ids, then fails
+    prompt by prompt (ids outside the vocabulary), and the model can never write the other tokens.
+    A model with more embeddings than tokens is normal (vocabularies are padded to a round size)."""
+    embeddings = unwrap_model(model).get_input_embeddings()
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is not None and len(tokenizer) > rows:
+        raise ModelLoadError(
+            f"{tokenizer_what} has {len(tokenizer):,} tokens but {model_what} has only {rows:,} token embeddings "
+            f"(config.json vocab_size): the tokenizer is not the model's. Use the tokenizer saved with the "
+            f"model (leave model.tokenizer unset when the model directory holds one), or a model trained with "
+            f"this tokenizer.")
 
 
 def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:

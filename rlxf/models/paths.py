@@ -39,6 +39,29 @@ class ModelPathError(ValueError):
     """A local directory that holds no model in any of the accepted layouts."""
 
 
+ADAPTER_CONFIG = "adapter_config.json"   # what PEFT's save_pretrained writes for a LoRA adapter
+
+
+def lora_adapter_message(path: Path) -> str:
+    """Why a PEFT adapter directory is refused, and the two ways on: merge it into its base
+    model, or train adapters of one's own on the base model (``model.lora``)."""
+    import json  # noqa: PLC0415 - only for this message
+
+    try:
+        base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    base_text = f"its base model is {base!r}" if base else "its base model is not named in it"
+    merged = f"{path}-merged"
+    return (
+        f"{path} is a LoRA adapter ({ADAPTER_CONFIG}, PEFT), not a whole model: {base_text}. rlxf loads "
+        f"whole models (config.json + weights). Merge the adapter into its base first:\n"
+        f"  python -c \"from peft import AutoPeftModelForCausalLM as M; from transformers import AutoTokenizer as T; "
+        f"m = M.from_pretrained('{path}'); m.merge_and_unload().save_pretrained('{merged}'); "
+        f"T.from_pretrained(m.peft_config['default'].base_model_name_or_path).save_pretrained('{merged}')\"\n"
+        f"and give {merged}. To train LoRA adapters yourself, set model.path to the base model and model.lora.r > 0.")
+
+
 def _is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file()
 
@@ -83,6 +106,8 @@ def resolve_model_dir(path: str | Path) -> ModelLocation:
     newest = newest_checkpoint_model(path)
     if newest is not None:
         return ModelLocation(newest[1], path, newest[0])
+    if (path / ADAPTER_CONFIG).is_file():
+        raise ModelPathError(lora_adapter_message(path))
     if (path / CHECKPOINTS_SUBDIR).is_dir():
         raise ModelPathError(
             f"{path} is a run directory without any saved model yet (nothing in "

@@ -168,10 +168,13 @@ class EngineChatClient:
     @classmethod
     def from_path(cls, path: str, backend: str = "native") -> EngineChatClient:
         from rlxf.models import load_model, load_tokenizer  # noqa: PLC0415 - torch + transformers
+        from rlxf.models.loading import check_vocab  # noqa: PLC0415
         from rlxf.rollout import build_engine  # noqa: PLC0415
 
         tokenizer = load_tokenizer(path)
-        return cls(build_engine(backend, load_model(path), tokenizer), tokenizer)
+        model = load_model(path)
+        check_vocab(model, tokenizer, model_what=f"judge model {path}", tokenizer_what=f"the tokenizer of {path}")
+        return cls(build_engine(backend, model, tokenizer), tokenizer)
 
     async def chat(self, conversations: Sequence[Messages], *, max_tokens: int,
                    temperature: float) -> list[ChatReply]:

@@ -110,11 +110,15 @@ class RewardModelVerifier:
     @classmethod
     def from_config(cls, cfg: Any) -> RewardModelVerifier:
         from rlxf.models import ValueModel, load_tokenizer  # noqa: PLC0415 - torch + transformers
+        from rlxf.models.loading import check_vocab  # noqa: PLC0415
         from rlxf.models.paths import resolve_model_dir  # noqa: PLC0415
 
         model = ValueModel.from_pretrained(cfg.path, device=cfg.device)
+        tokenizer = load_tokenizer(cfg.path)
+        check_vocab(model.trunk, tokenizer, model_what=f"reward model {cfg.path}",
+                    tokenizer_what=f"the tokenizer of {cfg.path}")
         stats = ScoreStats.load(resolve_model_dir(cfg.path).model) if cfg.normalize == "standard" else None
-        return cls(cfg.label, model, load_tokenizer(cfg.path), batch_size=cfg.batch_size,
+        return cls(cfg.label, model, tokenizer, batch_size=cfg.batch_size,
                    max_length=cfg.max_length, normalize=cfg.normalize, stats=stats,
                    clip=tuple(cfg.clip) if cfg.clip is not None else None)
 

@@ -126,6 +126,7 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     ``NoHeldOutPrompts`` (before loading the model) when the data has none."""
     from rlxf.data import build_prompt_data
     from rlxf.models import load_model, load_tokenizer
+    from rlxf.models.loading import check_vocab
     from rlxf.rewards import build_run_reward
     from rlxf.rollout import build_engine_from_config
 
@@ -134,6 +135,7 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     if not prompts:
         raise NoHeldOutPrompts(no_held_out_hint(cfg.data))
     model = load_model(model_dir)
+    check_vocab(model, tokenizer, model_what=f"the model in {model_dir}", tokenizer_what=f"the tokenizer in {model_dir}")
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
     reward = build_run_reward(cfg)
     try:
