@@ -12,7 +12,9 @@ is the same in reverse: it is renamed to a hidden name first, then removed, so a
 through never leaves a ``step_N`` that is neither whole nor gone. Each save sweeps what a killed
 writer left behind: hidden ``.tmp-``/``.old-``/``.del-`` directories, and ``step_N`` directories
 without ``trainer_state.pt`` older than the newest complete checkpoint (an older rlxf's half-done
-deletions; they are never resumed from).
+deletions; they are never resumed from). Re-saving a step swaps two renames (``step_N`` aside as
+``.old-``, the new one in); a kill between them leaves no ``step_N``, so the set-aside one is
+renamed back before anything is swept or resumed.
 """
 
 from __future__ import annotations
@@ -137,6 +139,8 @@ def intact_checkpoint(root: Path) -> Path | None:
 
     What every ``--resume`` loads (RL, SFT, RM, DPO alike): ``latest_checkpoint`` does not read
     the files, so a checkpoint damaged after it was written would stop the resume."""
+    if root.is_dir():
+        _restore_swapped(root)
     damaged = []
     for _, ckpt in reversed(list_checkpoints(root)):
         problem = find_damage(ckpt)
@@ -193,8 +197,19 @@ def _delete(path: Path) -> None:
     shutil.rmtree(hidden, ignore_errors=True)
 
 
+def _restore_swapped(root: Path) -> None:
+    """Rename back a complete ``step_N`` that a re-save had set aside when it was killed before
+    renaming the new one in (see ``save_checkpoint``); otherwise the sweep would delete it."""
+    for old in root.glob(".old-step_*"):
+        m = re.match(r"^\.old-(step_\d+)-\d+$", old.name)
+        if m and not (root / m.group(1)).exists() and (old / STATE_FILE).exists():
+            old.rename(root / m.group(1))
+            log.warning("checkpoint %s: restored from %s (a re-save of it was killed halfway)", m.group(1), old.name)
+
+
 def _sweep(root: Path) -> None:
     """Remove what killed writers left under ``root`` (see the module docstring)."""
+    _restore_swapped(root)
     for pattern in LEFTOVERS:
         for leftover in root.glob(pattern):
             shutil.rmtree(leftover, ignore_errors=True)

@@ -42,6 +42,20 @@ def test_intact_checkpoint_skips_a_damaged_newer_one(tmp_path):
         intact_checkpoint(tmp_path)
 
 
+def test_a_resave_killed_between_its_two_renames_keeps_the_checkpoint(tmp_path):
+    """Re-saving step_N sets the old one aside (.old-) before renaming the new one in; a kill
+    between the two leaves no step_N. The resume and the next save put the old one back."""
+    for step in (1, 2):
+        save_checkpoint(tmp_path, step, write=_write_model_file, state={"sampler": {}}, keep_last=1)
+    assert [p.name for p in tmp_path.iterdir()] == ["step_2"]
+    (tmp_path / "step_2").rename(tmp_path / ".old-step_2-4242")              # killed here
+    (tmp_path / ".tmp-step_2-4242").mkdir()                                  # the new copy, not renamed in
+    assert intact_checkpoint(tmp_path) == tmp_path / "step_2"
+    (tmp_path / "step_2").rename(tmp_path / ".old-step_2-4242")              # again, now for the next save
+    save_checkpoint(tmp_path, 3, write=_write_model_file, state={"sampler": {}}, keep_last=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_2", "step_3"]
+
+
 FULL_DISK_RESUME = """
 import resource, signal, sys
 from rlxf.config import load_config
