@@ -8,7 +8,7 @@ classes in actors without the loop changing. All work happens in micro-batches o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -79,14 +79,15 @@ def batched_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list
     return sharded_rows(forward, prompt_ids, response_ids, spec.micro_batch_size, dp)
 
 
-def nll_shares(model, batch: Sequence[SFTExample], micro_batch_size: int, tokens: int,
+def nll_shares(run: Callable, batch: Sequence[SFTExample], micro_batch_size: int, tokens: int,
                seen: list[float]) -> Iterator[Tensor]:
     """Each micro-batch's summed NLL of its demonstrations' response tokens over the batch's
     ``tokens`` (its share of the token mean, so the shares' gradients sum to the mean's); the
-    values go to ``seen`` for the loss metric. SFT's loss, and PPO-ptx's supervised term."""
+    values go to ``seen`` for the loss metric. SFT's loss, and PPO-ptx's supervised term.
+    ``run(fn, *args)`` calls ``fn(model, *args)`` (a role's ``run``: through FSDP's root)."""
     for idx in micro_batches(len(batch), micro_batch_size):
         mb = [batch[i] for i in idx]
-        out = sequence_logprobs(model, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
+        out = run(sequence_logprobs, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
         nll = -masked_sum(out.logprobs, out.mask) / tokens
         seen.append(float(nll.detach()))
         yield nll
@@ -415,15 +416,20 @@ class Actor(_Trainable):
 
 
     def _ptx_backward(self, batch: Sequence[SFTExample], acc: _Accumulator) -> bool:
-        """Backward ptx_coef x the demonstrations' mean NLL per token; False if it is not finite."""
+        """Backward ptx_coef x the demonstrations' mean NLL per token; False if it is not finite.
+
+        Several learner ranks each get the whole batch (a few demonstrations), so each runs the
+        same passes (as FSDP's collectives need) and backpropagates 1/world of the term: the
+        ranks' gradients, and their metric shares, are summed."""
         tokens = sum(len(e.response_ids) for e in batch)
         nlls: list[float] = []
         finite = True
-        for share in nll_shares(self.model, batch, self.spec.micro_batch_size, tokens, nlls):
+        scale = self.ptx_coef / self.dp.world
+        for share in nll_shares(self.run, batch, self.spec.micro_batch_size, tokens, nlls):
             finite = finite and bool(torch.isfinite(share))
-            if finite:
-                (self.ptx_coef * share).backward()
-        acc.add({"loss/ptx": torch.tensor(sum(nlls))})
+            if finite or self.dp.lockstep:
+                (scale * share).backward()
+        acc.add({"loss/ptx": torch.tensor(sum(nlls) / self.dp.world)})
         return finite
 
 

@@ -50,7 +50,7 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         batch = list(batches())
         tokens = sum(len(e.response_ids) for e in batch)
         nlls: list[float] = []
-        step_metrics = core.train_step(nll_shares(model, batch, cfg.micro_batch_size, tokens, nlls))
+        step_metrics = core.train_step(nll_shares(core.run, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
         if on_step is not None:
             dt = time.perf_counter() - t0
