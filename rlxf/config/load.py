@@ -475,6 +475,10 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
         problems.append((("rollout", "n"), f"algorithm.advantage={cfg.algorithm.advantage!r} compares samples of "
                          f"one prompt and needs rollout.n >= 2 (got {cfg.rollout.n})"))
+    if not problems and cfg.critic.warmup_steps and not registry.needs("advantage", cfg.algorithm.advantage).values:
+        problems.append((("critic", "warmup_steps"), f"algorithm.advantage={cfg.algorithm.advantage!r} trains no "
+                         "critic, so there is none to warm up; set critic.warmup_steps to 0, or use a critic "
+                         "(algorithm.name=ppo)"))
     fsdp = cfg.run.placement == "ray" and cfg.ray.learners > 1 and cfg.ray.learner_strategy == "fsdp"
     if not problems and fsdp and registry.needs("advantage", cfg.algorithm.advantage).values:
         problems.append((("ray", "learner_strategy"), f"fsdp does not shard a critic, which algorithm.advantage="

@@ -103,6 +103,11 @@ class CriticConfig(Section):
         None, description="Critic initialisation (causal LM trunk + new value head); default model.path."
     )
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Critic optimizer.")
+    warmup_steps: int = Field(
+        0, ge=0, description="RL steps at the start in which only the critic trains (verl's critic_warmup): the "
+        "actor waits, weights and lr schedule as they are, until the new value head predicts returns, instead of "
+        "taking its first steps on advantages from an untrained head. Needs an algorithm with a critic.",
+    )
 
 
 class EvalConfig(Section):

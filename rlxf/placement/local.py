@@ -80,6 +80,7 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
         mini_batch_size=d.mini_batch_size, ppo_epochs=cfg.train.ppo_epochs, seed=cfg.seeds.init, dp=dp,
         offload_optimizer=cfg.train.offload_optimizer == "on"
         or (cfg.train.offload_optimizer == "auto" and device.type == "cuda"),
+        critic_warmup_steps=cfg.critic.warmup_steps,
     )
 
 

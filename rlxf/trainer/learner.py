@@ -70,6 +70,7 @@ class Learner:
     seed: int                       # the init seed: seeds each step's mini-batch shuffle
     dp: DataParallel = SINGLE       # this process's learner rank (one process: SINGLE)
     offload_optimizer: bool = False  # keep optimizer state in host memory between updates
+    critic_warmup_steps: int = 0    # RL steps 1..N train the critic alone (critic.warmup_steps)
 
     @property
     def _trained(self) -> list:
@@ -83,7 +84,11 @@ class Learner:
         plan = mini_batch_plan(len(exp), self.mini_batch_size, self.ppo_epochs, self.seed, step)
         for role in self._trained if self.offload_optimizer else ():
             role.restore_optimizer_state()
-        metrics, first_logprobs, ran = self.actor.update(exp, plan, self.kl.value, demos)
+        warming_up = self.critic is not None and step <= self.critic_warmup_steps
+        if warming_up:  # the actor waits for a critic that predicts returns: no step, no schedule step
+            metrics, first_logprobs, ran = {"skipped": 0.0, "critic/warming_up": 1.0}, None, None
+        else:
+            metrics, first_logprobs, ran = self.actor.update(exp, plan, self.kl.value, demos)
         if self.critic is not None:
             metrics |= self.critic.update(exp, plan)
             # the divergence guard (train.max_skipped_steps) reads `skipped`: a step either role
@@ -91,6 +96,8 @@ class Learner:
             metrics["skipped"] = max(metrics["skipped"], metrics["critic/skipped"])
         if self.offload_optimizer:  # rollout and experience until the next update: the moments wait in host memory
             metrics["memory/optimizer_offloaded_mb"] = sum(r.offload_optimizer_state() for r in self._trained) / 2**20
+        if first_logprobs is None and exp.old_logprobs is None:  # warming up: the policy did not move
+            return {**metrics, "kl_coef": self.kl.value}
         # π_old: recomputed before the update, or the update's first forward; measured on the rows
         # it holds: every row where KL-in-reward needed it first, else the rows the update ran
         old = exp.old_logprobs if exp.old_logprobs is not None else first_logprobs

@@ -206,3 +206,29 @@ def test_eval_command_standalone(tmp_path, nano_model_dir, capsys):
     out = _json.loads(capsys.readouterr().out)
     assert out["eval/num_problems"] == 6 and 0 <= out["eval/accuracy"] <= 1 and "eval/pass@k" in out
     assert main(["eval", str(cfg), "--checkpoint", str(tmp_path / "nowhere")]) == 2
+
+
+def test_critic_warmup_trains_the_critic_alone_for_its_steps(tmp_path, nano_model_dir):
+    """critic.warmup_steps=2: steps 1-2 move the critic and leave the actor (and its schedule)
+    as they were; step 3 moves both. A config without a critic refuses the field."""
+    cfg = write_config(tmp_path, nano_model_dir, algorithm={"name": "ppo"}, critic={"warmup_steps": 2},
+                       train={"steps": 3}, checkpoint={"every": 1, "keep_last": 3})
+    assert main(["train", str(cfg)]) == 0
+    run = tmp_path / "runs" / "t"
+    base = load_file(nano_model_dir / "model.safetensors")
+
+    def actor(step):
+        return load_file(run / f"checkpoints/step_{step}/model/model.safetensors")
+
+    def critic(step):
+        return load_file(run / f"checkpoints/step_{step}/critic/model.safetensors")
+
+    assert all(torch.equal(actor(2)[k], base[k]) for k in base)
+    assert any(not torch.equal(critic(1)[k], critic(2)[k]) for k in critic(1))
+    assert any(not torch.equal(actor(3)[k], base[k]) for k in base)
+    m = metrics(run)
+    assert [r.get("critic/warming_up", 0.0) for r in m] == [1.0, 1.0, 0.0]
+    assert "grad_norm" in m[2] and "grad_norm" not in m[0] and m[0]["critic/grad_norm"] > 0
+
+    grpo = write_config(tmp_path / "grpo", nano_model_dir, critic={"warmup_steps": 2})
+    assert main(["train", str(grpo)]) == 2
