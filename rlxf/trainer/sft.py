@@ -30,16 +30,17 @@ log = logging.getLogger("rlxf")
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
-              on_step: Callable[[int, dict[str, float]], bool | None] | None = None, *,
+              on_step: Callable[[int, dict[str, float], bool], bool | None] | None = None, *,
               core: TrainableModel | None = None, start: int = 0) -> int:
     """Train ``model`` up to step ``cfg.steps``, or until ``cfg.max_seconds`` pass.
 
     ``core``: the model's optimizer core (a new one by default); a resumed run passes the one
     it restored from a checkpoint with ``start``, the step that checkpoint was taken at.
 
-    ``batches()`` gives the next batch of ``cfg.batch_size`` examples. ``on_step(step, metrics)``
-    (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm, skipped (1 when a
-    non-finite loss or gradient skipped the step) and tokens/s; it returns True to stop there
+    ``batches()`` gives the next batch of ``cfg.batch_size`` examples. ``on_step(step, metrics,
+    last)`` (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm, skipped (1
+    when a non-finite loss or gradient skipped the step) and tokens/s, and whether the step is the
+    run's last (``cfg.steps`` reached or ``cfg.max_seconds`` spent); it returns True to stop there
     (``sft.stop_when``). Returns the last step taken.
     """
     core = core if core is not None else TrainableModel(model, cfg.optim, cfg.steps, cfg.micro_batch_size)
@@ -52,12 +53,13 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         nlls: list[float] = []
         step_metrics = core.train_step(nll_shares(core.run, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
+        last = step >= cfg.steps or (cfg.max_seconds is not None and time.perf_counter() - began >= cfg.max_seconds)
         if on_step is not None:
             dt = time.perf_counter() - t0
             if on_step(step, {"sft/loss": sum(nlls), **step_metrics,
-                              "throughput/tokens_per_s": tokens / dt if dt > 0 else 0.0, "time/train": dt}):
+                              "throughput/tokens_per_s": tokens / dt if dt > 0 else 0.0, "time/train": dt}, last):
                 break
-        if cfg.max_seconds is not None and time.perf_counter() - began >= cfg.max_seconds:
+        if last:
             break
     model.eval()
     return step
@@ -124,10 +126,11 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         with stop, ProgressDisplay(cfg.sft.steps, start, enabled=cfg.logging.progress,
                                    log_every=cfg.logging.log_every, max_seconds=cfg.sft.max_seconds,
                                    fields=ProgressDisplay.SFT_FIELDS) as progress:
-            def on_step(step: int, metrics: dict[str, float]) -> bool:
+            def on_step(step: int, metrics: dict[str, float], final_step: bool) -> bool:
                 nonlocal last, evaluated_at
                 done = False
-                if cfg.sft.eval_every and step % cfg.sft.eval_every == 0:
+                # the last step is evaluated too, in its own record (metrics.jsonl: one per step)
+                if (cfg.sft.eval_every and step % cfg.sft.eval_every == 0) or final_step:
                     metrics = {**metrics, **evaluate()}
                     evaluated_at = step
                     done = reached(step, metrics)
@@ -138,14 +141,15 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                 every, final = cfg.checkpoint.every, step == cfg.sft.steps and cfg.checkpoint.save_final
                 if (every and step % every == 0) or final or stopping is not None:
                     saved = checkpoint(step)
-                if stopping is not None:
+                if stopping is not None and not final_step:   # the last step finishes as it would have
                     raise TrainingInterrupted(stopping, step, saved)
                 return done
 
             steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step,
                               core=core, start=start)
-            # still under `stop`: a signal from here on lets the last evaluation and checkpoint finish
-            final = evaluate() if evaluated_at != steps else {}  # (the loop's evaluation of this step stands)
+            # still under `stop`: a signal from here on lets the last evaluation and checkpoint finish;
+            # the loop evaluated its last step, unless there was none to take (a finished run resumed)
+            final = evaluate() if evaluated_at != steps else {}
             if final:
                 sink.log(steps, {**last, **final})
                 last = {**last, **final}

@@ -98,10 +98,9 @@ def test_sigterm_during_the_first_evaluation_stops_there(tmp_path, nano_model_di
 
 def test_sigterm_during_sfts_last_evaluation_lets_it_finish_with_its_checkpoint(tmp_path, nano_model_dir,
                                                                                  monkeypatch):
-    """SFT evaluates and saves its last step after the loop (always when checkpoint.every and
-    save_final leave it unsaved). A SIGTERM during that evaluation is handled like one during a
-    step: the run finishes both and exits 0, its checkpoint written. Before, the handler was gone
-    by then, and the signal ended the process with the steps since the last checkpoint lost."""
+    """SFT evaluates its last step, and saves it after the loop (always when checkpoint.every and
+    save_final leave it unsaved). A SIGTERM during that evaluation lets the run finish both and
+    exit 0, its checkpoint written: the signal asked for what the run was about to do anyway."""
     import rlxf.trainer.evaluate as evaluate  # sft imports evaluate_prompts from it when it runs
 
     monkeypatch.setattr(evaluate, "evaluate_prompts", signal_after_first(evaluate.evaluate_prompts))
@@ -112,5 +111,5 @@ def test_sigterm_during_sfts_last_evaluation_lets_it_finish_with_its_checkpoint(
     assert not caught
     run = tmp_path / "runs" / "sft"
     assert (run / "checkpoints" / "step_2" / "model" / "config.json").is_file()
-    logged = read_metrics(run)   # each step, then the last one again with its evaluation
-    assert [m["step"] for m in logged] == [1, 2, 2] and "eval/accuracy" in logged[-1]
+    logged = read_metrics(run)   # each step, the last one with its evaluation
+    assert [m["step"] for m in logged] == [1, 2] and "eval/accuracy" in logged[-1]

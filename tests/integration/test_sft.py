@@ -32,13 +32,14 @@ def _write_sft(tmp_path, nano_model_dir, train_size: int = 100, **sft) -> Path:
 
 def test_sft_learns_and_saves(tmp_path, nano_model_dir):
     path = _write_sft(tmp_path, nano_model_dir, train_size=200, steps=20, batch_size=32, micro_batch_size=16,
-                      eval_every=10, optim={"lr": 1e-2, "warmup_steps": 2})
+                      eval_every=7, optim={"lr": 1e-2, "warmup_steps": 2})
     assert main(["sft", str(path)]) == 0
     records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["sft/loss"] for r in records]
     # from ~log(4096) = 8.3 nats on a random model; answers of 1-digit sums are nearly free to learn
     assert losses[0] > 6.0 and min(losses[-3:]) < losses[0] / 2, losses
-    assert "eval/accuracy" in records[10 - 1] and "eval/accuracy" in records[-1]
+    assert "eval/accuracy" in records[7 - 1] and "eval/accuracy" in records[-1]
+    assert [r["step"] for r in records] == list(range(1, 21))   # one record a step, the final eval in the last
     # one layout for every run (issue 17.9): checkpoints/step_N/model, and the run dir loads
     assert (tmp_path / "sft" / "checkpoints" / "step_20" / "model" / "config.json").exists()
     model = load_model(tmp_path / "sft")
@@ -92,7 +93,7 @@ def test_sft_skips_a_step_with_a_non_finite_loss(nano_model_dir):
     seen = []
     batch = [SFTExample("x:0", [5, 6, 7], [8, 9], "p", "r")] * 2
     steps = sft_steps(model, lambda: batch, SFTConfig(steps=1, batch_size=2, micro_batch_size=1),
-                      on_step=lambda step, m: seen.append(m))
+                      on_step=lambda step, m, last: seen.append(m))
     after = dict(model.named_parameters())
     assert all(torch.equal(before[k], after[k]) for k in before if k != "model.norm.weight")
     assert steps == 1 and seen[0]["skipped"] == 1.0
@@ -133,4 +134,4 @@ def test_sft_resume_is_bit_exact(tmp_path, nano_model_dir, data):
     resumed = load_file(str(final))
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 4]   # replayed steps are not logged twice (the last line is the final eval)
+    assert steps == [1, 2, 3, 4]   # replayed steps are not logged twice; the final eval is in step 4's line
