@@ -24,7 +24,8 @@ purpose, so that what RL has to find is visible.
   documented ``<tool_call>`` JSON format and copy its result; 30% answer at once with a made-up
   number of the right length ("in the head"), which is wrong. With 16000 demonstrated problems
   and 3000 SFT steps the nano model copies the problem's numbers into the call and the tool's
-  result into the answer on seeds 0 and 1 (seed 2 never learns to copy); with 4000 problems and 2000 steps it copied the call's numbers but
+  result into the answer on all three seeds (seed 2 only with the SFT weight decay of 0.1 set below:
+  without it, it never learned to copy); with 4000 problems and 2000 steps it copied the call's numbers but
   not the result's repeated digits (5.5% held-out success, greedy), leaving RL little to reinforce.
 
 ``summary.json`` holds held-out success before / after (greedy, and one sample at T=1), the
