@@ -113,7 +113,7 @@ def train(
         raise ConfigError("rlxf.train: eval_prompts needs prompts (the training prompts) as well")
 
     cfg = load_config(None, base=data, given_rewards=bool(funcs))
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite)
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
     files = {run_dir.path / PROMPTS_DIR / f"{split}.jsonl": rows for split, rows in records.items()}
     if resume:  # checked before anything is written: a refused resume leaves the run as it was
         from rlxf.cli.train import check_resume_compatible

@@ -10,6 +10,7 @@ import yaml
 from rl_helpers import metrics
 
 import rlxf
+from rlxf.cli.main import main
 from rlxf.config import ConfigError
 
 
@@ -50,7 +51,7 @@ def test_train_with_an_in_memory_model_a_dataset_and_callables(tmp_path, nano_mo
     run = tmp_path / "runs" / "api"
     assert result.run_dir == run and result.checkpoint == run / "checkpoints" / "step_2"
     # the CLI's run directory: config, metrics, samples, log, report, an HF-loadable checkpoint
-    for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "train.log", "report.html",
+    for name in ("config.yaml", "run.json", "metrics.jsonl", "samples.jsonl", "train.log", "report.html",
                  "checkpoints/step_2/model/config.json", "prompts/train.jsonl", "prompts/test.jsonl"):
         assert (run / name).exists(), name
     assert [m["step"] for m in metrics(run)] == [1, 2]
@@ -73,6 +74,8 @@ def test_train_with_an_in_memory_model_a_dataset_and_callables(tmp_path, nano_mo
                       eval_prompts=_rows(4, offset=100), reward_funcs=[upper, one_per_answer_digit, trl_style],
                       config=run / "config.yaml", train={"steps": 3}, resume=True)
     assert [m["step"] for m in metrics(run)] == [1, 2, 3] and more.checkpoint == run / "checkpoints" / "step_3"
+    # a run of `rlxf train` (run.json): another command's --resume is refused by name
+    assert main(["sft", str(run / "config.yaml"), "--resume"]) == 2
 
 
 def test_bad_arguments_are_named(tmp_path, nano_model_dir):
