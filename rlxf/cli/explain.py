@@ -139,6 +139,17 @@ def data_problems(cfg) -> list[tuple[tuple, str]]:
     return problems
 
 
+def machine_problems(cfg) -> list[str]:
+    """What stops ``rlxf train`` with this config on this machine, though the config is valid
+    (the explanation itself describes the machine the config asks for)."""
+    import torch  # noqa: PLC0415
+
+    if cfg.model.device == "cuda" and not torch.cuda.is_available():
+        return ["model.device=cuda, and this machine has no CUDA device: `rlxf train` stops on it here "
+                "(the figures below are for a CUDA machine; model.device=auto uses one where there is one)"]
+    return []
+
+
 def run(config: Path, overrides: list[str], *, full_config: bool = False) -> None:
     from rlxf.config import load_config
     from rlxf.config.explain import unused_settings
@@ -147,7 +158,7 @@ def run(config: Path, overrides: list[str], *, full_config: bool = False) -> Non
     console = Console()
     missing = [f"{'.'.join(map(str, loc))}: data file {path} does not exist (yet); `rlxf train` stops on it"
                for loc, path, exists in _data_files(cfg) if not exists]
-    for warning in (*missing, *unused_settings(cfg)):
+    for warning in (*missing, *machine_problems(cfg), *unused_settings(cfg)):
         console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     try:
         _print_tables(console, cfg)

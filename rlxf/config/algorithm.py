@@ -112,7 +112,9 @@ class AlgorithmConfig(Section):
         "loss", description="`loss`: add β·KL to the loss (GRPO). `reward`: subtract β·KL from per-token rewards (PPO/RLHF)."
     )
     kl_target: float | None = Field(
-        None, gt=0, description="Adaptive KL controller target (Ziegler et al. 2019); None = fixed β."
+        None, gt=0, description="Adaptive KL controller target (Ziegler et al. 2019), per token: the mean KL "
+        "estimate over response tokens (TRL's and Ziegler's targets, e.g. 6 nats, are per sequence: divide by "
+        "the typical response length); None = fixed β."
     )
     kl_horizon: int = Field(10000, ge=1, description="Adaptive KL controller horizon in samples.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")

@@ -93,3 +93,11 @@ def test_a_half_precision_dtype_this_cpu_emulates_is_warned_about(monkeypatch, c
     assert "model.dtype=bfloat16" in caplog.text and "float32" in caplog.text
     monkeypatch.setattr(loading, "cpu_has_half_kernels", lambda dtype: True)
     assert slow_cpu_dtype(cpu, torch.float16) is None
+
+
+def test_explain_warns_when_this_machine_cannot_run_the_device_asked_for(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    from rlxf.cli.explain import machine_problems
+
+    assert machine_problems(Config.model_validate({**BASE, "model": {"path": "m", "device": "cuda"}}))
+    assert machine_problems(Config.model_validate(BASE)) == []            # auto: the CPU here
