@@ -345,8 +345,10 @@ def _one_test(item: Any) -> CodeTest:
     if "assert" in item:
         return parse_assert(item["assert"])
     if item.get("fn_name"):
+        if "expected" not in item and "output" not in item:  # None would be expected: `pass` passes
+            raise ValueError(f"a call test needs its expected value (expected or output); got keys {sorted(item)}")
         args = item.get("args", item.get("input", []))
-        expected = item.get("expected", item.get("output"))
+        expected = item["expected"] if "expected" in item else item["output"]
         return CodeTest(TestCase.call(item["fn_name"], args if isinstance(args, list) else [args]), expected)
     stdin = item.get("input", item.get("stdin"))
     stdout = item.get("output", item.get("stdout"))
@@ -359,7 +361,8 @@ def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: f
     """Compare a program's stdout with the expected one.
 
     ``tokens``: same whitespace-separated tokens, numbers as ``_numbers_close`` compares them
-    (an expected integer within ``float_tol`` absolutely, other numbers also relatively); ``lines``: same lines up to trailing whitespace and trailing blank lines;
+    (an expected integer within ``float_tol`` absolutely, other numbers also relatively; an
+    expected "0042" or "+5" as text); ``lines``: same lines up to trailing whitespace and trailing blank lines;
     ``exact``: identical.
     """
     if mode == "exact":
@@ -376,10 +379,15 @@ def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: f
 
 
 _INTEGER = re.compile(r"[+-]?\d+")
+_AS_TEXT = re.compile(r"\+|-?0\d")   # an expected "+5", "0042", "007.5": formatting the task asks for
 
 
 def _close(x: str, y: str, tol: float) -> bool:
-    """Two output tokens as numbers (actual, expected): see ``_numbers_close``."""
+    """Two output tokens as numbers (actual, expected): see ``_numbers_close``. An expected
+    token written with a sign or leading zeros is text (a PIN, a time, a padded binary string):
+    "42" is not "0042"."""
+    if _AS_TEXT.match(y):
+        return False
     try:
         nx, ny = (int(t) if _INTEGER.fullmatch(t) else float(t) for t in (x, y))
     except ValueError:

@@ -19,7 +19,7 @@ from rlxf.rewards.types import RewardInput, RewardResult
 
 class FormatVerifier(SyncVerifier):
     """1.0 if the response matches ``pattern`` and has each of ``required_tags`` exactly once,
-    in order (``<think>...</think> ... <answer>...</answer>``); else 0.0."""
+    in order and not empty (``<think>...</think> ... <answer>...</answer>``); else 0.0."""
 
     def __init__(self, name: str, pattern: str | None = None, match: str = "search",
                  required_tags: Sequence[str] = ()):
@@ -47,8 +47,9 @@ class FormatVerifier(SyncVerifier):
         for tag in self.tags:
             opens = [m.start() for m in re.finditer(f"<{re.escape(tag)}>", text)]
             closes = [m.start() for m in re.finditer(f"</{re.escape(tag)}>", text)]
-            if len(opens) != 1 or len(closes) != 1 or not (end <= opens[0] < closes[0]):
-                ok = False
+            if (len(opens) != 1 or len(closes) != 1 or not (end <= opens[0] < closes[0])
+                    or not text[opens[0] + len(tag) + 2:closes[0]].strip()):
+                ok = False   # missing, repeated, out of order, or empty: "<answer></answer>" answers nothing
                 break
             end = closes[0]
         return RewardResult(1.0 if ok else 0.0)

@@ -21,9 +21,11 @@ module's ``eval`` becomes ``literal_eval``: a list still reads as a list, and
 finds sympy's parser, an answer is scored only if its syntax tree can neither call nor reach
 anything (no call but to a math function, no attribute, comprehension, lambda or f-string) nor
 compute something huge (no power of a power, no exponent above 1000, no repeated or formatted
-string): anything else scores 0 (metric ``unsafe``). An exception the scorer raises on an
-answer scores 0 too (``unscorable``) when the reference answer scores: "I don't know" is a
-wrong answer, not a broken verifier.
+string): anything else scores 0 (metric ``unsafe``). An answer there that calls ``Integral``
+(which the integration scorers differentiate back into the integrand: the question restated)
+scores 0 too (``unevaluated``), unless the reference answer calls it. An exception the scorer
+raises on an answer scores 0 too (``unscorable``) when the reference answer scores: "I don't
+know" is a wrong answer, not a broken verifier.
 """
 
 from __future__ import annotations
@@ -142,6 +144,16 @@ def answer_is_safe_to_run(answer: str, *, sympy: bool) -> bool:
         return False
 
 
+def _integrals(text: str) -> bool:
+    """Whether an expression (read as Python, after NFKC) calls ``Integral``."""
+    try:
+        tree = ast.parse(unicodedata.normalize("NFKC", text).strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Integral"
+               for n in ast.walk(tree))
+
+
 def score_answer_safely(dataset: Any, answer: str, entry: dict[str, Any]) -> tuple[float, str | None]:
     """``dataset.score_answer(answer, entry)``, and why the answer was not scored (``unsafe``,
     ``unscorable``) or None. Raises what the scorer raises on the reference answer too."""
@@ -149,6 +161,10 @@ def score_answer_safely(dataset: Any, answer: str, entry: dict[str, Any]) -> tup
     if ((hazards.python_eval and not answer_is_safe_to_run(answer, sympy=False))
             or (hazards.sympy_parse and not answer_is_safe_to_run(answer, sympy=True))):
         return 0.0, "unsafe"
+    if hazards.sympy_parse and _integrals(answer) and not _integrals(str(entry.get("answer"))):
+        # Integral(<the integrand>, x): the question restated, whose derivative the integration
+        # scorers find equal to the integrand; a reference sympy could not integrate keeps it
+        return 0.0, "unevaluated"
     try:
         return float(dataset.score_answer(answer, entry)), None
     except Exception:  # noqa: BLE001 - the answer's fault if the reference scores

@@ -123,7 +123,7 @@ def test_math_answers_that_raise_or_take_minutes_score_zero():
     for answer in (r"\Gamma(10^6)", r"\prod_{k=1}^{10^6} k", r"\Gamma(3000000)"):
         result = v.score(RewardInput("q", rf"\boxed{{{answer}}}", "5"))
         assert result.score == 0.0 and result.metrics["too_large"] == 1.0
-    assert v.score(RewardInput("q", r"\boxed{\sum_{k=1}^{10} k}", "55")).score == 1.0
+    assert v.score(RewardInput("q", r"\boxed{\sum_{k=1}^{10} k}", "55")).score == 0.0   # the question restated
     assert v.score(RewardInput("q", r"\boxed{5!}", "120")).score == 1.0
 
 
