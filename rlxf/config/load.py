@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import re
 import sys
+import traceback
 import types
 import typing
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from pydantic import BaseModel, ValidationError
 
 from rlxf.config.schema import Config
 from rlxf.errors import UserInputError
+
+_RLXF_DIR = str(Path(__file__).resolve().parent.parent)  # frames in rlxf itself are not the user's
 
 
 class ConfigError(UserInputError):
@@ -389,7 +392,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     return cfg
 
 
-def _import_failure(module: str, e: ImportError | SyntaxError, where: str) -> str:
+def _import_failure(module: str, e: Exception, where: str) -> str:
     """Why ``module`` (a plugin or a reward function's module) could not be imported, and what to do.
 
     A module that is missing is put on the path or installed; one that is found but fails its
@@ -398,6 +401,9 @@ def _import_failure(module: str, e: ImportError | SyntaxError, where: str) -> st
     if isinstance(e, SyntaxError):
         text = f": {e.text.strip()}" if e.text and e.text.strip() else ""
         return f"{e.filename}:{e.lineno}: {type(e).__name__} in {module!r}: {e.msg}{text}"
+    if not isinstance(e, ImportError):  # the module's own code raised while it was imported
+        return (f"importing {module!r} raised {type(e).__name__} at {_user_frame(e)}: {str(e).rstrip('.')}. "
+                f"Fix the module there")
     if e.name and (module == e.name or module.startswith(f"{e.name}.")):
         return f"cannot import {module!r}: {e}. Put it in {where}, or install it"
     try:
@@ -408,6 +414,29 @@ def _import_failure(module: str, e: ImportError | SyntaxError, where: str) -> st
     fix = (f"Install {e.name!r}, which it imports, or remove that import"
            if isinstance(e, ModuleNotFoundError) and e.name else "Fix that import")
     return f"{module!r}{found} was found, but its own import failed: {e}. {fix}"
+
+
+def _user_frame(e: BaseException) -> str:
+    """``file:line (in function)`` of the deepest frame of ``e``'s traceback outside rlxf and the
+    import machinery: the user's line that raised, or that called rlxf when rlxf raised (a
+    ``@register`` whose name is taken, whose function has the wrong arguments)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith(("<frozen", _RLXF_DIR))]
+    if not frames:
+        return "an unknown line"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} (in {f.name})"
+
+
+def import_user_module(module: str, what: str, where: str) -> str | None:
+    """Import ``module`` (a plugin, a reward function's or an environment's module); None, or why
+    it failed and what to do (``_import_failure``). Whatever the module raises while it is
+    imported is reported, not only ImportError: a NameError, a registry name already taken."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module is a config problem
+        return f"{what}: {_import_failure(module, e, where)}"
+    return None
 
 
 def source_locations(cfg: Config) -> list[tuple[tuple, Any]]:
@@ -445,24 +474,30 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
             sys.path.append(str(extra))
     where = f"the working directory or {config_dir}" if config_dir else "the working directory"
     for i, module in enumerate(cfg.plugins):
-        try:
-            importlib.import_module(module)
-        except (ImportError, SyntaxError) as e:
-            raise origins.error([(("plugins", i), _import_failure(module, e, where))]) from None
-    # a reward function that cannot be imported is a config mistake (exit 2), found before any
-    # model loads or run directory exists
+        failure = import_user_module(module, f"plugin {module!r}", where)
+        if failure:
+            raise origins.error([(("plugins", i), failure)])
+    # a reward function, environment, tool or agent program whose module cannot be imported is a
+    # config mistake (exit 2), found before any model loads or run directory exists
     from rlxf.rewards.custom import load_function  # noqa: PLC0415 - lazy, like the registries
 
     for i, spec in custom:
+        failure = import_user_module(spec.partition(":")[0], f"custom verifier {spec!r}", where)
+        if failure:
+            raise origins.error([(("reward", "verifiers", i, "function"), failure)])
         try:
             load_function(spec)
         except AttributeError as e:
             raise ConfigError(f"reward.verifiers.{i}.function: {e}") from None
-        except (ImportError, SyntaxError) as e:
-            cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
-            module = spec.partition(":")[0]
-            raise ConfigError(f"reward.verifiers.{i}.function: custom verifier {spec!r}: "
-                              f"{_import_failure(module, cause, where)}") from None
+    if own_env:
+        assert cfg.env is not None
+        specs = [(("env", "name"), cfg.env.name), (("env", "agent"), cfg.env.agent),
+                 *((("env", "tools", i), tool) for i, tool in enumerate(cfg.env.tools))]
+        for loc, spec in specs:
+            if spec and ":" in spec and spec.partition(":")[0]:
+                failure = import_user_module(spec.partition(":")[0], f"{'.'.join(map(str, loc))}={spec!r}", where)
+                if failure:
+                    raise origins.error([(loc, failure)])
     from rlxf.algorithms import registry  # noqa: PLC0415 - lazy on purpose
 
     problems: list[tuple[tuple, str]] = []
@@ -483,6 +518,8 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and fsdp and registry.needs("advantage", cfg.algorithm.advantage).values:
         problems.append((("ray", "learner_strategy"), f"fsdp does not shard a critic, which algorithm.advantage="
                          f"{cfg.algorithm.advantage!r} needs; use ray.learner_strategy=ddp"))
+    if not problems:
+        problems += _contract_problems(cfg)
     from rlxf.data.tasks import REASONING_GYM_PREFIX, task_names  # noqa: PLC0415 - lazy, after the plugins
 
     known = task_names()
@@ -494,6 +531,28 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
             problems.append(((*loc, "task"), f"unknown task {source.task!r}.{hint} Valid tasks: {', '.join(known)}"))
     if problems:
         raise origins.error(problems)
+
+
+def _contract_problems(cfg: Config) -> list[tuple[tuple, str]]:
+    """Each algorithm function the config selects, called once on a made-up batch with the run's
+    parameters (``registry.check_call``): a plugin whose return value the trainer cannot use
+    ((B,) advantages, a loss already reduced to a number, a bare tensor instead of a pair) is
+    a config problem named here, not a shape error deep in a step or a run that trains wrongly."""
+    from rlxf.algorithms import registry  # noqa: PLC0415 - lazy, like the registries
+    from rlxf.trainer.experience import ExperienceMaker  # noqa: PLC0415 - the run's own parameters
+    from rlxf.trainer.objective import PolicyObjective  # noqa: PLC0415
+
+    algo = cfg.algorithm
+    objective = PolicyObjective.from_config(algo, cfg.rollout.max_new_tokens)
+    calls = (("advantage", ExperienceMaker.from_config(algo, cfg.rollout.max_new_tokens, 1).params),
+             ("policy_loss", objective.params), ("off_policy", objective.off_policy), ("loss_agg", None))
+    problems: list[tuple[tuple, str]] = []
+    for kind, params in calls:
+        try:
+            registry.check_call(kind, getattr(algo, kind), params, norm=objective.agg_norm)
+        except registry.ContractError as e:
+            problems.append((("algorithm", kind), str(e)))
+    return problems
 
 
 def dump_config(cfg: Config) -> str:

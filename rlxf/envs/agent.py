@@ -35,6 +35,7 @@ import logging
 import math
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -102,7 +103,7 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
         # any failure of user code ends only its episode, SystemExit included (a wrapped CLI's
         # sys.exit()); Ctrl-C reaches the main thread, never this one
         except BaseException as e:  # noqa: BLE001
-            results[i] = (False, f"{type(e).__name__}: {e}")
+            results[i] = (False, f"{type(e).__name__}: {e}{_raised_at(e)}")
 
     threads = [threading.Thread(target=run, args=(i, fn), daemon=True, name=f"rlxf-env-{i}")
                for i, fn in enumerate(calls)]
@@ -112,6 +113,16 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     return [r if not t.is_alive() else (False, late) for r, t in zip(results, threads)]
+
+
+def _raised_at(e: BaseException) -> str:
+    """`` (at file:line in function)``: the line of user code that raised ``e``, so an episode's
+    error names the environment's (tool's, program's) line, not only the exception."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno} in {f.name})"
 
 
 def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None:

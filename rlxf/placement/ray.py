@@ -95,6 +95,7 @@ class _Rank(ABC):
     """
 
     def __init__(self, cfg: Config, cpus: float):
+        _import_plugins(cfg)
         _threads(cpus, cfg.seeds.init)
         self.cfg = cfg
         self.learner = None
@@ -188,6 +189,7 @@ class _Engine:
         from rlxf.rollout.handover import WeightHandover
         from rlxf.trainer.collect import EngineRollout
 
+        _import_plugins(cfg)
         _threads(cpus, cfg.seeds.init)
         model, tokenizer = load_from_config(cfg.model.model_copy(update={"lora": None}))
         model.eval()
@@ -253,6 +255,7 @@ class _Scorer:
     def __init__(self, cfg: Config):
         from rlxf.rewards import build_run_reward
 
+        _import_plugins(cfg)
         self.reward = build_run_reward(cfg)
 
     def score(self, inputs):
@@ -644,6 +647,16 @@ class _EngineActorStream(GroupStream):
 
     def engine_stats(self) -> dict[str, float]:
         return {"engine_restarts": float(self.placement.restarts_by_role["engine"])}
+
+
+def _import_plugins(cfg: Config) -> None:
+    """Import the config's ``plugins`` in this actor, as the driver did when it loaded the config:
+    what they register (advantage estimators, losses, environments, tasks) exists only in the
+    processes that import them, and an actor is a process of its own."""
+    import importlib
+
+    for module in cfg.plugins:
+        importlib.import_module(module)
 
 
 def _pythonpath() -> str:

@@ -13,12 +13,19 @@ The function gets a ``RewardInput`` and the ``options`` as keyword arguments, an
 number, a ``RewardResult``, or a dict ``{"score": ..., "metrics": {...}}``. It may be
 ``async``. It runs in the reward worker processes when ``reward.workers > 0``, so its module
 must be importable there (installed, or on the path of the config's directory).
+
+The batched and TRL-style functions ``rlxf.train`` takes (``fn(samples)``,
+``fn(prompts, completions, **columns)``; ``rlxf.rewards.callables``) may be named here too, as
+the ``config.yaml`` of an ``rlxf.train`` run names them: each is called in its own style, with
+``options`` as keyword arguments. Named in a config, a function runs in the reward pool, one
+sample per call (each call timed on its own), so a batched function gets batches of one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib
 import inspect
 import math
@@ -70,22 +77,34 @@ def _checked(result: RewardResult, where: str) -> RewardResult:
 class CustomVerifier(SyncVerifier):
     def __init__(self, name: str, function: str, options: dict[str, Any] | None = None):
         super().__init__(name)
+        from rlxf.rewards.callables import CallableVerifier, call_style  # noqa: PLC0415 - it imports this module
+
         self.spec = function
         self.fn = load_function(function)
         self.options = dict(options or {})
         self.is_async = inspect.iscoroutinefunction(self.fn)
+        # a batched or TRL-style function (first parameter `samples`; `prompts` and `completions`)
+        # is called in its own style, as rlxf.train calls it, not with one RewardInput
+        self.batched = None
+        if call_style(self.fn) != "sample":
+            self.batched = CallableVerifier(name, functools.partial(self.fn, **self.options))
+            self.batch_size = self.batched.batch_size
 
     @classmethod
     def from_config(cls, cfg: Any) -> CustomVerifier:
         return cls(cfg.label, cfg.function, cfg.options)
 
     def score(self, x: RewardInput) -> RewardResult:
+        if self.batched is not None:
+            return self.batched.score(x)
         value = self.fn(x, **self.options)
         if inspect.isawaitable(value):
             value = run_sync(value)
         return as_result(value, self.spec)
 
     async def ascore_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
+        if self.batched is not None:
+            return self.batched.score_batch(inputs)
         if not self.is_async:
             return [self.score(x) for x in inputs]
         values = await asyncio.gather(*(self.fn(x, **self.options) for x in inputs))

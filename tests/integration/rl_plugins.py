@@ -15,6 +15,14 @@ def upper_fraction(sample, **_):
     return sum(c.isupper() for c in text) / max(1, len(text))
 
 
+@register("advantage", "grpo_from_a_plugin_for_tests")
+def grpo_from_a_plugin(rewards, mask, group_ids, values, params):
+    """GRPO's advantages, registered by a plugin: known only where this module is imported."""
+    from rlxf.algorithms.advantages import grpo
+
+    return grpo(rewards, mask, group_ids, values, params)
+
+
 @register("advantage", "nan_for_tests")
 def nan_advantages(rewards, mask, group_ids, values, params):
     """NaN advantages: the loss turns non-finite, so the trainer must skip the step, then stop."""

@@ -257,3 +257,16 @@ def test_actors_the_cluster_cannot_place_are_named_instead_of_waited_for(tmp_pat
     with pytest.raises(ray_placement.ActorsNotPlaced, match=r"1 of 1 engine and reward actors could not be placed.*"
                                                             r"engine_cpus=8"):
         ray_placement.RayPlacement(cfg)
+
+
+def test_what_a_plugin_registers_is_known_in_every_actor(tmp_path, nano_model_dir, local_ray, one_thread):
+    """An estimator a config's plugin registers exists only in processes that import the plugin:
+    the learner, engine and reward actors import the config's plugins as the driver does."""
+    path = write_config(tmp_path, nano_model_dir, plugins=["rl_plugins"],
+                        algorithm={"advantage": "grpo_from_a_plugin_for_tests"}, train={"steps": 1},
+                        checkpoint={"every": 0}, run={"name": "plugin", "output_dir": str(tmp_path / "runs")})
+    for mode in ("colocated", "disaggregated"):
+        cfg = load_config(path, ["run.placement=ray", f"ray.mode={mode}", "ray.engine_cpus=0.5",
+                                 "ray.learner_cpus=0.5", f"run.name=plugin-{mode}"])
+        _train(cfg)
+        assert [m["step"] for m in metrics(tmp_path / "runs" / f"plugin-{mode}")] == [1]
