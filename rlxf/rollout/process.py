@@ -27,6 +27,7 @@ than hold the model (and a GPU's KV cache) forever: on Linux the kernel kills it
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import logging
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -93,6 +95,21 @@ class EngineRecipe:
         one_worker = self.rollout.model_copy(update={"threads": 1})  # weights swap between decode steps
         return build_engine_from_config(one_worker, model.to(self.device), self.tokenizer, device=self.device,
                                         dtype=self.dtype, seed=self.seed)
+
+
+@contextlib.contextmanager
+def _caller_script_hidden():
+    """Start a spawned process without it re-running the caller's script: spawn imports the
+    parent's ``__main__`` file in the child first, and a script that calls ``rlxf.train`` without
+    an ``if __name__ == "__main__":`` guard would start a second run there, which fails, while this
+    process waits for ever to hand the child its arguments. The engine needs nothing of that
+    script (its target and arguments are rlxf's), so the child is shown an empty ``__main__``."""
+    real = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = real
 
 
 class EngineProcess:
@@ -192,7 +209,8 @@ class EngineProcess:
         self._proc = self._ctx.Process(target=serve, name="rlxf-engine", daemon=True,
                                        args=(self.recipe, self._weights, self.policy_version, self._commands, writer,
                                              os.getpid()))
-        self._proc.start()
+        with _caller_script_hidden():
+            self._proc.start()
         # the engine now holds the only write end: if it dies, even halfway through a message,
         # reading ends (EOF) instead of waiting forever for the rest
         writer.close()

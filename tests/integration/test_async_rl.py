@@ -136,3 +136,28 @@ def test_a_killed_engine_and_a_resume_lose_no_prompt(tmp_path, nano_model_dir):
     assert len(set(everything)) == len(everything)  # none twice
     assert out_at(5) and not out_at(5) & set(everything[:20])
     assert out_at(5) <= set(trained[6]) | out_at(6)
+
+
+UNGUARDED_SCRIPT = """
+import rlxf
+def exact(sample):
+    return float(sample.response.strip() == (sample.ground_truth or ""))
+rlxf.train(model={model!r}, prompts=[{{"prompt": f"{{i}}+1=", "answer": str(i + 1)}} for i in range(40)],
+           reward_funcs=[exact], rollout={{"n": 2, "max_new_tokens": 4, "mode": "async", "max_staleness": 1}},
+           train={{"steps": 2, "prompts_per_step": 2, "micro_batch_size": 4}},
+           logging={{"progress": False}}, run={{"name": "api", "output_dir": {out!r}}})
+print("finished")
+"""
+
+
+def test_an_async_run_from_a_script_without_a_main_guard_finishes(tmp_path, nano_model_dir):
+    """The README's API example has no `if __name__ == "__main__":`; the engine process is
+    spawned, and spawn re-ran the script in the child, which hung the parent for ever."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_it.py"
+    script.write_text(UNGUARDED_SCRIPT.format(model=str(nano_model_dir), out=str(tmp_path / "runs")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0 and "finished" in done.stdout, done.stderr[-2000:]
+    assert [m["step"] for m in metrics(tmp_path / "runs" / "api")] == [1, 2]
