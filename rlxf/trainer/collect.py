@@ -83,8 +83,18 @@ def check_reward_failures(trajs: list[Trajectory], step: int, reward: RewardConf
     A failed reward scores ``reward.error_score``, so a reward function that raises on every
     sample would otherwise train on constant rewards (reward 0.000 on the console) while the
     exceptions sit in samples.jsonl. The first step allows ``max_error_frac_first_step``
-    (default none): a broken reward function shows before any training.
+    (default none): a broken reward function shows before any training. A step in which every
+    episode (``env``) ended in an error stops the run too: a broken environment would otherwise
+    train on nothing, step after step, and finish with exit code 0.
     """
+    episodes = [t for t in trajs if t.episode is not None]
+    if episodes and all(t.episode["end"] == "error" for t in episodes):
+        first = episodes[0]
+        raise RewardFailures(
+            f"step {step}: every one of its {len(episodes)} episodes ended in an error, so there is nothing to "
+            f"learn from. The first (prompt {first.prompt.uid}):\n{first.episode['error']}\n"
+            f"Fix the environment (env.name), its tools or its agent program; samples.jsonl has every episode's error."
+        )
     stop_on_reward_failures(trajs, reward, first=step == 1, where=f"step {step}",
                             carry_on=f"train on with failed samples scored reward.error_score={reward.error_score:g}")
 

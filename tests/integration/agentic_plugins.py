@@ -40,6 +40,13 @@ class BrokenEnv(DigitsEnv):
         return super().step(action)
 
 
+class AlwaysBrokenEnv(DigitsEnv):
+    """DigitsEnv whose every step raises: no episode of any step can end well."""
+
+    def step(self, action: str):
+        raise NameError("name 'undefined_helper' is not defined")
+
+
 def guess_agent(base_url: str, task: EnvTask) -> dict:
     """An agent program written against the official OpenAI client only: it plays the guessing
     game (the game's rules are its own business, here borrowed from rlxf's environment)."""

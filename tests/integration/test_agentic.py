@@ -96,6 +96,18 @@ def test_agentic_example_smoke(example, tmp_path, nano_model_dir):
     assert all(r["env/episode_errors"] == 0 for r in records) and "eval/accuracy" in records[-1]
 
 
+def test_a_step_whose_every_episode_failed_stops_the_run_naming_the_error(tmp_path, nano_model_dir, capsys):
+    """An environment that fails every episode trained on nothing and exited 0; the first step in
+    which no episode ended well now stops the run with the first episode's error."""
+    path = write_config(tmp_path, nano_model_dir,
+                        env={"name": "agentic_plugins:AlwaysBrokenEnv", "max_turns": 2, "max_total_tokens": 96},
+                        rollout={"n": 2, "max_new_tokens": 4},
+                        train={"steps": 3, "prompts_per_step": 2, "micro_batch_size": 8}, checkpoint={"every": 0})
+    assert main(["train", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "every one of its 4 episodes ended in an error" in err and "undefined_helper" in err and "env.name" in err
+
+
 def test_broken_episodes_never_stop_the_run(tmp_path, nano_model_dir):
     """Episodes failing in reset (no response tokens at all), in step, or with garbage train along
     with the healthy ones: the run finishes, the errors are counted and written to samples.jsonl."""
