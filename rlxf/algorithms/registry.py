@@ -28,17 +28,18 @@ The kinds and the signature every function of a kind must accept:
   detached per-token weight that multiplies any policy loss (see ``rlxf.algorithms.off_policy``).
 
 ``register`` checks the signature when a function is registered, so a plugin with the wrong
-arguments fails at import with a message saying what is expected, not mid-run. ``check_call``
-calls a function once on a small made-up batch and checks what it returns against its kind's
-contract (a pair or a 0-dim loss, shapes (B, T), a float dtype, a loss with a gradient); config
-loading runs it on the functions a config selects, so a plugin returning (B,) advantages or an
-already-aggregated loss fails before any model loads, naming the function. Registration
+arguments fails at import with a message saying what is expected, not mid-run. The trainer
+takes functions through ``checked``: a plugin's first call has its return value checked
+against its kind's contract (a pair or a 0-dim loss, shapes (B, T), a float dtype, a loss with
+a gradient), so a plugin returning (B,) advantages or an already-aggregated loss fails at its
+first step, naming the function, instead of training wrongly. Registration
 happens at import time (built-ins when ``rlxf.algorithms`` is imported, plugins when the
 config's ``plugins`` modules are imported); nothing registers at run time.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 from collections.abc import Callable
@@ -180,91 +181,87 @@ class ContractError(TypeError):
     """A registered function returned something its kind's callers cannot use."""
 
 
-# the made-up batch of check_call: B = 4 sequences (two groups of two) x T = 3 tokens; B != T,
-# so (B,) and (T,) results, which broadcast against (B, T) without an error, are told apart
-_PROBE_MASK = ((1, 1, 1), (1, 1, 0), (1, 1, 1), (1, 0, 0))
-_PROBE_SCORES = (1.0, 0.0, 0.5, 1.0)   # >= 0: maxrl refuses negative returns
+def checked(kind: str, name: str) -> Callable[..., Any]:
+    """The function registered as ``name``; a plugin's (not rlxf's own) wrapped so that what its
+    first call returns is checked against the contract of ``kind`` (module docstring): a pair
+    where a pair is due, shapes (B, T) of the call's own mask, a float dtype, a loss that keeps
+    its gradient, a 0-dim aggregate. A plugin returning (B,) advantages or a loss it already
+    reduced to a number raises ContractError naming it, at its first step, instead of a shape
+    error deep in the step or (the reduced loss broadcast back) training that is silently wrong.
+    Nothing is called on made-up data: a plugin's state and assumptions are its own."""
+    fn = get(kind, name)
+    if (getattr(fn, "__module__", None) or "").startswith("rlxf."):
+        return fn
+    state = {"checked": False}
+
+    @functools.wraps(fn)   # __wrapped__: the plugin's function itself
+    def first_call_checked(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if not state["checked"]:
+            check_result(kind, name, out, *args, **kwargs)
+            state["checked"] = True
+        return out
+
+    return first_call_checked
 
 
-def check_call(kind: str, name: str, params: Any, *, norm: float = 3.0) -> None:
-    """Call the function registered as ``name`` once on a made-up batch and check its return
-    value against the contract of ``kind`` (module docstring); ``params`` are the run's
-    ``AdvantageParams`` / ``PolicyLossParams`` / ``OffPolicyParams`` (None for ``loss_agg``),
-    ``norm`` the aggregation's. Raises ContractError naming the function, where it is defined,
-    what it returned and what it should return (or what it raised on the batch)."""
+def check_result(kind: str, name: str, out: Any, *args: Any, **kwargs: Any) -> None:
+    """Raise ContractError if ``out``, what the ``kind`` function ``name`` returned for the call
+    ``(*args, **kwargs)``, breaks the kind's contract; see ``checked``."""
     import torch  # noqa: PLC0415 - the registry itself needs no torch
 
-    fn = get(kind, name)
-    g = torch.Generator().manual_seed(0)
-    mask = torch.tensor(_PROBE_MASK, dtype=torch.float32)
-    b, t = mask.shape
-    last = mask.sum(-1).long() - 1
-    rewards = torch.zeros(b, t).index_put_((torch.arange(b), last), torch.tensor(_PROBE_SCORES))
-    logprobs = (-torch.rand(b, t, generator=g) - 0.1).requires_grad_()
-    old = logprobs.detach() - 0.05 * torch.rand(b, t, generator=g)
-    advantages = torch.randn(b, t, generator=g) * mask
-    shape = f"(B, T) = ({b}, {t})"
-    what = f"{kind} {name!r} ({_describe(fn)})"
+    mask = {"advantage": 1, "policy_loss": 3, "off_policy": 2, "loss_agg": 1}[kind]
+    mask = args[mask] if len(args) > mask else kwargs.get("mask")
+    dims = tuple(mask.shape) if isinstance(mask, torch.Tensor) else None
+    what = f"{kind} {name!r} ({_describe(get(kind, name))})"
 
     def fail(problem: str, expected: str) -> ContractError:
-        return ContractError(f"{what}, called on a made-up batch of {b} sequences x {t} tokens, {problem}; "
-                             f"it must return {expected}")
+        return ContractError(f"{what} {problem}; it must return {expected}")
 
-    def tensor(value: Any, label: str, expected: str, *, dims: tuple[int, ...]) -> Any:
+    def tensor(value: Any, label: str, expected: str, shape: tuple[int, ...] | None) -> Any:
         if not isinstance(value, torch.Tensor):
             raise fail(f"returned {label} as {type(value).__name__}, not a tensor", expected)
-        if tuple(value.shape) != dims:
-            raise fail(f"returned {label} of shape {tuple(value.shape)}, not {dims}", expected)
+        if shape is not None and tuple(value.shape) != shape:
+            raise fail(f"returned {label} of shape {tuple(value.shape)}, not {shape}", expected)
         if not value.is_floating_point():
             raise fail(f"returned {label} of dtype {value.dtype}, not a float dtype", expected)
         return value
 
-    def pair(out: Any, expected: str) -> tuple[Any, Any]:
-        if not isinstance(out, tuple | list) or len(out) != 2:
-            got = f"a {type(out).__name__}" + (f" of {len(out)} items" if isinstance(out, tuple | list) else "")
+    def pair(value: Any, expected: str) -> tuple[Any, Any]:
+        if not isinstance(value, tuple | list) or len(value) != 2:
+            got = f"a {type(value).__name__}" + (f" of {len(value)} items" if isinstance(value, tuple | list) else "")
             raise fail(f"returned {got}, not a pair", expected)
-        return out[0], out[1]
+        return value[0], value[1]
 
     def metrics(value: Any, expected: str) -> None:
         if not isinstance(value, dict):
             raise fail(f"returned metrics as {type(value).__name__}, not a dict", expected)
         for key, v in value.items():
-            if isinstance(v, torch.Tensor) and v.numel() != 1 or not isinstance(v, torch.Tensor | numbers.Real):
+            if (isinstance(v, torch.Tensor) and v.numel() != 1) or not isinstance(v, torch.Tensor | numbers.Real):
                 shown = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
                 raise fail(f"returned metric {key!r} as {shown}, not one number", expected)
 
-    try:
-        if kind == "advantage":
-            expected = f"(advantages, returns), two float tensors of shape {shape}, one value per token"
-            values = torch.randn(b, t, generator=g) if needs(kind, name).values else None
-            adv, ret = pair(fn(rewards, mask, torch.tensor([0, 0, 1, 1]), values, params), expected)
-            tensor(adv, "advantages", expected, dims=(b, t))
-            tensor(ret, "returns", expected, dims=(b, t))
-        elif kind == "policy_loss":
-            expected = (f"(token_loss, metrics): a float tensor of shape {shape}, one loss per token, computed "
-                        f"from logprobs (the aggregation, algorithm.loss_agg, reduces it), and a dict of numbers")
-            token_loss, m = pair(fn(logprobs, old, advantages, mask, params, old), expected)
-            tensor(token_loss, "token_loss", expected, dims=(b, t))
-            if not token_loss.requires_grad:
-                raise fail("returned a token_loss with no gradient (detached from logprobs)", expected)
-            metrics(m, expected)
-        elif kind == "off_policy":
-            expected = f"(weight, metrics): a float tensor of shape {shape}, one weight per token, and a dict of numbers"
-            weight, m = pair(fn(old, old - 0.01, mask, params), expected)
-            tensor(weight, "weight", expected, dims=(b, t))
-            metrics(m, expected)
-        else:
-            expected = "the loss as a 0-dim float tensor that has a gradient"
-            n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum().to(mask.dtype)
-            loss = tensor(fn(logprobs * 1.0, mask, num_tokens=n_tok, num_seqs=n_seq, norm=norm), "the loss",
-                          expected, dims=())
-            if not loss.requires_grad:
-                raise fail("returned a loss with no gradient (detached from token_loss)", expected)
-    except ContractError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the function's own failure, reported with where it happened
-        import traceback  # noqa: PLC0415
-
-        frame = traceback.extract_tb(e.__traceback__)[-1]
-        raise ContractError(f"{what} raised {type(e).__name__} at {frame.filename}:{frame.lineno} when called "
-                            f"on a made-up batch of {b} sequences x {t} tokens: {e}") from None
+    shape = f"(B, T) = {dims}" if dims else "(B, T)"
+    if kind == "advantage":
+        expected = f"(advantages, returns), two float tensors of shape {shape}, one value per token"
+        adv, ret = pair(out, expected)
+        tensor(adv, "advantages", expected, dims)
+        tensor(ret, "returns", expected, dims)
+    elif kind == "policy_loss":
+        expected = (f"(token_loss, metrics): a float tensor of shape {shape}, one loss per token, computed from "
+                    f"logprobs (the aggregation, algorithm.loss_agg, reduces it), and a dict of numbers")
+        token_loss, m = pair(out, expected)
+        tensor(token_loss, "token_loss", expected, dims)
+        if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad and not token_loss.requires_grad:
+            raise fail("returned a token_loss with no gradient (detached from logprobs)", expected)
+        metrics(m, expected)
+    elif kind == "off_policy":
+        expected = f"(weight, metrics): a float tensor of shape {shape}, one weight per token, and a dict of numbers"
+        weight, m = pair(out, expected)
+        tensor(weight, "weight", expected, dims)
+        metrics(m, expected)
+    else:
+        expected = "the loss as a 0-dim float tensor that has a gradient"
+        tensor(out, "the loss", expected, ())
+        if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad and not out.requires_grad:
+            raise fail("returned a loss with no gradient (detached from token_loss)", expected)

@@ -144,7 +144,8 @@ def machine_problems(cfg) -> list[str]:
     (the explanation itself describes the machine the config asks for)."""
     import torch  # noqa: PLC0415
 
-    if cfg.model.device == "cuda" and not torch.cuda.is_available():
+    on_this_machine = cfg.run.placement == "local" or cfg.ray.address is None   # a cluster's machines are its own
+    if on_this_machine and cfg.model.device == "cuda" and not torch.cuda.is_available():
         return ["model.device=cuda, and this machine has no CUDA device: `rlxf train` stops on it here "
                 "(the figures below are for a CUDA machine; model.device=auto uses one where there is one)"]
     return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import traceback
@@ -28,6 +29,7 @@ from rlxf.config.schema import Config
 from rlxf.errors import UserInputError
 
 _RLXF_DIR = str(Path(__file__).resolve().parent.parent)  # frames in rlxf itself are not the user's
+_IMPORTLIB_DIR = str(Path(importlib.__file__).resolve().parent)   # nor the import machinery's
 
 
 class ConfigError(UserInputError):
@@ -421,7 +423,7 @@ def _user_frame(e: BaseException) -> str:
     import machinery: the user's line that raised, or that called rlxf when rlxf raised (a
     ``@register`` whose name is taken, whose function has the wrong arguments)."""
     frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if not f.filename.startswith(("<frozen", _RLXF_DIR))]
+              if not f.filename.startswith(("<frozen", _RLXF_DIR + os.sep, _IMPORTLIB_DIR + os.sep))]
     if not frames:
         return "an unknown line"
     f = frames[-1]
@@ -510,6 +512,9 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
         problems.append((("rollout", "n"), f"algorithm.advantage={cfg.algorithm.advantage!r} compares samples of "
                          f"one prompt and needs rollout.n >= 2 (got {cfg.rollout.n})"))
+    if cfg.critic.warmup_steps and cfg.critic.warmup_steps >= cfg.train.steps:
+        problems.append((("critic", "warmup_steps"), f"{cfg.critic.warmup_steps} warm-up steps of {cfg.train.steps} "
+                         "(train.steps) leave the actor none: it would never train; lower it"))
     if not problems and cfg.critic.warmup_steps and not registry.needs("advantage", cfg.algorithm.advantage).values:
         problems.append((("critic", "warmup_steps"), f"algorithm.advantage={cfg.algorithm.advantage!r} trains no "
                          "critic, so there is none to warm up; set critic.warmup_steps to 0, or use a critic "
@@ -518,8 +523,6 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and fsdp and registry.needs("advantage", cfg.algorithm.advantage).values:
         problems.append((("ray", "learner_strategy"), f"fsdp does not shard a critic, which algorithm.advantage="
                          f"{cfg.algorithm.advantage!r} needs; use ray.learner_strategy=ddp"))
-    if not problems:
-        problems += _contract_problems(cfg)
     from rlxf.data.tasks import REASONING_GYM_PREFIX, task_names  # noqa: PLC0415 - lazy, after the plugins
 
     known = task_names()
@@ -531,28 +534,6 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
             problems.append(((*loc, "task"), f"unknown task {source.task!r}.{hint} Valid tasks: {', '.join(known)}"))
     if problems:
         raise origins.error(problems)
-
-
-def _contract_problems(cfg: Config) -> list[tuple[tuple, str]]:
-    """Each algorithm function the config selects, called once on a made-up batch with the run's
-    parameters (``registry.check_call``): a plugin whose return value the trainer cannot use
-    ((B,) advantages, a loss already reduced to a number, a bare tensor instead of a pair) is
-    a config problem named here, not a shape error deep in a step or a run that trains wrongly."""
-    from rlxf.algorithms import registry  # noqa: PLC0415 - lazy, like the registries
-    from rlxf.trainer.experience import ExperienceMaker  # noqa: PLC0415 - the run's own parameters
-    from rlxf.trainer.objective import PolicyObjective  # noqa: PLC0415
-
-    algo = cfg.algorithm
-    objective = PolicyObjective.from_config(algo, cfg.rollout.max_new_tokens)
-    calls = (("advantage", ExperienceMaker.from_config(algo, cfg.rollout.max_new_tokens, 1).params),
-             ("policy_loss", objective.params), ("off_policy", objective.off_policy), ("loss_agg", None))
-    problems: list[tuple[tuple, str]] = []
-    for kind, params in calls:
-        try:
-            registry.check_call(kind, getattr(algo, kind), params, norm=objective.agg_norm)
-        except registry.ContractError as e:
-            problems.append((("algorithm", kind), str(e)))
-    return problems
 
 
 def dump_config(cfg: Config) -> str:

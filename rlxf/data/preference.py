@@ -137,7 +137,7 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceDa
     if in_test:
         counts["train_removed_in_test"] = len(in_test)
         splits["train"] = [e for e in splits["train"] if keys[e.uid] not in test_keys]
-    if not splits["train"] and counts["train_dropped_identical"]:
+    if not splits["train"] and counts["train_dropped_identical"] and not counts["train_removed_in_test"]:
         detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith("train"))
         raise DataError(
             f"no train pairs left ({detail}): {counts['train_dropped_identical']} have the same chosen and rejected "

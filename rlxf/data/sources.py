@@ -70,6 +70,13 @@ def require_some(n_kept: int, split: str, counts: Counter, cfg: DataConfig) -> N
         raise DataError(f"{path or 'the data'} holds no {split} records ({split}_read=0: the file is empty, or "
                         f"has only blank lines); check data.{split}_path{hf}")
     detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith(split)) or "nothing read"
+    held_out = counts.get(f"{split}_removed_in_test", 0) + counts.get(f"{split}_removed_held_out", 0)
+    if held_out:
+        raise DataError(
+            f"no {split} examples left ({detail}): {held_out} were removed because their prompts are held-out "
+            f"prompts (data.test_path, or another source's held-out split), which are never trained on. Give a "
+            f"test file whose prompts are not in the training data (it may not be the training file itself)"
+        )
     raise DataError(
         f"no {split} examples left after filtering ({detail}). Check data.train_path / data.task, or raise "
         f"data.max_prompt_len (now {cfg.max_prompt_len}) / data.max_response_len, or set "

@@ -71,7 +71,7 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                                                      trust_remote_code=cfg.model.trust_remote_code,
                                                      linear_kernels=cfg.model.linear_kernels)
         critic = Critic(value_model, cfg.critic.optim, total_optimizer_steps, spec, cfg.algorithm.value_clip,
-                        registry.get("loss_agg", cfg.algorithm.loss_agg),
+                        registry.checked("loss_agg", cfg.algorithm.loss_agg),
                         float(cfg.algorithm.loss_agg_norm or cfg.rollout.max_new_tokens), dp=dp)
     return Learner(
         tokenizer=tokenizer, actor=actor, reference=reference, critic=critic,

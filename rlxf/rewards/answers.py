@@ -141,7 +141,9 @@ def _unevaluated(parsed: list) -> set[str]:
     import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
 
     kinds = (sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit, sympy.Derivative)
-    return {type(node).__name__ for expr in parsed if isinstance(expr, sympy.Basic) for node in expr.atoms(*kinds)}
+    # "\sum_{k=1}^{100} k = 5050" states the computation and its result: the result is what counts
+    values = [expr.rhs if isinstance(expr, sympy.Rel) else expr for expr in parsed if isinstance(expr, sympy.Basic)]
+    return {type(node).__name__ for expr in values for node in expr.atoms(*kinds)}
 
 
 def _digits_bound(expr: Any) -> float:

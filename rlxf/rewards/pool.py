@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -466,5 +466,9 @@ class VerifierPool:
 
     @staticmethod
     def _finish(call: _Call, value: Any) -> None:
-        if not call.future.done():
+        """Resolve the call's future, unless its caller cancelled it (which may happen at any
+        moment, from another thread: checking ``done()`` first would leave a race)."""
+        try:
             call.future.set_result(value)
+        except InvalidStateError:   # cancelled (or already resolved): nobody waits for it
+            pass

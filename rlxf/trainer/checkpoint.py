@@ -234,6 +234,8 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
+    except PermissionError:   # a whole file this process may not read: not damage, and not to delete
+        raise
     except (RuntimeError, OSError, EOFError) as e:  # torch's reader on a truncated or garbled archive
         # damage, not a format question: say which file, and how to get past it
         raise CheckpointDamaged(

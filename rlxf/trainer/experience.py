@@ -53,7 +53,7 @@ class ExperienceMaker:
     def from_config(cls, algo: AlgorithmConfig, max_new_tokens: int, optimizer_steps_per_step: int) -> ExperienceMaker:
         kl_in_reward = algo.kl_coef > 0 and algo.kl_mode == "reward"
         return cls(
-            advantage=registry.get("advantage", algo.advantage),
+            advantage=registry.checked("advantage", algo.advantage),
             params=AdvantageParams(gamma=algo.gamma, gae_lambda=algo.gae_lambda, norm_by_std=algo.norm_adv_by_std),
             kl_in_reward=kl_in_reward,
             kl_estimator=algo.kl_estimator,

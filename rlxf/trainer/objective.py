@@ -57,11 +57,11 @@ class PolicyObjective:
     @classmethod
     def from_config(cls, algo: AlgorithmConfig, max_new_tokens: int) -> PolicyObjective:
         return cls(
-            policy_loss=registry.get("policy_loss", algo.policy_loss),
-            aggregate=registry.get("loss_agg", algo.loss_agg),
+            policy_loss=registry.checked("policy_loss", algo.policy_loss),
+            aggregate=registry.checked("loss_agg", algo.loss_agg),
             params=PolicyLossParams(clip_eps_low=algo.clip_eps_low, clip_eps_high=algo.clip_eps_high,
                                     dual_clip_c=algo.dual_clip_c, cispo_eps_high=algo.cispo_eps_high),
-            correction=registry.get("off_policy", algo.off_policy),
+            correction=registry.checked("off_policy", algo.off_policy),
             off_policy=OffPolicyParams(cap=algo.is_cap, floor=algo.is_floor, level=algo.is_level),
             agg_norm=float(algo.loss_agg_norm or max_new_tokens),
             kl_in_loss=algo.kl_coef > 0 and algo.kl_mode == "loss",

@@ -129,11 +129,14 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
             def on_step(step: int, metrics: dict[str, float], final_step: bool) -> bool:
                 nonlocal last, evaluated_at
                 done = False
-                # the last step is evaluated too, in its own record (metrics.jsonl: one per step)
-                if (cfg.sft.eval_every and step % cfg.sft.eval_every == 0) or final_step:
+                # the last step is evaluated too, in its own record (metrics.jsonl: one per step);
+                # the stop rule is read at the scheduled evaluations only (a run that ends anyway
+                # must not fail on it after its last step, unsaved)
+                scheduled = bool(cfg.sft.eval_every) and step % cfg.sft.eval_every == 0
+                if scheduled or final_step:
                     metrics = {**metrics, **evaluate()}
                     evaluated_at = step
-                    done = reached(step, metrics)
+                    done = reached(step, metrics) if scheduled else False
                 last = metrics
                 sink.log(step, metrics)
                 progress.update(step, metrics)
@@ -149,7 +152,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                               core=core, start=start)
             # still under `stop`: a signal from here on lets the last evaluation and checkpoint finish;
             # the loop evaluated its last step, unless there was none to take (a finished run resumed)
-            final = evaluate() if evaluated_at != steps else {}
+            final = evaluate() if evaluated_at != steps and steps > start else {}
             if final:
                 sink.log(steps, {**last, **final})
                 last = {**last, **final}

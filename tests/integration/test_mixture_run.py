@@ -77,7 +77,7 @@ def test_ptx_coefficient_zero_is_the_plain_update_bit_for_bit(tmp_path, nano_mod
     nll: list[float] = []
     tokens = sum(len(e.response_ids) for e in batches[0])
     with torch.no_grad():
-        before = [float(x) for x in nll_shares(mixed.learner.actor.model, batches[0], 8, tokens, nll)]
+        before = [float(x) for x in nll_shares(mixed.learner.actor.run, batches[0], 8, tokens, nll)]
 
     m_plain = plain.update(exp, 1)
     m_zero = zero.update(exp, 1, demos=batches)

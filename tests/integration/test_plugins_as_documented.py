@@ -84,8 +84,18 @@ def test_a_plugin_taking_a_builtin_name_is_a_config_error_naming_both(tmp_path):
     assert f"pad_collide.mine at {tmp_path / 'pad_collide.py'}:3" in msg
 
 
-def test_an_advantage_of_shape_b_is_refused_at_load_naming_the_function(tmp_path):
-    """(B,) advantages broadcast against (B, T) where B == T: refused before any model loads."""
+def _train_a_step(tmp_path, nano_model_dir, path: str) -> int:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(open(path).read().replace("no_model_needed_to_check_a_config", str(nano_model_dir)).replace(
+        "run: {name: t}", f"run: {{name: t, output_dir: {tmp_path / 'runs'}}}") +
+        "train: {steps: 1, prompts_per_step: 2, micro_batch_size: 8}\nlogging: {progress: false}\n")
+    return main(["train", str(cfg)])
+
+
+def test_an_advantage_of_shape_b_is_refused_at_its_first_call_naming_the_function(tmp_path, nano_model_dir,
+                                                                                    capsys):
+    """(B,) advantages broadcast against (B, T) (or fail far from the plugin): its first call's
+    result is checked, and the error names the function and the shape it must return."""
     path = _config(tmp_path, "pad_per_sequence", """\
         from rlxf.algorithms import register, sequence_scores
 
@@ -94,28 +104,31 @@ def test_an_advantage_of_shape_b_is_refused_at_load_naming_the_function(tmp_path
             s = sequence_scores(rewards, mask)
             return s - s.mean(), s
         """, "algorithm: {advantage: pad_per_sequence}\n")
-    with pytest.raises(ConfigError) as e:
-        load_config(path)
-    msg = str(e.value)
-    assert "algorithm.advantage" in msg and "pad_per_sequence.per_sequence" in msg
-    assert "shape (4,), not (4, 3)" in msg and "(B, T)" in msg
+    load_config(path)    # the plugin is not called on made-up data while the config loads
+    assert _train_a_step(tmp_path, nano_model_dir, path) == 1
+    msg = capsys.readouterr().err
+    assert "advantage 'pad_per_sequence'" in msg and "pad_per_sequence.per_sequence" in msg
+    assert "of shape (8,), not (8, " in msg and "(B, T)" in msg
 
 
-def test_a_policy_loss_returning_an_aggregated_scalar_is_refused_at_load(tmp_path):
+def test_a_policy_loss_returning_an_aggregated_scalar_is_refused_at_its_first_call():
     """A loss already reduced to a number trained silently (the aggregation broadcast it)."""
-    path = _config(tmp_path, "pad_scalar_loss", """\
-        import torch
-        from rlxf.algorithms import register
+    import torch
 
-        @register("policy_loss", "pad_scalar")
-        def scalar(logprobs, old_logprobs, advantages, mask, params, rollout_logprobs=None):
-            ratio = torch.exp(logprobs - old_logprobs)
-            return (-advantages * ratio * mask).sum() / mask.sum(), {}
-        """, "algorithm: {policy_loss: pad_scalar}\n")
-    with pytest.raises(ConfigError) as e:
-        load_config(path)
-    msg = str(e.value)
-    assert "algorithm.policy_loss" in msg and "token_loss of shape ()" in msg and "one loss per token" in msg
+    from rlxf.algorithms import register, registry
+    from rlxf.algorithms.registry import ContractError
+
+    @register("policy_loss", "pad_scalar")
+    def scalar(logprobs, old_logprobs, advantages, mask, params, rollout_logprobs=None):
+        ratio = torch.exp(logprobs - old_logprobs)
+        return (-advantages * ratio * mask).sum() / mask.sum(), {}
+
+    loss = registry.checked("policy_loss", "pad_scalar")
+    logprobs = torch.zeros(4, 3, requires_grad=True)
+    with pytest.raises(ContractError) as e:
+        loss(logprobs, logprobs.detach(), torch.ones(4, 3), torch.ones(4, 3), None)
+    assert "token_loss of shape (), not (4, 3)" in str(e.value) and "one loss per token" in str(e.value)
+    assert registry.checked("policy_loss", "ppo_clip") is registry.get("policy_loss", "ppo_clip")  # rlxf's own
 
 
 def test_config_named_batched_and_trl_reward_functions_are_called_in_their_style(tmp_path, monkeypatch):
@@ -159,3 +172,17 @@ def test_an_episode_error_names_the_environment_line_that_raised(tmp_path, monke
     env = build_env("pad_env:Buggy")
     [(ok, why)] = call_all([lambda: env.step("12")], timeout=5.0)
     assert not ok and "NameError" in why and f"{tmp_path / 'pad_env.py'}:8 in step" in why
+
+
+def test_a_plugin_whose_name_starts_like_rlxf_is_still_the_users_line(tmp_path, monkeypatch):
+    """rlxf's own frames are left out of the line an import error names; a plugin package
+    installed next to it whose name merely starts with "rlxf" is not rlxf's."""
+    import rlxf.config.load as load
+
+    monkeypatch.setattr(load, "_RLXF_DIR", str(tmp_path / "rlxf"))
+    (tmp_path / "rlxf_pad_plugin").mkdir()
+    (tmp_path / "rlxf_pad_plugin" / "__init__.py").write_text("x = 1\nundefined_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    failure = load.import_user_module("rlxf_pad_plugin", "plugin 'rlxf_pad_plugin'", "here")
+    assert f"{tmp_path / 'rlxf_pad_plugin' / '__init__.py'}:2" in failure
+    sys.modules.pop("rlxf_pad_plugin", None)

@@ -116,3 +116,5 @@ def test_sft_resume_skips_a_damaged_newest_checkpoint(tmp_path, nano_model_dir):
     assert "resumed from " + str(run / "checkpoints" / "step_2") in (run / "train.log").read_text()
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]   # step 3 trained again and logged once; one record per step
+    assert main(["sft", str(path), "--resume"]) == 0            # a finished run: nothing to do, nothing added
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == steps

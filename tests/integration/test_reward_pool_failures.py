@@ -108,6 +108,19 @@ def test_a_replacement_that_hangs_while_starting_is_given_up_on():
         pool.close()
 
 
+def test_a_call_cancelled_as_its_result_arrives_is_let_go():
+    """A caller may cancel at any moment from its own thread; resolving that future raised in the
+    dispatcher thread and stopped the pool for good."""
+    from concurrent.futures import Future
+
+    from rlxf.rewards.pool import _Call
+
+    call = _Call(1, 0, RewardInput("q", "r"), Future())
+    assert call.future.cancel()
+    VerifierPool._finish(call, 1.0)       # no InvalidStateError
+    assert call.future.cancelled()
+
+
 def sleepy_cfg(workers: int) -> RewardConfig:
     return RewardConfig.model_validate({"verifiers": [{"type": f"{HERE}:sleepy", "name": "s"}],
                                         "workers": workers, "timeout_s": 120.0})

@@ -232,3 +232,4 @@ def test_critic_warmup_trains_the_critic_alone_for_its_steps(tmp_path, nano_mode
 
     grpo = write_config(tmp_path / "grpo", nano_model_dir, critic={"warmup_steps": 2})
     assert main(["train", str(grpo)]) == 2
+    assert main(["train", str(cfg), "critic.warmup_steps=3", "--overwrite"]) == 2   # the actor would never train

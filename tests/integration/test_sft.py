@@ -71,6 +71,13 @@ def test_sft_stops_when_a_held_out_metric_reaches_its_level(tmp_path, nano_model
     assert main(["sft", str(path)]) == 2
     assert "source 'hard'" in capsys.readouterr().err
     assert not (tmp_path / "new" / "sft").exists()
+    # a stop rule is read at the scheduled evaluations only: the last step's own evaluation never
+    # fails a finished run on it, unsaved
+    (tmp_path / "late").mkdir()
+    path = _write_sft(tmp_path / "late", nano_model_dir, steps=3, eval_every=10,
+                      stop_when={"metric": "eval/accuracy_typo", "at_least": 0.5})
+    assert main(["sft", str(path)]) == 0
+    assert (tmp_path / "late" / "sft" / "checkpoints" / "step_3" / "model" / "config.json").exists()
     # and it needs evaluations to read
     path = _write_sft(tmp_path, nano_model_dir, eval_every=0, stop_when={"metric": "eval/accuracy", "at_least": 0.5})
     assert main(["sft", str(path), "--overwrite"]) == 2

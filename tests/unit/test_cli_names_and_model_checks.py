@@ -101,3 +101,6 @@ def test_explain_warns_when_this_machine_cannot_run_the_device_asked_for(monkeyp
 
     assert machine_problems(Config.model_validate({**BASE, "model": {"path": "m", "device": "cuda"}}))
     assert machine_problems(Config.model_validate(BASE)) == []            # auto: the CPU here
+    cluster = {**BASE, "model": {"path": "m", "device": "cuda"}, "run": {"name": "r", "placement": "ray"},
+               "ray": {"address": "ray://head:10001"}}
+    assert machine_problems(Config.model_validate(cluster)) == []         # its models load on the cluster

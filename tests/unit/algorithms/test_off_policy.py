@@ -209,6 +209,7 @@ def test_mis_at_sequence_level_keeps_or_drops_whole_sequences(data, b, t, level)
 
 
 def test_the_docs_example_correction_registers_and_weighs_by_hand():
+    import inspect
     import re
     from pathlib import Path
 
@@ -222,7 +223,7 @@ def test_the_docs_example_correction_registers_and_weighs_by_hand():
     _close(w, [[1.0, 1.0, 1.0, 0.0, 0.0]])
     assert m["masked_frac"].item() == pytest.approx(1 / 4)
     cfg = AlgorithmConfig(off_policy="drop_overconfident", is_floor=0.5)
-    assert PolicyObjective.from_config(cfg, max_new_tokens=4).correction is fn
+    assert inspect.unwrap(PolicyObjective.from_config(cfg, max_new_tokens=4).correction) is fn
 
 
 def test_config_fills_each_correction_default_and_refuses_contradictions():

@@ -39,6 +39,17 @@ def test_preference_training_drops_pairs_whose_prompt_is_held_out(tmp_path, toke
     assert data.report["train_removed_in_test"] == 1
 
 
+@pytest.mark.parametrize("build", [build_sft_data, build_preference_data])
+def test_a_training_file_that_is_all_held_out_is_named_as_such(tmp_path, tokenizer_for_tests, build):
+    """Every train prompt held out (the test file is the training file): the error says so, not
+    that the length limits or identical pairs emptied it."""
+    rows = [{"prompt": "say 1", "response": "1", "chosen": "A", "rejected": "A"},
+            {"prompt": "say 2", "response": "2", "chosen": "B", "rejected": "b"}]
+    same = _jsonl(tmp_path / "both.jsonl", rows)
+    with pytest.raises(DataError, match=r"(?s)removed because their prompts are held-out.*not be the training file"):
+        build(DataConfig(source="jsonl", train_path=same, test_path=same), tokenizer_for_tests, 0)
+
+
 @pytest.mark.parametrize("build", [build_prompt_data, build_sft_data])
 def test_a_held_out_text_prompt_is_kept_out_of_a_source_that_writes_it_as_messages(tmp_path, tokenizer_for_tests,
                                                                                   build):

@@ -29,6 +29,10 @@ def test_an_answer_that_restates_the_computation_scores_zero(gold, restated, val
     hack = v.score(RewardInput("compute it", f"\\boxed{{{restated}}}", gold))
     assert (hack.score, hack.metrics.get("unevaluated")) == (0.0, 1.0)
     assert v.score(RewardInput("compute it", f"\\boxed{{{value}}}", gold)).score == 1.0
+    # the computation with its result after "=" is an answer (math-verify reads the right side);
+    # the result first, the computation after it, is the computation again
+    assert v.score(RewardInput("compute it", f"\\boxed{{{restated} = {value}}}", gold)).score == 1.0
+    assert v.score(RewardInput("compute it", f"\\boxed{{{value} = {restated}}}", gold)).score == 0.0
     # a reference written as the computation is matched by the same computation
     assert v.score(RewardInput("write it as an integral", r"\boxed{\int_0^1 x^2 dx}", r"\int_0^1 x^2 dx")).score == 1.0
 
