@@ -24,7 +24,7 @@ from typing import Any
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
 from rlxf.data.prompts import content_key
-from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
+from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
 from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
 
 log = logging.getLogger("rlxf.data")
@@ -132,11 +132,9 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceDa
             splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts, keys)
     # held-out prompts are never trained on (data.test_path: its prompts are removed from training):
     # the test accuracy would otherwise measure pairs the model was fitted to
-    test_keys = {keys[e.uid] for e in splits["test"]}
-    in_test = [e for e in splits["train"] if keys[e.uid] in test_keys]
-    if in_test:
-        counts["train_removed_in_test"] = len(in_test)
-        splits["train"] = [e for e in splits["train"] if keys[e.uid] not in test_keys]
+    splits["train"], removed = drop_held_out(splits["train"], keys, {keys[e.uid] for e in splits["test"]})
+    if removed:
+        counts["train_removed_in_test"] = removed
     if not splits["train"] and counts["train_dropped_identical"] and not counts["train_removed_in_test"]:
         detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith("train"))
         raise DataError(

@@ -25,7 +25,7 @@ from typing import Any
 
 from rlxf.config.data import DataConfig, SourceFields
 from rlxf.data.errors import DataError
-from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
+from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
 from rlxf.data.tasks import check_disjoint, get_task
 from rlxf.data.templates import check_messages, encode_prompts, get_field
 from rlxf.types import Prompt
@@ -179,11 +179,10 @@ def build_prompt_data(cfg: DataConfig, tokenizer, seed: int) -> PromptData:
                  for s in cfg.sources}
     held_out = {parts.keys[p.uid] for parts in built.values() for p in parts.test}
     for name, parts in built.items():
-        removed = [p for p in parts.train if parts.keys[p.uid] in held_out]
+        parts.train, removed = drop_held_out(parts.train, parts.keys, held_out)
         if removed:
-            parts.train = [p for p in parts.train if parts.keys[p.uid] not in held_out]
             # one source keeps the name its report always had
-            source_counts[name]["train_removed_in_test" if name is None else "train_removed_held_out"] = len(removed)
+            source_counts[name]["train_removed_in_test" if name is None else "train_removed_held_out"] = removed
         require_some(len(parts.train), "train", source_counts[name], cfg)
     report: dict[str, int] = {}
     for name, parts in built.items():

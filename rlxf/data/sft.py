@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
 from rlxf.data.prompts import content_key, read_task_records, source_config, source_seed
-from rlxf.data.sources import Record, fit_length, log_report, require_some, split_records
+from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
 from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
 
 
@@ -113,12 +113,11 @@ def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> 
     held_out = {data.keys[e.uid] for data in built.values() for e in data.test}
     report: dict[str, int] = {}
     for name, data in built.items():
-        kept = [e for e in data.train if data.keys[e.uid] not in held_out]
-        if len(kept) < len(data.train):
-            data.report["train_removed_held_out"] = len(data.train) - len(kept)
-            data.train = kept
-            data.report["train"] = len(kept)
-            require_some(len(kept), "train", Counter(data.report), cfg)
+        data.train, removed = drop_held_out(data.train, data.keys, held_out)
+        if removed:
+            data.report["train_removed_held_out"] = removed
+            data.report["train"] = len(data.train)
+            require_some(len(data.train), "train", Counter(data.report), cfg)
         report |= {f"{name}/{k}": v for k, v in sorted(data.report.items())}
     train = [e for data in built.values() for e in data.train]
     test = [e for data in built.values() for e in data.test]
@@ -147,11 +146,9 @@ def _one_source(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str], 
                                           exclude if split == "train" else frozenset())
     # the held-out split is never trained on (data.test_path: its prompts are removed from training),
     # as for RL prompts: the run's evaluation would otherwise measure memorised answers
-    test_keys = {keys[e.uid] for e in splits["test"]}
-    in_test = [e for e in splits["train"] if keys[e.uid] in test_keys]
-    if in_test:
-        counts["train_removed_in_test"] = len(in_test)
-        splits["train"] = [e for e in splits["train"] if keys[e.uid] not in test_keys]
+    splits["train"], removed = drop_held_out(splits["train"], keys, {keys[e.uid] for e in splits["test"]})
+    if removed:
+        counts["train_removed_in_test"] = removed
     require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))
     report["train"], report["test"] = len(splits["train"]), len(splits["test"])

@@ -59,6 +59,14 @@ def fit_length(ids: list[int], max_len: int | None, policy: str, where: str, wha
     return None
 
 
+def drop_held_out(train: list, keys: dict[str, str], held_out: set[str]) -> tuple[list, int]:
+    """``train`` (items with a ``uid``) without those whose prompt's content key (``keys[uid]``,
+    ``prompts.content_key``) is in ``held_out``, and how many were dropped: a held-out prompt
+    is never trained on, in any recipe, whatever the generators' seeds or templates did."""
+    kept = [e for e in train if keys[e.uid] not in held_out]
+    return kept, len(train) - len(kept)
+
+
 def require_some(n_kept: int, split: str, counts: Counter, cfg: DataConfig) -> None:
     """A clear error, before any training, when filtering left nothing."""
     if n_kept:
