@@ -34,6 +34,21 @@ from rich.logging import RichHandler
 from rlxf.errors import UserInputError
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: written to a temporary file beside it, fsynced, renamed
+    over it. A kill or a full disk leaves the old file whole (the temporary one is removed)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class RunDirError(UserInputError):
     """The run directory cannot be used as asked (exists, is missing on --resume, is not a run,
     or cannot be created)."""
@@ -168,19 +183,9 @@ class RunDir:
 
         A resume rewrites it; written in place, a full disk or a kill halfway would leave the
         run's only record of what ran empty or cut short, and ``--resume`` reads it back."""
-        tmp = self.config.with_name(f".{self.config.name}.tmp-{os.getpid()}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                data = text.encode()
-                while data:
-                    data = data[os.write(fd, data):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.config)
+            write_atomically(self.config, text.encode())
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise RunDirError(f"cannot write {self.config} ({e.strerror or type(e).__name__}); the previous one is "
                               f"kept. Free space on {self.path.parent} (or fix its permissions) and run again") from None
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlxf.errors import UserInputError
+from rlxf.run_dir import write_atomically
 
 log = logging.getLogger("rlxf")
 
@@ -146,13 +147,7 @@ def truncate_after_step(path: str | Path, step: int) -> int:
     keep = [r for r in records if r.get("step", -1) <= step]
     if len(keep) == len(records) and (not p.exists() or repair_tail(p) == 0):
         return 0
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        for r in keep:
-            f.write(encode_line(r))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    write_atomically(p, b"".join(encode_line(r) for r in keep))
     return len(records) - len(keep)
 
 
