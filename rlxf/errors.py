@@ -1,4 +1,4 @@
-"""The one base class of errors caused by user input.
+"""The one base class of errors caused by user input, and where user code raised.
 
 A config, a data file, a model path or a command-line argument that cannot work raises a
 subclass of ``UserInputError``; the CLI turns it into exit code 2 and prints its message,
@@ -6,6 +6,25 @@ which says what was wrong, where, and what to do. Everything else is a runtime f
 (exit code 1).
 """
 
+import importlib
+import os
+
+_RLXF_DIR = os.path.dirname(os.path.abspath(__file__))          # rlxf's own frames are not the user's
+_IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__))   # nor the import machinery's
+
 
 class UserInputError(ValueError):
     """Bad input from the user: config, data, paths, arguments."""
+
+
+def raised_at(e: BaseException, *, outside_rlxf: bool = False) -> str | None:
+    """``file:line in function`` of the deepest frame of ``e``'s traceback: the line that raised
+    (a user's environment, tool or plugin). ``outside_rlxf``: the deepest frame outside rlxf and
+    the import machinery, i.e. the user's line that called rlxf when rlxf raised (a ``@register``
+    whose name is taken). None when there is no such frame."""
+    import traceback  # noqa: PLC0415 - only on the error path
+
+    skip = ("<frozen", _RLXF_DIR + os.sep, _IMPORTLIB_DIR + os.sep)
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not (outside_rlxf and f.filename.startswith(skip))]
+    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else None

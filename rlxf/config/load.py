@@ -11,10 +11,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
-import os
 import re
 import sys
-import traceback
 import types
 import typing
 from collections.abc import Callable
@@ -26,10 +24,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlxf.config.schema import Config
-from rlxf.errors import UserInputError
-
-_RLXF_DIR = str(Path(__file__).resolve().parent.parent)  # frames in rlxf itself are not the user's
-_IMPORTLIB_DIR = str(Path(importlib.__file__).resolve().parent)   # nor the import machinery's
+from rlxf.errors import UserInputError, raised_at
 
 
 class ConfigError(UserInputError):
@@ -404,7 +399,8 @@ def _import_failure(module: str, e: Exception, where: str) -> str:
         text = f": {e.text.strip()}" if e.text and e.text.strip() else ""
         return f"{e.filename}:{e.lineno}: {type(e).__name__} in {module!r}: {e.msg}{text}"
     if not isinstance(e, ImportError):  # the module's own code raised while it was imported
-        return (f"importing {module!r} raised {type(e).__name__} at {_user_frame(e)}: {str(e).rstrip('.')}. "
+        at = raised_at(e, outside_rlxf=True) or "an unknown line"
+        return (f"importing {module!r} raised {type(e).__name__} at {at}: {str(e).rstrip('.')}. "
                 f"Fix the module there")
     if e.name and (module == e.name or module.startswith(f"{e.name}.")):
         return f"cannot import {module!r}: {e}. Put it in {where}, or install it"
@@ -416,18 +412,6 @@ def _import_failure(module: str, e: Exception, where: str) -> str:
     fix = (f"Install {e.name!r}, which it imports, or remove that import"
            if isinstance(e, ModuleNotFoundError) and e.name else "Fix that import")
     return f"{module!r}{found} was found, but its own import failed: {e}. {fix}"
-
-
-def _user_frame(e: BaseException) -> str:
-    """``file:line (in function)`` of the deepest frame of ``e``'s traceback outside rlxf and the
-    import machinery: the user's line that raised, or that called rlxf when rlxf raised (a
-    ``@register`` whose name is taken, whose function has the wrong arguments)."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if not f.filename.startswith(("<frozen", _RLXF_DIR + os.sep, _IMPORTLIB_DIR + os.sep))]
-    if not frames:
-        return "an unknown line"
-    f = frames[-1]
-    return f"{f.filename}:{f.lineno} (in {f.name})"
 
 
 def import_user_module(module: str, what: str, where: str) -> str | None:

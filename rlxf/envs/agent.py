@@ -35,7 +35,6 @@ import logging
 import math
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -44,6 +43,7 @@ from jinja2 import TemplateError
 
 from rlxf.envs.base import Env, EnvTask, StepResult
 from rlxf.envs.tokens import Conversation, TokenBoundaryError, TokenLimitError
+from rlxf.errors import raised_at
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
@@ -103,7 +103,8 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
         # any failure of user code ends only its episode, SystemExit included (a wrapped CLI's
         # sys.exit()); Ctrl-C reaches the main thread, never this one
         except BaseException as e:  # noqa: BLE001
-            results[i] = (False, f"{type(e).__name__}: {e}{_raised_at(e)}")
+            at = raised_at(e)   # the environment's (tool's, program's) line, not only the exception
+            results[i] = (False, f"{type(e).__name__}: {e}" + (f" (at {at})" if at else ""))
 
     threads = [threading.Thread(target=run, args=(i, fn), daemon=True, name=f"rlxf-env-{i}")
                for i, fn in enumerate(calls)]
@@ -113,16 +114,6 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     return [r if not t.is_alive() else (False, late) for r, t in zip(results, threads)]
-
-
-def _raised_at(e: BaseException) -> str:
-    """`` (at file:line in function)``: the line of user code that raised ``e``, so an episode's
-    error names the environment's (tool's, program's) line, not only the exception."""
-    frames = traceback.extract_tb(e.__traceback__)
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" (at {f.filename}:{f.lineno} in {f.name})"
 
 
 def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None:

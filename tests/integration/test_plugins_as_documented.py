@@ -178,8 +178,9 @@ def test_a_plugin_whose_name_starts_like_rlxf_is_still_the_users_line(tmp_path, 
     """rlxf's own frames are left out of the line an import error names; a plugin package
     installed next to it whose name merely starts with "rlxf" is not rlxf's."""
     import rlxf.config.load as load
+    import rlxf.errors
 
-    monkeypatch.setattr(load, "_RLXF_DIR", str(tmp_path / "rlxf"))
+    monkeypatch.setattr(rlxf.errors, "_RLXF_DIR", str(tmp_path / "rlxf"))
     (tmp_path / "rlxf_pad_plugin").mkdir()
     (tmp_path / "rlxf_pad_plugin" / "__init__.py").write_text("x = 1\nundefined_name\n")
     monkeypatch.syspath_prepend(str(tmp_path))
