@@ -89,7 +89,7 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
         tokenizer = load_tokenizer(model)
         fmt = prompt_format(source, tokenizer, chat_template)
         policy = load_model(model, device="auto", dtype="auto").eval()
-        check_vocab(policy, tokenizer, model_what=f"model {model}", tokenizer_what=f"the tokenizer of {model}")
+        check_vocab(policy, tokenizer, model_what=f"model {model}")
     except ModelLoadError as e:
         raise UsageError(str(e)) from None
     from rlxf.data.templates import encode_prompts

@@ -325,20 +325,22 @@ def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToken
         attn_implementation=cfg.attn_implementation, linear_kernels=cfg.linear_kernels,
     )
     check_vocab(model, tokenizer, model_what=f"model.path {cfg.path}",
-                tokenizer_what=f"model.tokenizer {cfg.tokenizer}" if cfg.tokenizer else f"the tokenizer of {cfg.path}")
+                tokenizer_what=f"model.tokenizer {cfg.tokenizer}" if cfg.tokenizer else None)
     return model, tokenizer
 
 
-def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str) -> None:
+def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str | None = None) -> None:
     """Refuse a tokenizer with more tokens than the model has embeddings: they are not made for
     each other. Such a pair runs on text that happens to use only the low token ids, then fails
     prompt by prompt (ids outside the vocabulary), and the model can never write the other tokens.
-    A model with more embeddings than tokens is normal (vocabularies are padded to a round size)."""
+    A model with more embeddings than tokens is normal (vocabularies are padded to a round size).
+    ``model_what`` names the model in the error; ``tokenizer_what`` the tokenizer, by default
+    the one saved with that model."""
     embeddings = unwrap_model(model).get_input_embeddings()
     rows = getattr(embeddings, "num_embeddings", None)
     if rows is not None and len(tokenizer) > rows:
         raise ModelLoadError(
-            f"{tokenizer_what} has {len(tokenizer):,} tokens but {model_what} has only {rows:,} token embeddings "
+            f"{tokenizer_what or f'the tokenizer of {model_what}'} has {len(tokenizer):,} tokens but {model_what} has only {rows:,} token embeddings "
             f"(config.json vocab_size): the tokenizer is not the model's. Use the tokenizer saved with the "
             f"model (leave model.tokenizer unset when the model directory holds one), or a model trained with "
             f"this tokenizer.")

@@ -173,7 +173,7 @@ class EngineChatClient:
 
         tokenizer = load_tokenizer(path)
         model = load_model(path)
-        check_vocab(model, tokenizer, model_what=f"judge model {path}", tokenizer_what=f"the tokenizer of {path}")
+        check_vocab(model, tokenizer, model_what=f"judge model {path}")
         return cls(build_engine(backend, model, tokenizer), tokenizer)
 
     async def chat(self, conversations: Sequence[Messages], *, max_tokens: int,

@@ -115,8 +115,7 @@ class RewardModelVerifier:
 
         model = ValueModel.from_pretrained(cfg.path, device=cfg.device)
         tokenizer = load_tokenizer(cfg.path)
-        check_vocab(model.trunk, tokenizer, model_what=f"reward model {cfg.path}",
-                    tokenizer_what=f"the tokenizer of {cfg.path}")
+        check_vocab(model.trunk, tokenizer, model_what=f"reward model {cfg.path}")
         stats = ScoreStats.load(resolve_model_dir(cfg.path).model) if cfg.normalize == "standard" else None
         return cls(cfg.label, model, tokenizer, batch_size=cfg.batch_size,
                    max_length=cfg.max_length, normalize=cfg.normalize, stats=stats,

@@ -135,7 +135,7 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     if not prompts:
         raise NoHeldOutPrompts(no_held_out_hint(cfg.data))
     model = load_model(model_dir)
-    check_vocab(model, tokenizer, model_what=f"the model in {model_dir}", tokenizer_what=f"the tokenizer in {model_dir}")
+    check_vocab(model, tokenizer, model_what=f"the model in {model_dir}")
     engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
     reward = build_run_reward(cfg)
     try:
