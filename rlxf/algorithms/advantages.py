@@ -269,7 +269,9 @@ class MovingBaseline:
 
     The trainer keeps one, passes ``AdvantageParams(baseline=mb.value)`` to whichever
     estimator runs (the others ignore it), and afterwards calls ``mb.update(float(mean S))``
-    with the batch's mean sequence return, e.g. ``sequence_scores(rewards, mask).mean()``.
+    with the batch's mean sequence return over its answered rows, e.g.
+    ``sequence_scores(rewards, mask)[mask.bool().any(-1)].mean()`` (a row without a valid token is no
+    answer, as for the group estimators).
     """
 
     def __init__(self, decay: float = 0.9, value: float = 0.0) -> None:

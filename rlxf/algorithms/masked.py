@@ -5,6 +5,12 @@ padding or environment tokens. These helpers select with ``torch.where`` rather 
 by the mask, so a masked entry holding ``inf`` or ``nan`` changes neither the value nor the
 gradient (``0 * inf`` would be ``nan``). A reduction over no valid entries returns 0, never
 ``nan``.
+
+``masked_var`` and ``masked_whiten`` compute in float64 and return ``x``'s dtype. In float32
+the mean of equal values can be off by a rounding error; the variance would be that error
+squared rather than 0, and whitening would divide the error by a std of the same size, giving
+a batch whose rewards all agree advantages near ±1 instead of 0. float64 sums equal float32
+values exactly, and squares deviations up to 1e154 without overflow (float32: 1.8e19).
 """
 
 from __future__ import annotations
@@ -47,14 +53,16 @@ def masked_var(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = 
                unbiased: bool = True) -> Tensor:
     """Variance of x over valid entries; Bessel-corrected when ``unbiased``.
 
-    0 where there are fewer than two valid entries (unbiased) or none (biased).
+    0 where there are fewer than two valid entries (unbiased) or none (biased); computed in
+    float64 (module doc), returned in ``x``'s dtype.
     """
-    mean = masked_mean(x, mask, dim, keepdim=True)
-    sq = masked_sum((x - mean) ** 2, mask, dim, keepdim)
-    count = masked_count(mask, dim, keepdim).to(x.dtype)
+    x64 = x.double()
+    mean = masked_mean(x64, mask, dim, keepdim=True)
+    sq = masked_sum((x64 - mean) ** 2, mask, dim, keepdim)
+    count = masked_count(mask, dim, keepdim).to(x64.dtype)
     if unbiased:
         count = torch.where(count > 1, count - 1, torch.zeros_like(count))
-    return safe_divide(sq, count)
+    return safe_divide(sq, count).to(x.dtype)
 
 
 def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
@@ -64,11 +72,13 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
 
     With ``shift_mean=False`` only the scale changes: ``x̂ = (x - mean) / (std + eps) + mean``.
     Masked entries of the result are 0. The std is unbiased (see ``masked_var``); with a single
-    valid entry it is 0 and x̂ = 0 there (``x - mean = 0``), never nan.
+    valid entry it is 0 and x̂ = 0 there (``x - mean = 0``), never nan; so are equal entries
+    (computed in float64: module doc). Returned in ``x``'s dtype.
     """
-    mean = masked_mean(x, mask)
-    std = masked_var(x, mask).sqrt()
-    out = (x - mean) / (std + eps)
+    x64 = x.double()
+    mean = masked_mean(x64, mask)
+    std = masked_var(x64, mask).sqrt()
+    out = (x64 - mean) / (std + eps)
     if not shift_mean:
         out = out + mean
-    return zero_masked(out, mask)
+    return zero_masked(out.to(x.dtype), mask)

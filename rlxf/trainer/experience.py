@@ -101,7 +101,11 @@ class ExperienceMaker:
         group_ids = torch.tensor([t.group for t in trajs], dtype=torch.long)
         params = replace(self.params, baseline=self.baseline.value)
         advantages, returns = self.advantage(token_rewards, mask, group_ids, values, params)
-        self.baseline.update(float(sequence_scores(token_rewards, mask).mean()))
+        # the mean return of the answers: a failed episode's 0 is no answer (algorithms.groups),
+        # and counting it would pull b below what every answer earns
+        answered = mask.bool().any(dim=-1)
+        if answered.any():
+            self.baseline.update(float(sequence_scores(token_rewards, mask)[answered].mean()))
 
         metrics["advantage/mean"] = float(masked_mean(advantages, mask))
         metrics["advantage/abs_mean"] = float(masked_mean(advantages.abs(), mask))
