@@ -15,7 +15,8 @@ and an observation that would leave no room for another model token ends the epi
 trajectory is ever longer than the limit, whatever an environment or a tool returns.
 
 Failures stay inside their episode: an environment that raises, hangs past the timeout, or
-returns something that is not a ``StepResult`` ends that episode with ``episode["error"]`` set
+returns something that is not a ``StepResult`` (or one whose reward is not a finite number, whose
+info is not a dict, or whose messages are not text) ends that episode with ``episode["error"]`` set
 (counted in the step's metrics, written to samples.jsonl), its loss mask zeroed and its reward 0
 (what it paid before it broke included), since an episode the environment broke carries no
 signal about the policy; so does a chat template that refuses an observation, the first one
@@ -33,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +44,7 @@ from typing import Any, Literal
 from jinja2 import TemplateError
 
 from rlxf.envs.base import Env, EnvTask, StepResult
-from rlxf.envs.tokens import Conversation, TokenBoundaryError, TokenLimitError
+from rlxf.envs.tokens import Conversation, TokenBoundaryError, TokenLimitError, text_problem
 from rlxf.errors import raised_at
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
@@ -124,6 +126,10 @@ def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None
     if not isinstance(obs, list) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in obs):
         return f"{what} must be a list of {{'role': str, 'content': str}} messages, got {obs!r:.120}"
+    for i, m in enumerate(obs):
+        problem = text_problem(m["content"])
+        if problem is not None:
+            return f"{what} message {i} ({m['role']}): its content {problem}"
     if history:
         if obs and obs[-1]["role"] not in ("user", "tool", "system"):
             return f"{what} must end with a user / tool / system turn, not {obs[-1]['role']!r}"
@@ -132,11 +138,24 @@ def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None
     return None
 
 
+def finite_reward(value: Any) -> float | None:
+    """``value`` as a float when it is a finite real number (numpy scalars included), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:   # an int past float's range
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _check_step(result: Any) -> str | None:
     if not isinstance(result, StepResult):
         return f"step() must return rlxf.envs.StepResult, got {type(result).__name__}: {result!r:.120}"
-    if not isinstance(result.reward, (int, float)) or isinstance(result.reward, bool) or not math.isfinite(result.reward):
-        return f"step() returned reward {result.reward!r}; it must be a finite number"
+    if finite_reward(result.reward) is None:
+        return f"step() returned reward {result.reward!r:.80} ({type(result.reward).__name__}); it must be a finite number"
+    if not isinstance(result.info, dict):
+        return f"step() returned info {result.info!r:.80} ({type(result.info).__name__}); it must be a dict"
     return _check_messages(result.observation, "step() observation")
 
 
@@ -222,7 +241,7 @@ def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLi
         e.fail(f"step {turn}: {problem}")
         return
     last_model = max((i for i, m in enumerate(e.conv.loss_mask) if m), default=None)
-    e.rewards.append(float(result.reward))
+    e.rewards.append(finite_reward(result.reward))
     e.reward_at.append(last_model)
     e.infos.append(dict(result.info))
     if result.terminated or result.truncated:
@@ -301,6 +320,21 @@ def turn_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     return out
 
 
-def _json_safe(record: dict[str, Any]) -> dict[str, Any]:
-    """The record as JSON values (an environment's info may hold anything; samples.jsonl must not break)."""
-    return json.loads(json.dumps(record, default=repr))
+def _json_safe(value: Any, _path: tuple[int, ...] = ()) -> Any:
+    """``value`` as plain JSON values: an environment's info (or a program's) may hold anything,
+    and samples.jsonl must neither break nor stop the run. Non-finite floats become strings, as in
+    metrics.jsonl (a tool call's arguments may hold ``NaN``); keys become strings; other objects,
+    and a container holding itself, their ``repr``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in _path:
+            return f"<circular {type(value).__name__}>"
+        path = (*_path, id(value))
+        if isinstance(value, dict):
+            return {k if isinstance(k, str) else json.dumps(k) if isinstance(k, (int, float, bool)) or k is None
+                    else repr(k): _json_safe(v, path) for k, v in value.items()}
+        return [_json_safe(v, path) for v in value]
+    return repr(value)

@@ -115,7 +115,8 @@ def env_factory(name: str) -> EnvFactory:
     names = env_names()
     if name not in _ENVS:
         raise EnvError(f"unknown environment {name!r} (env.name); valid: {', '.join(names)}, "
-                       f"or `package.module:Class` for your own")
+                       f"or `package.module:Class` for your own (one registered with @register_env in your "
+                       f"module is known once the module is imported: list it in `plugins:`)")
     return _ENVS[name]
 
 

@@ -47,7 +47,8 @@ What else a request may ask (``rlxf.envs.chat_protocol``): ``stream: true`` is a
 Server-Sent Events built from the same turn (it is sampled whole first), ``logprobs: true`` with
 the recorded log-prob of each sampled token. What would make the recorded turn differ from what
 was asked for (``n > 1``, penalties, ``logit_bias``, constrained ``response_format``,
-``top_logprobs``, a forced tool call, any unknown field) is a 400 saying why and what to do.
+``top_logprobs``, a forced tool call, any unknown field, a message whose content is not text, such
+as an image part) is a 400 saying why and what to do.
 
 The turns of concurrent episodes that arrive together are sampled in one engine call
 (``_Batcher``); each keeps its own seed, so batching changes nothing that is sampled.
@@ -56,6 +57,7 @@ The turns of concurrent episodes that arrive together are sampled in one engine 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -76,7 +78,13 @@ from rlxf.envs.chat_protocol import (
     tool_calls,
     tools_change,
 )
-from rlxf.envs.tokens import Conversation, TemplateAppendError, TokenBoundaryError, TokenLimitError
+from rlxf.envs.tokens import (
+    Conversation,
+    TemplateAppendError,
+    TokenBoundaryError,
+    TokenLimitError,
+    text_problem,
+)
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, Trajectory
@@ -86,6 +94,10 @@ log = logging.getLogger("rlxf")
 
 class HistoryMismatch(ValueError):
     """A request's messages do not extend the episode recorded so far."""
+
+
+class InvalidMessage(ValueError):
+    """A request's message the chat template cannot be given as it is (content not text)."""
 
 
 class EpisodeLimit(ValueError):
@@ -171,6 +183,10 @@ class EpisodeRecorder:
                  seed: int | None = None, stop: list[str] | None = None) -> ModelTurn:
         """The model's next turn in ``episode`` after ``messages``; ``tools`` (OpenAI function
         schemas) are the episode's from its first request on."""
+        for i, message in enumerate(messages):
+            problem = _message_problem(message)
+            if problem is not None:
+                raise InvalidMessage(f"messages[{i}]: {problem}")
         with self._lock:
             conv = self.episodes.get(episode)
             if conv is None and self.only_opened and episode not in self.seeds:
@@ -275,6 +291,28 @@ class EpisodeRecorder:
                     failed=False, episode={"turns": len(conv.turn_ends), "turn_rewards": [reward],
                                            "end": "terminated", "error": None, "infos": []}))
         return out
+
+
+def _message_problem(message: Any) -> str | None:
+    """Why ``message`` cannot reach the chat template as text, or None.
+
+    Its content is a string, null (an assistant turn sent as ``tool_calls``) or a list of text
+    parts: a part of another type (an image, audio) is refused rather than dropped, since the
+    policy would be trained on a conversation without what the program sent."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return f"a message is {{\"role\": string, \"content\": ...}}, got {json.dumps(message, default=repr)[:80]}"
+    content = message.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                return (f"content[{j}] is a {kind!r} part; the policy reads text only: send "
+                        f"{{\"type\": \"text\", \"text\": ...}} parts or a string")
+        content = "".join(part["text"] for part in content)
+    elif content is not None and not isinstance(content, str):
+        return f"content must be a string or a list of text parts, got {type(content).__name__}"
+    problem = text_problem(content or "")
+    return None if problem is None else f"its content {problem}"
 
 
 def _plain(message: dict[str, Any], called: dict[str, str] | None = None) -> dict[str, Any]:

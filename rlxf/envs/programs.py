@@ -37,7 +37,6 @@ that limit, with reward 0, and trains (what the refused request sent is not reco
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -46,7 +45,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from rlxf.envs.agent import EpisodeLimits, call_all, conversation_trajectory, episode_task, warn_failed
+from rlxf.envs.agent import (
+    EpisodeLimits,
+    call_all,
+    conversation_trajectory,
+    episode_task,
+    finite_reward,
+    warn_failed,
+)
 from rlxf.envs.base import EnvError, EnvTask, import_object
 from rlxf.envs.chat_server import ChatServer, EpisodeRecorder
 from rlxf.rollout import SamplingParams
@@ -141,9 +147,10 @@ def _outcome(value: Any) -> tuple[float, dict[str, Any]] | str:
     if isinstance(value, dict):
         info = {k: v for k, v in value.items() if k != "reward"}
         value = value.get("reward")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    reward = finite_reward(value)
+    if reward is None:
         return f"the agent program returned {value!r:.80}; it must return a finite reward (or {{'reward': ...}})"
-    return float(value), info
+    return reward, info
 
 
 class ProgramEpisodes:

@@ -62,7 +62,21 @@ def render(tokenizer, messages: list[Message], *, generation_prompt: bool,
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
 
 
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be tokenized, or None: a lone surrogate (``"\\ud800"``, half of a
+    UTF-16 pair, what a bad decode leaves) is not Unicode text, and tokenizers refuse it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"is not valid Unicode: it holds the lone surrogate {text[e.start]!r} at character {e.start}; "
+                f"decode bytes with errors='replace' (or drop the character)")
+    return None
+
+
 def encode_text(tokenizer, text: str) -> list[int]:
+    problem = text_problem(text)
+    if problem is not None:
+        raise ValueError(f"the text to tokenize {problem}")
     # the chat template writes its own special tokens: the tokenizer must add none
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 

@@ -11,11 +11,12 @@ Every call is run and answered, in order, by one message
     {"role": "tool", "tool_call_id": "call_T_I", "name": "calculator", "content": RESULT}
 
 where RESULT is the tool's return value as text (JSON for anything but a string), or
-``error: WHY`` for a malformed block, an unknown tool, bad arguments or a tool that raised (or
-called ``sys.exit()``). The model sees its mistakes and can learn from them; every failure is
-counted (``ToolResult.errors``). ``tool_call_id`` and ``name`` are what chat templates read of a tool
-message besides its content (Hermes-style templates render the name, Mistral's the id, though
-those are not append-only; ChatML, Qwen2.5's and Llama 3.1's read neither): the id is
+``error: WHY`` for a malformed block (a last ``<tool_call>`` never closed, e.g. a turn cut short,
+included), an unknown tool, bad arguments or a tool that raised (or called ``sys.exit()``). The
+model sees its mistakes and can learn from them; every failure is counted (``ToolResult.errors``).
+``tool_call_id`` and ``name`` are what chat templates read of a tool message besides its content
+(Hermes-style templates render the name, Mistral's the id, though those are not append-only;
+ChatML, Qwen2.5's and Llama 3.1's read neither): the id is
 ``call_id(T, I)``, block I of model turn T, as the chat endpoint numbers the ``tool_calls`` it
 returns; the name is the one the call gave (left out when the block names none).
 
@@ -64,6 +65,10 @@ class ToolResult:
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+# the largest power: (10**12)**64. Bounded in bits of the numerator and denominator, not in
+# magnitude: a tiny base such as 1/999999999999**64 has a huge denominator, and powers of it
+# grow without end (millions of digits, a thread holding the GIL for hours)
+_POWER_BITS = 64 * (10**12).bit_length()
 
 
 def _exact(node: ast.AST) -> Fraction:
@@ -73,8 +78,10 @@ def _exact(node: ast.AST) -> Fraction:
         return _UNARY[type(node.op)](_exact(node.operand))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _exact(node.left), _exact(node.right)
-        if isinstance(node.op, ast.Pow) and (right.denominator != 1 or abs(right) > 64 or abs(left) > 10**12):
-            raise ValueError("exponents must be integers of at most 64 on bases of at most 10**12")
+        if isinstance(node.op, ast.Pow) and (right.denominator != 1 or abs(right) > 64 or _POWER_BITS < abs(right)
+                                             * max(left.numerator.bit_length(), left.denominator.bit_length())):
+            raise ValueError("exponents must be integers of at most 64, and a power at most (10**12)**64 in "
+                             "its numerator and denominator (exact: 0.1 is 3602879701896397/36028797018963968)")
         return _BINARY[type(node.op)](left, right)
     raise ValueError(f"unsupported expression element {ast.dump(node)[:40]}; use numbers, + - * / // % ** and ()")
 
@@ -252,6 +259,12 @@ class ToolSet:
                        "content": result if error is None else f"error: {error}"}
             out.messages.append(message)
             out.trace.append({"name": name, "arguments": args, "result": result, "error": error})
+        if text.rfind("<tool_call>") > text.rfind("</tool_call>"):   # a last block never closed (cut short?)
+            error = "the <tool_call> block is not closed; end each call with </tool_call>"
+            out.calls, out.errors = out.calls + 1, out.errors + 1
+            out.messages.append({"role": "tool", "tool_call_id": call_id(turn, len(out.trace)),
+                                 "content": f"error: {error}"})
+            out.trace.append({"name": None, "arguments": None, "result": None, "error": error})
         return out
 
     def close(self) -> None:
