@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
 from jinja2 import TemplateError
 
 from rlxf.envs.base import Env, EnvTask, StepResult
@@ -154,6 +155,10 @@ def _check_step(result: Any) -> str | None:
         return f"step() must return rlxf.envs.StepResult, got {type(result).__name__}: {result!r:.120}"
     if finite_reward(result.reward) is None:
         return f"step() returned reward {result.reward!r:.80} ({type(result.reward).__name__}); it must be a finite number"
+    for name in ("terminated", "truncated"):
+        flag = getattr(result, name)
+        if not (isinstance(flag, (bool, np.bool_)) or isinstance(flag, numbers.Integral) and flag in (0, 1)):
+            return f"step() returned {name}={flag!r:.80} ({type(flag).__name__}); it must be True or False"
     if not isinstance(result.info, dict):
         return f"step() returned info {result.info!r:.80} ({type(result.info).__name__}); it must be a dict"
     return _check_messages(result.observation, "step() observation")
@@ -201,17 +206,30 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
             e.fail(f"the first observation has {len(e.conv.ids)} tokens, env.max_total_tokens is "
                    f"{limits.max_total_tokens}")
 
-    for turn in range(limits.max_turns):
-        live = [e for e in episodes if e.end is None]
-        if not live:
-            break
-        _model_turns(engine, live, sampling, limits, turn)
-        stepping = [e for e in live if e.end is None]
-        outcomes = call_all([lambda e=e: e.env.step(e.conv.messages[-1]["content"]) for e in stepping],
-                             limits.step_timeout_s)
-        for e, (ok, result) in zip(stepping, outcomes):
-            _apply_step(e, ok, result, turn, limits)
+    try:
+        for turn in range(limits.max_turns):
+            live = [e for e in episodes if e.end is None]
+            if not live:
+                break
+            _model_turns(engine, live, sampling, limits, turn)
+            stepping = [e for e in live if e.end is None]
+            outcomes = call_all([lambda e=e: e.env.step(e.conv.messages[-1]["content"]) for e in stepping],
+                                 limits.step_timeout_s)
+            for e, (ok, result) in zip(stepping, outcomes):
+                _apply_step(e, ok, result, turn, limits)
+    finally:
+        _close_envs([e.env for e in episodes if e.env is not None], limits.step_timeout_s)
     return [_trajectory(e, tokenizer, limits.credit) for e in episodes]
+
+
+def _close_envs(envs: list[Env], timeout: float) -> None:
+    """Call each environment's optional ``close()`` once its episode is over (a process, a
+    browser or a container it holds is released per episode, not at exit). A close that raises or
+    hangs is logged: the episode's result already stands."""
+    closing = [env for env in envs if callable(getattr(env, "close", None))]
+    for env, (ok, why) in zip(closing, call_all([env.close for env in closing], timeout)):
+        if not ok:
+            log.warning("environment %s: close() failed: %s", type(env).__name__, why)
 
 
 def _model_turns(engine, live: list[_Episode], sampling: SamplingParams, limits: EpisodeLimits, turn: int) -> None:

@@ -64,6 +64,9 @@ class Env(Protocol):
         """The model's turn (its text, special tokens removed) -> the environment's answer."""
         ...
 
+    # Optional: ``close(self) -> None``, called once when the episode is over (ended, failed or
+    # cut off), to release what the environment holds (a process, a browser, a container).
+
 
 class EnvError(ValueError):
     """A configuration problem with an environment (unknown name, bad options): stops the run."""

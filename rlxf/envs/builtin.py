@@ -140,6 +140,9 @@ class GymnasiumEnv:
         return StepResult([] if done else _as_messages(obs), reward=float(reward), terminated=bool(terminated),
                           truncated=bool(truncated), info=dict(info))
 
+    def close(self) -> None:
+        self.env.close()
+
 
 def _as_messages(obs) -> list[Message]:
     if isinstance(obs, str):

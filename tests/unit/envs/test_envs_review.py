@@ -159,3 +159,44 @@ def test_endpoint_answers_bad_content_with_a_400(tokenizer_for_tests):
 def test_unknown_environment_names_plugins():
     with pytest.raises(EnvError, match="list it in `plugins:`"):
         build_env("echo_not_registered")
+
+
+class ClosingEnv:
+    """Records its close(); ground truth picks how its episode ends, and whether close raises."""
+
+    closed: list[str] = []
+
+    def reset(self, task):
+        self.mode = task.ground_truth
+        if self.mode == "reset_raises":
+            raise RuntimeError("no")
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, action):
+        if self.mode == "terminated_str":
+            return StepResult([], reward=1.0, terminated="no")
+        if self.mode == "terminated_np":
+            return StepResult([], reward=1.0, terminated=np.bool_(True))
+        return StepResult([{"role": "user", "content": "again"}], reward=0.0)
+
+    def close(self):
+        ClosingEnv.closed.append(self.mode)
+        if self.mode == "close_raises":
+            raise OSError("already gone")
+
+
+def test_every_environment_is_closed_when_its_episode_ends(tokenizer_for_tests, caplog):
+    ClosingEnv.closed = []
+    modes = ["terminated_str", "terminated_np", "max_turns", "close_raises", "reset_raises"]
+    ps = [Prompt(uid=m, prompt_ids=[1], prompt_text="", ground_truth=m) for m in modes]
+    trajs = run_episodes(FixedEngine(tokenizer_for_tests, "ok"), tokenizer_for_tests, ClosingEnv, ps,
+                         list(range(len(ps))), SamplingParams(n=1, max_new_tokens=4), EpisodeLimits(max_turns=2))
+    by = {t.prompt.uid: t for t in trajs}
+    # one close per environment that was made (reset raising leaves none), failed episodes included
+    assert sorted(ClosingEnv.closed) == sorted(["terminated_str", "terminated_np", "max_turns", "close_raises"])
+    assert "close() failed: OSError: already gone" in caplog.text
+    # a close that raises changes nothing of its episode
+    assert by["close_raises"].episode["error"] is None and by["close_raises"].episode["end"] == "max_turns"
+    # terminated must be a bool: "no" would have ended the episode as solved
+    assert "terminated='no' (str); it must be True or False" in by["terminated_str"].episode["error"]
+    assert by["terminated_np"].episode["end"] == "terminated" and by["terminated_np"].episode["error"] is None
