@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from rlxf.rewards.base import SyncVerifier
-from rlxf.rewards.extract import extract_answer, parse_integer, parse_number
+from rlxf.rewards.extract import extract_answer, numeral, parse_integer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
 
 
@@ -52,6 +52,15 @@ class MathVerifier(SyncVerifier):
     Equivalence is math-verify's (Hugging Face): both sides are parsed from LaTeX or plain
     expressions to sympy and compared symbolically and numerically (``float_rounding``
     decimals), so ``\\frac{1}{2}``, ``0.5`` and ``1/2`` all match.
+
+    An answer is a result, not the computation that leads to it, which sympy would carry out
+    for the policy (metric ``unevaluated``). Where the reference is a number, the answer must
+    be written as one (``rlxf.rewards.extract.numeral``: ``7``, ``7.0``, ``x = 7``, ``1,000``,
+    ``\\frac{2}{4}``, ``50\\%``, ``1.5 \\times 10^{3}``, ``7 \\text{ cm}``), so ``3+4``,
+    ``5!``, ``\\binom{5}{2}``, ``48/6`` and ``2^3`` score 0; where it is a tuple, interval or
+    set of numbers, each element must be. Where it is an expression, any equivalent expression
+    is an answer, but not one holding a sum, product, integral, limit or derivative the
+    reference does not hold.
     """
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
@@ -99,16 +108,28 @@ class MathVerifier(SyncVerifier):
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
-        gold = self._gold(gt)
+        gold_number = numeral(gt)
+        gold = self._gold(gt if gold_number is None else _latex(gold_number))
         if not gold:
             return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
-        if _COSTLY.search(found[0]) and _BIG_ARGUMENT.search(found[0]) and not _COSTLY.search(gt):
+        if (_COSTLY.search(found[0]) and _BIG_ARGUMENT.search(_LOWER_BOUND.sub(r"\1", found[0]))
+                and not _COSTLY.search(gt)):
             # \Gamma(10^6), \prod_{k=1}^{10^6} k: parsing evaluates them (seconds to minutes in
             # sympy, where math-verify's timeout cannot reach off the main thread); an answer the
             # reference does not write that way is not computed
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
+        answer = found[0]
+        if gold_number is not None:
+            number = numeral(answer)
+            if number is None:
+                # 3+4, 5!, \binom{5}{2}, 48/6, 2^3: the question's own arithmetic copied out
+                return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unevaluated": 1.0})
+            answer = _latex(number)   # 1\,000, 1.5e3 and \$7 read as the numbers they are
+        elif _numbers_listed(gt, brackets=True) and not _numbers_listed(answer):
+            # (3+4, 2) for (7, 2), [1, 1+2) for [1, 3): the same, element by element
+            return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unevaluated": 1.0})
         try:
-            pred = self._parse(found[0])
+            pred = self._parse(answer)
             if not pred:
                 return _verdict(False)
             if _unevaluated(pred) - _unevaluated(gold):
@@ -132,6 +153,33 @@ MAX_ANSWER_DIGITS = 100_000
 # number of five digits or more, or a power of a number
 _COSTLY = re.compile(r"(?<![A-Za-z])(?:gamma|Gamma|Pi|factorial|binomial|prod|product)(?![A-Za-z])|[ΓΠ∏!]")
 _BIG_ARGUMENT = re.compile(r"\d{5}|\d\s*[}\)]?\s*(?:\^|\*\*)")
+# a big operator's lower bound: in \prod_{k=1}^{5} the "1}^" is not a power of 1
+_LOWER_BOUND = re.compile(r"(\\prod(?:\\limits)?)\s*_\s*(?:\{[^{}]*\}|\w)")
+_LISTED = re.compile(r"(\(|\[|\\\{)(.*)(\)|\]|\\\})", re.DOTALL)
+
+
+def _numbers_listed(text: str, brackets: bool = False) -> bool:
+    """Whether ``text`` is a tuple, interval or set of numbers, each written as a number
+    (``numeral``): ``(1, 2)``, ``[0, \\frac{1}{2})``, ``\\{3, 4\\}``; without ``brackets``
+    the bare list ``1, 2`` too."""
+    text = re.sub(r"\\(?:left|right)(?![A-Za-z])", "", text.strip().strip("$")).strip()
+    m = _LISTED.fullmatch(text)
+    if m is None and brackets:
+        return False
+    parts = (m[2] if m else text).split(",")
+    return len(parts) > 1 and all(numeral(part) is not None for part in parts)
+
+
+def _latex(number: str) -> str:
+    """A plain number from ``numeral`` (``-5/2``, ``1.5e3``, ``50%``) in the LaTeX math-verify reads."""
+    if number.endswith("%"):
+        return _latex(number[:-1]) + r"\%"
+    if "/" in number:
+        num, den = number.split("/")
+        sign, num = ("-", num[1:]) if num.startswith("-") else ("", num)
+        return f"{sign}\\frac{{{num}}}{{{den}}}"
+    mantissa, _, exponent = number.lower().partition("e")
+    return f"{mantissa} \\times 10^{{{exponent}}}" if exponent else number
 
 
 def _unevaluated(parsed: list) -> set[str]:

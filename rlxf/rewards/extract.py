@@ -12,6 +12,7 @@ r"""Find the final answer in a response.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -82,33 +83,120 @@ def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") ->
     return None
 
 
-def _bare(text: str) -> str:
-    """``text`` without surrounding whitespace and ``$``, and without thousands separators
-    (``-1,234.5`` -> ``-1234.5``; a comma anywhere else is left for the caller to refuse)."""
-    text = text.strip().strip("$").strip()
-    return text.replace(",", "") if re.fullmatch(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text) else text
+# what a number may be dressed in: math-mode delimiters, formatting and spacing commands, the
+# computation it came from ("3 + 4 = 7", "x \approx 7"), a lead-in ("Answer: 7"), currency, units
+_WRAPPER = re.compile(r"\\(?:text(?:bf|it|rm|normal)?|math(?:rm|bf|it)|mbox|boxed|fbox)\s*\{([^{}]*)\}")
+_SPACING = re.compile(r"\\[,!;: ]|\\q?quad(?![A-Za-z])|\\(?:left|right|displaystyle)(?![A-Za-z])|~")
+_THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d)")   # 1\,000: a thousands separator
+_GROUPED = re.compile(r"^\{([^{},]*)\}$|^\(([^(),]*)\)$")   # {7}, (7); not (1,2)
+_RESULT_AFTER = re.compile(r"(?<![<>!])=|\\approx(?![A-Za-z])")
+_LEAD_IN = re.compile(r"^(?:\x00|[A-Za-z][A-Za-z ]*?(?:\bis|:))?\s*(?:\\?\$)?\s*")
+_TEXT_WRAPPER = re.compile(r"\\(?:text(?:rm|normal)?|mathrm|mbox)\s*\{([^{}\d]*)\}")   # \text{ cm}
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
+_WORD = r"(?:\x00|[A-Za-z]+(?![A-Za-z]))(?:\s*\^\s*\{?\d\}?)?"   # a whole word each: no backtracking into it
+_UNITS = re.compile(rf"(?:\s*{_WORD}(?:\s*/\s*{_WORD})*)*\s*\.?\s*")
+_DECIMAL = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+"
+_NUMERAL = re.compile(
+    r"(?P<sign>[+-]?)\s*(?:"
+    rf"(?P<whole>\d+)\s*\\[dt]?frac\{{\s*(?P<mn>\d+)\s*\}}\{{\s*(?P<md>\d+)\s*\}}"        # 2\frac{1}{2}
+    r"|\\[dt]?frac(?:\{\s*(?P<fn>[+-]?\d+)\s*\}\{\s*(?P<fd>\d+)\s*\}|(?P<fn1>\d)(?P<fd1>\d))"  # \frac{3}{4}, \frac34
+    r"|(?P<n>\d+)\s*/\s*(?P<d>\d+)"                                                  # 3/4
+    r"|10\s*\^\s*(?:\{\s*(?P<pe>[+-]?\d+)\s*\}|(?P<pe1>\d))(?![\d.])"                # 10^{6}
+    rf"|(?P<dec>{_DECIMAL})(?:[eE](?P<e>[+-]?\d+)"                                  # 1,234.5, 1.5e3
+    r"|\s*(?:\\times|\\cdot|\*|×)\s*10\s*\^\s*(?:\{\s*(?P<te>[+-]?\d+)\s*\}|(?P<te1>\d)))?"  # 1.5 \times 10^{3}
+    r"(?P<pct>\s*\\?%)?)")
+_MAX_NUMERAL_CHARS = 5000
+
+
+def numeral(text: str) -> str | None:
+    r"""The number ``text`` writes, in plain form (``-1234.5``, ``3/4``, ``1.5e3``, ``50%``), or
+    None if it does not write one.
+
+    A number is written as an integer or a decimal (thousands separators allowed), in
+    scientific notation (``1.5e3``, ``1.5 \times 10^{3}``, ``10^{6}``), as a percentage, or as a fraction of integers (``3/4``,
+    ``\frac{3}{4}``, ``2\frac{1}{2}``) that is not a whole number: ``\frac{2}{4}`` is a way to
+    write a half, ``48/6`` is a division left to carry out. Dressing is dropped: ``$...$``,
+    ``\text{...}``, spacing, units (``7 \text{ cm}``, ``90^\circ``, ``7 apples``), a lead-in
+    (``x = 7``, ``3 + 4 = 7``, ``Answer: 7``). Anything else -- ``3+4``, ``5!``, ``2^3``, ``\sqrt{9}``,
+    ``7 = 3 + 4`` -- is the computation, not its result, and None.
+    """
+    text = text.strip().replace("−", "-")
+    if len(text) > _MAX_NUMERAL_CHARS:
+        return None
+    text = text.strip("$").strip()
+    if text[:2] in ("\\(", "\\[") and text[-2:] in ("\\)", "\\]"):
+        text = text[2:-2]
+    text = _TEXT_WRAPPER.sub("\x00", text)   # words marked as text: units, whatever they say
+    for _ in range(4):   # \text{\textbf{7}}; deeper is not a number
+        text = _WRAPPER.sub(r"\1", text)
+    text = _SPACING.sub(" ", _THIN_SPACE.sub(",", text)).replace("{,}", ",")
+    text = _RESULT_AFTER.split(text)[-1].strip()
+    text = _GROUPED.sub(r"\1\2", text)
+    text = _LEAD_IN.sub("", text.strip(), count=1)
+    m = _NUMERAL.match(text)
+    if m is None or not _only_units(text[m.end():]):
+        return None
+    if max(len(g) for g in m.groups("")) > _MAX_INTEGER_DIGITS:
+        return None   # past Python's int-from-text limit
+    sign = "-" if m["sign"] == "-" else ""
+    if m["pe"] is not None or m["pe1"] is not None:   # a power of ten is scientific notation's
+        return f"{sign}1e{m['pe'] or m['pe1']}" + ("%" if m["pct"] else "")
+    if m["whole"] is not None:
+        num, den = int(m["mn"]), int(m["md"])
+        if not 0 < num < den:
+            return None
+        num += int(m["whole"]) * den
+    elif m["dec"] is None:
+        num, den = (int(m["fn"]), int(m["fd"])) if m["fn"] is not None else (
+            (int(m["fn1"]), int(m["fd1"])) if m["fn1"] is not None else (int(m["n"]), int(m["d"])))
+        if den == 0 or num % den == 0:
+            return None
+    else:
+        number = sign + m["dec"].replace(",", "")
+        exponent = m["e"] or m["te"] or m["te1"]
+        return number + (f"e{exponent}" if exponent else "") + ("%" if m["pct"] else "")
+    if num < 0:
+        sign, num = ("" if sign else "-"), -num
+    return f"{sign}{num}/{den}"
+
+
+def _only_units(text: str) -> bool:
+    """Whether what follows a number is units: words marked as text, degrees, or plain words
+    math-verify knows as units (``7 apples``, ``5 km``; not ``2 pi``, ``7x``, ``2 i``)."""
+    text = _DEGREES.sub(" ", text)
+    return _UNITS.fullmatch(text) is not None and all(
+        w == "\x00" or w in _unit_words() or (w.endswith("s") and w[:-1] in _unit_words())
+        or (w.endswith("es") and w[:-2] in _unit_words()) for w in re.findall(r"[A-Za-z]+|\x00", text))
+
+
+@functools.cache
+def _unit_words() -> frozenset[str]:
+    """math-verify's unit names (its parser drops them after a number); none without it."""
+    try:
+        from latex2sympy2_extended.math_normalization import units  # noqa: PLC0415 - math-verify's
+    except ImportError:
+        return frozenset()
+    return frozenset(u for u in units if u.isalpha())
 
 
 def parse_integer(text: str) -> int | None:
-    """An integer written as ``-1234`` or ``-1,234`` (exactly, however long); None otherwise."""
-    text = _bare(text)
+    """An integer written as ``-1234`` or ``-1,234`` (exactly, however long; ``numeral``'s
+    dressing allowed); None otherwise."""
+    text = numeral(text) or ""
     if not re.fullmatch(r"[+-]?\d+", text) or len(text) > _MAX_INTEGER_DIGITS:
         return None   # past Python's int-from-text limit; as a float it is inf, never equal
     return int(text)
 
 
 def parse_number(text: str) -> float | None:
-    """A number written as ``-1,234.5``, ``3/4``, ``1e-3`` or ``\\frac{3}{4}``; None otherwise."""
-    text = re.sub(r"^(-?)\\[dt]?frac\{\s*([\d.]+)\s*\}\{\s*([\d.]+)\s*\}$", r"\1\2/\3", _bare(text))
-    text = text.replace(" ", "")
-    if text.endswith("%"):   # one percent sign: "5%%%%" is not a number (nor a recursion per sign)
-        value = parse_number(text[:-1]) if not text.endswith("%%") else None
-        return None if value is None else value / 100
-    num, sep, den = text.partition("/")
+    """A number written as ``-1,234.5``, ``3/4``, ``1e-3``, ``\\frac{3}{4}`` or ``50%``
+    (``numeral``); None otherwise, and for an expression such as ``48/6`` or ``3+4``."""
+    text = numeral(text)
+    if text is None:
+        return None
+    scale = 100.0 if text.endswith("%") else 1.0
+    num, sep, den = text.rstrip("%").partition("/")
     try:
-        if sep:
-            d = float(den)
-            return float(num) / d if d != 0 else None
-        return float(num)
-    except ValueError:
+        return (float(num) / float(den) if sep else float(num)) / scale
+    except (ValueError, OverflowError):
         return None

@@ -23,9 +23,11 @@ anything (no call but to a math function, no attribute, comprehension, lambda or
 compute something huge (no power of a power, no exponent above 1000, no repeated or formatted
 string): anything else scores 0 (metric ``unsafe``). An answer there that calls ``Integral``
 (which the integration scorers differentiate back into the integrand: the question restated)
-scores 0 too (``unevaluated``), unless the reference answer calls it. An exception the scorer
-raises on an answer scores 0 too (``unscorable``) when the reference answer scores: "I don't
-know" is a wrong answer, not a broken verifier.
+scores 0 too (``unevaluated``), unless the reference answer calls it. The arithmetic puzzles
+(countdown, puzzle24) take ``+ - * /`` and parentheses over the puzzle's own numbers, each
+once, as their rules say: ``sqrt(9)*...`` or other numbers score 0 (``disallowed``). An
+exception the scorer raises on an answer scores 0 too (``unscorable``) when the reference answer
+scores: "I don't know" is a wrong answer, not a broken verifier.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ _MATH_FUNCTIONS = frozenset(
     "sin cos tan cot sec csc asin acos atan acot sinh cosh tanh coth asinh acosh atanh exp log ln "
     "asec acsc acoth atan2 sqrt Abs abs sign erf Integral".split())
 _MAX_EXPONENT = 1000
+# puzzles whose rules allow + - * / and parentheses over the puzzle's own numbers, each once:
+# their scorers evaluate any sympy expression (sqrt(9), 3**2), and puzzle24's counts the
+# numbers without reading which they are (6*4+1-1 "makes 24 from 1, 3, 5, 9")
+_ARITHMETIC_PUZZLES = frozenset({"countdown", "puzzle24"})
+_ARITHMETIC_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub,
+                     ast.UAdd)
 _MAX_LITERAL_CHARS = 100_000
 
 
@@ -144,6 +152,32 @@ def answer_is_safe_to_run(answer: str, *, sympy: bool) -> bool:
         return False
 
 
+def _dataset_names(dataset: Any, entry: dict[str, Any]) -> set[str]:
+    """The reasoning-gym names a scorer answers for: its class's registered name, and the entry's
+    ``source_dataset`` (a composite dataset's scorer passes the entry to the one it came from)."""
+    from reasoning_gym.factory import DATASETS  # noqa: PLC0415 - only a reasoning-gym scorer gets here
+
+    names = {name for name, (cls, _config) in DATASETS.items() if cls is type(dataset)}
+    source = (entry.get("metadata") or {}).get("source_dataset")
+    return names | ({source} if isinstance(source, str) else set())
+
+
+def plays_by_the_rules(answer: str, numbers: Any) -> bool:
+    """Whether an answer to an arithmetic puzzle is ``+ - * /`` and parentheses over integers,
+    which are the puzzle's ``numbers`` (each once) if given."""
+    try:
+        tree = ast.parse(unicodedata.normalize("NFKC", answer).strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    used = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            used.append(node.value)
+        elif not isinstance(node, _ARITHMETIC_NODES):
+            return False   # sqrt(9), 3**2, 9 % 5, 1.5, x
+    return not isinstance(numbers, list) or sorted(used) == sorted(int(n) for n in numbers)
+
+
 def _integrals(text: str) -> bool:
     """Whether an expression (read as Python, after NFKC) calls ``Integral``."""
     try:
@@ -161,6 +195,9 @@ def score_answer_safely(dataset: Any, answer: str, entry: dict[str, Any]) -> tup
     if ((hazards.python_eval and not answer_is_safe_to_run(answer, sympy=False))
             or (hazards.sympy_parse and not answer_is_safe_to_run(answer, sympy=True))):
         return 0.0, "unsafe"
+    if _dataset_names(dataset, entry) & _ARITHMETIC_PUZZLES and not plays_by_the_rules(
+            answer, (entry.get("metadata") or {}).get("numbers")):
+        return 0.0, "disallowed"
     if hazards.sympy_parse and _integrals(answer) and not _integrals(str(entry.get("answer"))):
         # Integral(<the integrand>, x): the question restated, whose derivative the integration
         # scorers find equal to the integrand; a reference sympy could not integrate keeps it

@@ -134,9 +134,10 @@ import json, threading
 from rlxf.rewards.answers import MathVerifier
 from rlxf.rewards.types import RewardInput
 v, out = MathVerifier("m"), {}
+# a reference written as a power: to a plain number the powers are refused unparsed (unevaluated)
 def run():
     for a in ("9^{9^{9^{9}}}", "10^{10^{6}}", "100000!", "2^{10}", "2^{3^{2}}+512", "1024"):
-        r = v.score(RewardInput(prompt="p", response=f"<answer>{a}</answer>", ground_truth="1024"))
+        r = v.score(RewardInput(prompt="p", response=f"<answer>{a}</answer>", ground_truth="2^{10}"))
         out[a] = [r.score, r.metrics.get("too_large")]
 worker = threading.Thread(target=run)
 worker.start()
