@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ import torch
 
 from rlxf.errors import UserInputError
 from rlxf.models.kernels import LinearKernels, use_fast_linears
-from rlxf.models.paths import ModelPathError, resolve_model_dir
+from rlxf.models.paths import ADAPTER_CONFIG, ModelPathError, resolve_model_dir
 
 log = logging.getLogger("rlxf")
 
@@ -87,8 +88,11 @@ def warn_slow_cpu_dtype(device: torch.device, dtype: torch.dtype) -> None:
         log.warning(reason)
 
 
-def check_source(path: str | Path, what: str, *, local_first: bool = False) -> str:
+def check_source(path: str | Path, what: str, *, local_first: bool = False, adapters: bool = False) -> str:
     """A local directory, or something that looks like a hub id; otherwise a helpful error.
+
+    ``adapters``: a local PEFT LoRA adapter directory is returned as it is (``load_model`` and
+    ``load_tokenizer`` read it through its base model); otherwise it is refused with how to merge it.
 
     ``a/b`` where ``a`` is a local directory but ``a/b`` does not exist is a mistyped local path
     (``models/nan0`` for ``models/nano``), refused at once rather than after a minute of hub
@@ -99,6 +103,8 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False) -> s
     if local.exists():
         if not local.is_dir():
             raise ModelLoadError(f"{what} {text} is a file; give the directory that holds config.json")
+        if adapters and is_adapter_dir(local):
+            return str(local)
         return _local_source(local, what)
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
     if looks_local:
@@ -178,6 +184,43 @@ def hub_error(source: str, err: Exception) -> ModelLoadError:
     )
 
 
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a local PEFT adapter directory (``adapter_config.json``, no ``config.json``)."""
+    p = Path(path).expanduser()
+    return p.is_dir() and (p / ADAPTER_CONFIG).is_file() and not (p / "config.json").is_file()
+
+
+def adapter_base(adapter: str | Path, what: str) -> str:
+    """The base model named in an adapter directory's ``adapter_config.json``."""
+    f = Path(adapter) / ADAPTER_CONFIG
+    try:
+        base = json.loads(f.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ModelLoadError(f"{what}: cannot read {f} ({type(e).__name__}: {e})") from None
+    if not base:
+        raise ModelLoadError(f"{what}: {f} names no base model (base_model_name_or_path); set it to the directory "
+                             f"or hub id of the model the adapter was trained on")
+    return str(base)
+
+
+def merge_adapter(model: PreTrainedModel, adapter: str | Path) -> PreTrainedModel:
+    """``model`` with the LoRA adapter saved in ``adapter`` merged into its weights (a plain model)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelLoadError(f"{adapter} is a LoRA adapter; loading it needs PEFT: pip install 'rlxf[peft]'") from None
+    try:
+        return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise ModelLoadError(f"the LoRA adapter {adapter} does not fit its base model "
+                             f"({type(e).__name__}: {e}); check base_model_name_or_path in its "
+                             f"{ADAPTER_CONFIG}") from None
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model")
+
+
 def load_tokenizer(
     path: str | Path,
     *,
@@ -194,11 +237,23 @@ def load_tokenizer(
     """
     from transformers import AutoTokenizer
 
-    source = check_source(path, what)
+    source = check_source(path, what, adapters=True)
+    if is_adapter_dir(source) and not any((Path(source) / f).is_file() for f in _TOKENIZER_FILES):
+        source = check_source(adapter_base(source, what), f"the base model of the LoRA adapter {source}")
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise hub_error(source, e) from None
+    if not tok.encode("Hello world", add_special_tokens=False):
+        # transformers builds an EMPTY tokenizer from config.json's model type when a directory
+        # has no tokenizer files: every prompt would encode to zero tokens, with no error
+        held = [f for f in _TOKENIZER_FILES if (Path(source) / f).is_file()] if Path(source).is_dir() else None
+        where = (f"{source} holds no tokenizer files (none of {', '.join(_TOKENIZER_FILES)})" if held == []
+                 else f"the tokenizer of {source} has no vocabulary")
+        raise ModelLoadError(
+            f"{what}: {where}; it would encode every prompt to zero tokens. Save the model's tokenizer "
+            f"next to it (tokenizer.save_pretrained(dir)) or set model.tokenizer to the directory or hub id "
+            f"of the tokenizer the model was trained with.")
     if chat_template is not None:
         tok.chat_template = read_chat_template(chat_template)
     if tok.pad_token is None:
@@ -236,13 +291,20 @@ def load_model(
 
     On CPU in fp32 its linear layers run on oneDNN (``linear_kernels``; see ``rlxf.models.kernels``).
 
+    ``path`` may also be a saved PEFT LoRA adapter directory: its base model (named in
+    ``adapter_config.json``) is loaded with the adapter merged in, a plain model.
+
     With ``lora.r > 0`` the model is wrapped in PEFT LoRA adapters (needs ``rlxf[peft]``); only
     the adapters then require grad. ``use_cache`` is turned off in the config: the trainer never
     decodes with this model, and a cache would also hide packed sequences from the mask builder.
     """
     from transformers import AutoModelForCausalLM
 
-    source = check_source(path, "model")
+    source = check_source(path, "model", adapters=True)
+    adapter = None
+    if is_adapter_dir(source):
+        adapter = source
+        source = check_source(adapter_base(adapter, "model"), f"the base model of the LoRA adapter {adapter}")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     warn_slow_cpu_dtype(dev, dt)
@@ -253,6 +315,8 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as e:
         raise hub_error(source, e) from None
+    if adapter is not None:
+        model = merge_adapter(model, adapter)
     model.to(dev)
     return _prepare(model, gradient_checkpointing=gradient_checkpointing, lora=lora, linear_kernels=linear_kernels)
 
@@ -348,7 +412,7 @@ def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str | None
 
 def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of the ``model:`` section; errors name the field its path came from."""
-    check_source(cfg.path, "model.path")  # checked first: a missing model is the usual mistake
+    check_source(cfg.path, "model.path", adapters=True)  # checked first: a missing model is the usual mistake
     return load_tokenizer(
         cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision,
         trust_remote_code=cfg.trust_remote_code, what="model.tokenizer" if cfg.tokenizer else "model.path",
@@ -365,28 +429,38 @@ def _is_peft(model) -> bool:
     return type(model).__module__.startswith("peft.")
 
 
+def lora_layers(model) -> list[tuple[str, torch.nn.Module]]:
+    """(name, module) of every PEFT LoRA layer in ``model``: a PEFT wrapper, or the model inside
+    one (``get_peft_model`` injects the layers into it in place, so unwrapping leaves them there)."""
+    if "peft" not in sys.modules:  # no LoRA layer exists before PEFT is imported
+        return []
+    from peft.tuners.lora import LoraLayer
+
+    return [(name, m) for name, m in unwrap_model(model).named_modules() if isinstance(m, LoraLayer)]
+
+
 def merged_state_dict(model) -> dict[str, torch.Tensor]:
     """The plain transformers state dict; LoRA deltas are added into their base weights.
 
     The model itself is not changed (merging in place and unmerging would round bf16 weights).
+    A model holding LoRA layers without its PEFT wrapper is merged too: its own state dict has
+    ``base_layer`` / ``lora_`` keys that no plain model loads.
     """
-    if not _is_peft(model):
-        return model.state_dict()
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()
+    base = unwrap_model(model)
+    layers = lora_layers(base)
+    if not layers:
+        return base.state_dict()
     out: dict[str, torch.Tensor] = {}
     with torch.no_grad():
-        for name, module in base.named_modules():
-            if isinstance(module, LoraLayer):
-                weight = module.get_base_layer().weight.detach().clone()
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A:
-                        weight += module.get_delta_weight(adapter).to(weight.dtype)
-                out[f"{name}.weight"] = weight
-                bias = getattr(module.get_base_layer(), "bias", None)
-                if bias is not None:
-                    out[f"{name}.bias"] = bias.detach().clone()
+        for name, module in layers:
+            weight = module.get_base_layer().weight.detach().clone()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight += module.get_delta_weight(adapter).to(weight.dtype)
+            out[f"{name}.weight"] = weight
+            bias = getattr(module.get_base_layer(), "bias", None)
+            if bias is not None:
+                out[f"{name}.bias"] = bias.detach().clone()
         for key, value in base.state_dict().items():
             if "lora_" in key or ".base_layer." in key:
                 continue

@@ -59,7 +59,9 @@ def lora_adapter_message(path: Path) -> str:
         f"  python -c \"from peft import AutoPeftModelForCausalLM as M; from transformers import AutoTokenizer as T; "
         f"m = M.from_pretrained('{path}'); m.merge_and_unload().save_pretrained('{merged}'); "
         f"T.from_pretrained(m.peft_config['default'].base_model_name_or_path).save_pretrained('{merged}')\"\n"
-        f"and give {merged}. To train LoRA adapters yourself, set model.path to the base model and model.lora.r > 0.")
+        f"and give {merged}. To train LoRA adapters yourself, set model.path to the base model and model.lora.r > 0. "
+        f"(A training config's model.path and rlxf.models.load_model take the adapter directory as it is: they "
+        f"merge it into its base as they load it.)")
 
 
 def _is_model_dir(path: Path) -> bool:

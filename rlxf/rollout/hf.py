@@ -33,18 +33,32 @@ from rlxf.rollout.stop import StopStrings
 from rlxf.types import Completion
 
 
+def _token_ids_only(config):
+    """A generation config with only the model's special token ids.
+
+    A saved ``generation_config.json`` often sets sampling knobs (Qwen2.5-Instruct:
+    ``repetition_penalty=1.05``); ``generate`` applies every field a call does not override, so
+    they would reshape the distribution the tokens are drawn from while the reported log-probs
+    (and the native engine, and the trainer) use the plain ``softmax(z / T)``.
+    """
+    from transformers import GenerationConfig
+
+    keep = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+    return GenerationConfig(**{k: getattr(config, k, None) for k in keep if getattr(config, k, None) is not None})
+
+
 class HFEngine:
     """``transformers.generate`` behind the Engine interface."""
 
     name = "hf"
 
     def __init__(self, model, tokenizer=None, options: EngineOptions | None = None):
-        from rlxf.models.loading import merged_state_dict, unwrap_model
+        from rlxf.models.loading import lora_layers, merged_state_dict, unwrap_model
 
         options = options or EngineOptions()
         base = unwrap_model(model)
-        if base is not model:
-            # a PEFT wrapper: our own plain copy, with the LoRA deltas merged in
+        if lora_layers(model):
+            # LoRA layers (in a PEFT wrapper or not): our own plain copy, with the deltas merged in
             from transformers import AutoModelForCausalLM
 
             self.model = AutoModelForCausalLM.from_config(copy.deepcopy(base.config))
@@ -52,9 +66,9 @@ class HFEngine:
             if unexpected or set(missing) - {"lm_head.weight"}:
                 raise KeyError(f"merged LoRA weights do not fit the base architecture: missing {missing[:5]}, "
                                f"unexpected {unexpected[:5]}")
-            self.model.generation_config = copy.deepcopy(base.generation_config)
         else:
             self.model = copy.deepcopy(base)
+        self.model.generation_config = _token_ids_only(getattr(base, "generation_config", None))
         param = next(self.model.parameters())
         device = torch.device(options.device) if options.device is not None else param.device
         self.model.to(device=device, dtype=options.dtype or param.dtype).eval()
@@ -84,6 +98,9 @@ class HFEngine:
                     if "rotary_emb" not in name:
                         unknown.append(raw)
                     continue
+                if tensor.shape != target.shape:  # copy_ would broadcast a smaller tensor silently
+                    raise ValueError(f"update_weights: {raw} has shape {tuple(tensor.shape)}, the engine's copy "
+                                     f"{tuple(target.shape)}; is this the same model architecture?")
                 target.copy_(tensor.detach())
         if unknown:
             raise KeyError(f"update_weights: {len(unknown)} names the engine does not know, e.g. {unknown[:5]}")
