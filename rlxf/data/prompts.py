@@ -18,6 +18,7 @@ the whole entry, scored by the dataset's own ``score_answer``) and ``metadata`` 
 from __future__ import annotations
 
 import hashlib
+import logging
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,10 +26,20 @@ from typing import Any
 
 from rlxf.config.data import DataConfig, SourceFields
 from rlxf.data.errors import DataError
-from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
+from rlxf.data.sources import (
+    Record,
+    drop_held_out,
+    fit_length,
+    log_report,
+    require_evaluated,
+    require_some,
+    split_records,
+)
 from rlxf.data.tasks import check_disjoint, get_task
 from rlxf.data.templates import check_messages, encode_prompts, get_field
 from rlxf.types import Prompt
+
+log = logging.getLogger("rlxf.data")
 
 
 @dataclass
@@ -56,16 +67,26 @@ def content_key(prompt: str | list[dict[str, Any]]) -> str:
 
     Chat messages hash their roles and contents, without system turns (a system prompt is
     templating, as ``data.system_prompt`` is); a conversation of one user turn is keyed as that
-    turn's text, since a text prompt becomes exactly that turn. So the same question held out by
-    one source as text and given by another as ``messages`` is still kept out of training."""
+    turn's text, since a text prompt becomes exactly that turn, and content given as parts
+    (``[{"type": "text", "text": ...}]``) as its text parts joined. So the same question held out
+    by one source as text and given by another as ``messages`` is still kept out of training."""
     if not isinstance(prompt, str):
-        turns = [m for m in prompt if m.get("role") != "system"]
-        if len(turns) == 1 and turns[0].get("role") == "user" and isinstance(turns[0].get("content"), str):
+        turns = [{**m, "content": _text_of(m.get("content"))} for m in prompt if m.get("role") != "system"]
+        if len(turns) == 1 and turns[0].get("role") == "user":
             prompt = turns[0]["content"]
         else:
             prompt = "\n".join(f"{m.get('role')}: {m.get('content')}" for m in turns)
     text = " ".join(unicodedata.normalize("NFKC", prompt).split())
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _text_of(content: Any) -> str:
+    """A message's content as text: the text of its parts when it is a list of content parts."""
+    if isinstance(content, list):
+        parts = [p.get("text") if isinstance(p, dict) else p for p in content]
+        if all(isinstance(p, str) for p in parts):
+            return "\n".join(parts)
+    return content if isinstance(content, str) else str(content)
 
 
 def _finish(raw: list[tuple[str, str, list[int], str, Any, dict[str, Any]]], split: str, cfg: DataConfig,
@@ -91,7 +112,8 @@ def _task_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter, name: 
     for split, items in (("train", train_items), ("test", test_items)):
         counts[f"{split}_read"] = len(items)
         encoded = encode_prompts(tokenizer, [it.question for it in items], system_prompt=cfg.system_prompt,
-                                 use_chat_template=cfg.apply_chat_template)
+                                 use_chat_template=cfg.apply_chat_template,
+                                 wheres=[f"task {task.name} {split} item {i}" for i in range(len(items))])
         uids = [f"{name or task.name}:{split}:{i}" for i in range(len(items))]
         keys.update((uid, content_key(it.question)) for uid, it in zip(uids, items, strict=True))
         raw = [(f"task {task.name} {split} item {i}", uid, ids, text,
@@ -155,6 +177,16 @@ def source_config(cfg: DataConfig, source: SourceFields) -> DataConfig:
     return cfg.model_copy(update={k: getattr(source, k) for k in SourceFields.model_fields} | {"sources": []})
 
 
+def warn_ignored_fields(cfg: DataConfig) -> None:
+    """In a mixture ``data``'s own source fields are replaced for every source (``source_config``):
+    one set to anything but its default (``data.fields``, ``data.test_path``, ...) is ignored, and
+    said so (a base config's single source may leave them set, so not an error)."""
+    stray = [k for k, f in SourceFields.model_fields.items() if getattr(cfg, k) != f.get_default(call_default_factory=True)]
+    if cfg.mixture and stray:
+        log.warning("data.%s set beside data.sources: ignored, since each source of a mixture has its own "
+                    "(data.sources[].%s); move what a source needs into its entry", ", data.".join(stray), stray[0])
+
+
 def source_seed(source: SourceFields, seed: int) -> int:
     """The generator seed of a mixture source or the ptx data: its own ``seed``, else the run's."""
     own = getattr(source, "seed", None)
@@ -173,17 +205,22 @@ def build_prompt_data(cfg: DataConfig, tokenizer, seed: int) -> PromptData:
         built = {None: _source_prompts(cfg, tokenizer, seed, counts)}
         source_counts = {None: counts}
     else:
+        warn_ignored_fields(cfg)
         source_counts = {s.label: Counter() for s in cfg.sources}
         built = {s.label: _source_prompts(source_config(cfg, s), tokenizer, source_seed(s, seed),
                                           source_counts[s.label], s.label)
                  for s in cfg.sources}
     held_out = {parts.keys[p.uid] for parts in built.values() for p in parts.test}
+    weights = {s.label: s.weight for s in cfg.sources} if cfg.mixture else None
     for name, parts in built.items():
         parts.train, removed = drop_held_out(parts.train, parts.keys, held_out)
         if removed:
             # one source keeps the name its report always had
             source_counts[name]["train_removed_in_test" if name is None else "train_removed_held_out"] = removed
-        require_some(len(parts.train), "train", source_counts[name], cfg)
+        if weights is not None and weights[name] == 0:
+            require_evaluated(name, len(parts.test), source_counts[name])
+        else:
+            require_some(len(parts.train), "train", source_counts[name], cfg)
     report: dict[str, int] = {}
     for name, parts in built.items():
         prefix = "" if name is None else f"{name}/"
@@ -196,7 +233,6 @@ def build_prompt_data(cfg: DataConfig, tokenizer, seed: int) -> PromptData:
         report["train_removed_held_out"] = sum(c["train_removed_held_out"] for c in source_counts.values())
     report["max_prompt_tokens"] = max((len(p.prompt_ids) for p in (*train, *test)), default=0)
     log_report("prompt", report)
-    weights = {s.label: s.weight for s in cfg.sources} if cfg.mixture else None
     return PromptData(train, test, report, weights, frozenset(held_out))
 
 

@@ -7,7 +7,10 @@ Every reader yields ``(where, record)`` so an error about a record can name its 
 (JSONL, CSV) or its row (JSON, parquet, HF datasets).
 
 Text files are read as UTF-8; a leading byte-order mark (what Excel writes for "CSV UTF-8") is
-dropped, and bytes that are not UTF-8 raise a DataError naming the file, line and byte.
+dropped (in JSONL at the start of any line: files concatenated with theirs), and bytes that are not UTF-8 raise a DataError naming the file, line and byte. A key
+given twice in one JSON object, a CSV header that names a column twice, and a CSV row with fewer
+cells than the header are errors too: read as they parse, one of the two values (or a None)
+would be the data, silently.
 """
 
 from __future__ import annotations
@@ -79,15 +82,38 @@ def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataError:
     )
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, or _DuplicateKey: ``json`` keeps the last of two equal keys."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return record
+
+
+def _duplicate(where: str, key: str) -> DataError:
+    return DataError(f"{where}: key {key!r} appears twice in one JSON object, so which value is meant is "
+                     f"unclear (a JSON reader keeps the last); remove or rename one of them")
+
+
 def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     with p.open(encoding=_ENCODING) as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue  # blank lines (a trailing newline) are not records
             try:
-                record = json.loads(line)
+                # a byte-order mark inside the file: files that each began with one, concatenated
+                record = json.loads(line.removeprefix("\ufeff"), object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as e:
                 raise DataError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except _DuplicateKey as e:
+                raise _duplicate(f"{p}:{lineno}", e.key) from None
             if not isinstance(record, dict):
                 raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
             yield f"{p}:{lineno}", record
@@ -95,9 +121,11 @@ def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
-        data = json.loads(p.read_text(encoding=_ENCODING))
+        data = json.loads(p.read_text(encoding=_ENCODING), object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except _DuplicateKey as e:
+        raise _duplicate(str(p), e.key) from None
     if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: one list-valued key
         lists = [k for k, v in data.items() if isinstance(v, list)]
         if len(lists) != 1:
@@ -116,14 +144,21 @@ def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _read_csv(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     with p.open(encoding=_ENCODING, newline="") as f:
-        reader = csv.DictReader(f)
-        for record in reader:
-            if None in record:  # more cells than header columns
-                raise DataError(
-                    f"{p}:{reader.line_num}: {len(record) - 1 + len(record[None])} cells but the header "
-                    f"has {len(reader.fieldnames or [])} columns"
-                )
-            yield f"{p}:{reader.line_num}", dict(record)
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            raise DataError(f"{p}:1: the header names column(s) {twice} more than once, so a row's cell for "
+                            f"them is ambiguous (the last one would win); rename the repeated columns")
+        for row in reader:
+            if not row:
+                continue  # blank lines are not records
+            if len(row) != len(header):  # a missing cell would read as None, an extra one is lost
+                raise DataError(f"{p}:{reader.line_num}: {len(row)} cells but the header has {len(header)} "
+                                f"columns; fix the row (quote a cell that holds a comma)")
+            yield f"{p}:{reader.line_num}", dict(zip(header, row))
 
 
 def _read_parquet(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:

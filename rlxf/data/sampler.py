@@ -15,6 +15,7 @@ source and ``MixtureSampler`` picks which source gives each next prompt, by weig
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -132,6 +133,10 @@ class MixtureSampler:
             if source_of(p.uid) not in weights:
                 raise DataError(f"prompt {p.uid} is from source {source_of(p.uid)!r}, which has no weight in the "
                                 f"mixture ({', '.join(weights)})")
+        bad = {name: w for name, w in weights.items() if not (math.isfinite(w) and w >= 0)}
+        if bad or not math.isfinite(sum(weights.values())):
+            raise DataError(f"mixture weights {bad or weights} (data.sources[].weight): each must be a finite number "
+                            f">= 0, and their sum finite (only the ratios matter: 3 and 1 draw as 0.75 and 0.25)")
         weights = {name: w for name, w in weights.items() if w > 0}   # weight 0: evaluated, never drawn
         by_source: dict[str, list[Prompt]] = {name: [] for name in weights}
         for p in prompts:

@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
-from rlxf.data.prompts import content_key, read_task_records, source_config, source_seed
-from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
+from rlxf.data.prompts import content_key, read_task_records, source_config, source_seed, warn_ignored_fields
+from rlxf.data.sources import (
+    Record,
+    drop_held_out,
+    fit_length,
+    log_report,
+    require_evaluated,
+    require_some,
+    split_records,
+)
 from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
 
 
@@ -106,8 +114,10 @@ def build_sft_data(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str
 def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> SFTData:
     """``data.sources`` as SFT examples, uids ``<source>:<split>:<i>`` for the mixture sampler; a
     training example whose prompt is held out by any source is removed (and counted), as for RL."""
+    warn_ignored_fields(cfg)
+    weights = {s.label: s.weight for s in cfg.sources}
     built = {s.label: _one_source(source_config(cfg, s), tokenizer, source_seed(s, seed), exclude, Counter(),
-                                  name=s.label)
+                                  name=s.label, trained=s.weight > 0)
              for s in cfg.sources}
     # by the prompts as written, not as templated: sources may template differently
     held_out = {data.keys[e.uid] for data in built.values() for e in data.test}
@@ -117,6 +127,9 @@ def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> 
         if removed:
             data.report["train_removed_held_out"] = removed
             data.report["train"] = len(data.train)
+        if weights[name] == 0:   # evaluated only: no training examples needed
+            require_evaluated(name, len(data.test), Counter(data.report))
+        elif removed:
             require_some(len(data.train), "train", Counter(data.report), cfg)
         report |= {f"{name}/{k}": v for k, v in sorted(data.report.items())}
     train = [e for data in built.values() for e in data.train]
@@ -124,11 +137,13 @@ def _mixture(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str]) -> 
     report["train"], report["test"] = len(train), len(test)
     log_report("SFT", report)
     keys = {uid: key for data in built.values() for uid, key in data.keys.items()}
-    return SFTData(train, test, report, {s.label: s.weight for s in cfg.sources}, keys)
+    return SFTData(train, test, report, weights, keys)
 
 
 def _one_source(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str], counts: Counter,
-                name: str | None = None) -> SFTData:
+                name: str | None = None, trained: bool = True) -> SFTData:
+    """One source's examples; ``trained`` False (a mixture source of weight 0) may have no
+    training examples left."""
     splits: dict[str, list[SFTExample]] = {"train": [], "test": []}
     keys: dict[str, str] = {}
     if cfg.source == "task":
@@ -149,7 +164,8 @@ def _one_source(cfg: DataConfig, tokenizer, seed: int, exclude: frozenset[str], 
     splits["train"], removed = drop_held_out(splits["train"], keys, {keys[e.uid] for e in splits["test"]})
     if removed:
         counts["train_removed_in_test"] = removed
-    require_some(len(splits["train"]), "train", counts, cfg)
+    if trained:
+        require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))
     report["train"], report["test"] = len(splits["train"]), len(splits["test"])
     return SFTData(splits["train"], splits["test"], report, keys=keys)

@@ -92,6 +92,17 @@ def require_some(n_kept: int, split: str, counts: Counter, cfg: DataConfig) -> N
     )
 
 
+def require_evaluated(name: str, n_test: int, counts: Counter) -> None:
+    """A source of weight 0 is only evaluated: it needs no training prompts (its held-out file may
+    be its training file too), but without held-out ones it would do nothing at all."""
+    if n_test:
+        return
+    detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if k.startswith("test")) or "no test split"
+    raise DataError(f"data.sources[{name}] has weight 0 (evaluated only) but no held-out prompts ({detail}), so it "
+                    f"is neither trained on nor evaluated; give it a test_path (or test_split / test_size), or "
+                    f"a weight > 0")
+
+
 def log_report(kind: str, report: dict[str, int]) -> None:
     log.info("%s data: %s", kind, ", ".join(f"{k}={v}" for k, v in report.items()))
     skipped = {k: v for k, v in report.items() if v and ("dropped" in k or "removed" in k or "truncated" in k)}

@@ -137,6 +137,9 @@ def encode_prompts(
             if wheres is None:
                 raise
             detail = str(e) if isinstance(e, DataError) else f"the chat template failed: {type(e).__name__}: {e}"
+            if system_prompt is not None and not isinstance(e, DataError):
+                detail += ("; data.system_prompt is set, and some chat templates (Gemma's) have no system turn: "
+                           "unset it, or write the instruction into the prompts")
             raise DataError(f"{wheres[i]}: cannot render the prompt: {detail}") from None
     ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
     return [(list(i), t) for i, t in zip(ids, texts, strict=True)]

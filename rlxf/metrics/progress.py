@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any
@@ -92,12 +93,14 @@ class ProgressDisplay:
         elif step % self.log_every == 0 or step == self.total:
             done = step - self._start
             elapsed = time.perf_counter() - self._t0
-            eta = elapsed / done * (self.total - step) if done else float("nan")
+            # nothing done yet (the first line, or a resume at its last step) measures no speed
+            eta = 0.0 if step >= self.total else elapsed / done * (self.total - step) if done > 0 else math.inf
             if self.max_seconds is not None:
                 eta = min(eta, max(0.0, self.max_seconds - elapsed))
             # one line per step whatever the width (a log file is read, and grepped, by line); no
             # markup: source names are the user's, and "[hard]" would vanish as a style tag
-            self.console.print(f"step {step}/{self.total}  {self.summary(metrics)}  eta {eta:.0f}s",
+            eta_text = f"{eta:.0f}s" if math.isfinite(eta) else "-"
+            self.console.print(f"step {step}/{self.total}  {self.summary(metrics)}  eta {eta_text}",
                                highlight=False, markup=False, soft_wrap=True)
 
     def close(self) -> None:

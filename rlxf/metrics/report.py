@@ -42,7 +42,7 @@ PLOTS = (
     Plot("Learning rate", ("lr",), "lr"),
     Plot("Advantages", ("advantage/mean", "advantage/abs_mean"), "advantage"),
     Plot("Kept fraction (dynamic sampling)", ("sampling/kept_frac",), "fraction of samples"),
-    Plot("Critic", ("critic/loss", "critic/value_mean", "critic/clipfrac"), "value"),
+    Plot("Critic", ("critic/loss", "critic/value_mean", "critic/vf_clipfrac"), "value"),
     Plot("Engine vs trainer log-prob gap", ("rollout/logprob_gap_mean", "rollout/logprob_gap_max",
                                              "rollout/stale_logprob_gap_mean"), "nats"),
     Plot("Off-policy weights (ρ = π_old / π_rollout)",
@@ -81,6 +81,12 @@ def metric_number(value: Any) -> float | None:
 NON_FINITE_TEXT = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
 
 
+def drawable(value: float) -> bool:
+    """Finite, and small enough for an axis: matplotlib's margins and ticks overflow on a range
+    near the float limit (a diverged loss of -1e308 .. 1e308 stopped the whole report)."""
+    return math.isfinite(value) and abs(value) <= 1e300
+
+
 def record_step(record: dict[str, Any]) -> int | None:
     """A record's ``step`` as a whole number; None when missing or not a finite number (a file
     written by hand or another tool), so one odd record cannot stop the whole report."""
@@ -99,15 +105,16 @@ class RunMetrics:
         xs, ys = [], []
         for r in self.records:
             v = metric_number(r.get(key))
-            if v is not None and math.isfinite(v):
+            if v is not None and drawable(v):
                 step = record_step(r)
                 xs.append(step if step is not None else len(xs))
                 ys.append(v)
         return xs, ys
 
     def non_finite(self, key: str) -> int:
-        """How many logged values of ``key`` are NaN or infinite (not drawn, but said)."""
-        return sum(1 for r in self.records if (v := metric_number(r.get(key))) is not None and not math.isfinite(v))
+        """How many logged values of ``key`` are NaN or infinite, or as good as infinite (not drawn,
+        but said)."""
+        return sum(1 for r in self.records if (v := metric_number(r.get(key))) is not None and not drawable(v))
 
     def last(self, key: str) -> float | None:
         """The last logged value of ``key``, NaN and inf included: a run that ended on a NaN loss

@@ -37,14 +37,19 @@ class NullSink:
 
 
 def _json_number(value: Any) -> Any:
-    """NaN/inf are not JSON: write them as strings so the file stays valid and the fact is kept."""
+    """NaN/inf are not JSON: write them as strings so the file stays valid and the fact is kept,
+    at any depth (a sample's scores, an episode's infos)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, dict):
+        return {k: _json_number(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_number(v) for v in value]
     return value
 
 
 def encode_line(record: dict[str, Any]) -> bytes:
-    return (json.dumps({k: _json_number(v) for k, v in record.items()}, allow_nan=False) + "\n").encode()
+    return (json.dumps(_json_number(record), allow_nan=False) + "\n").encode()
 
 
 class JsonlWriter:
@@ -165,21 +170,32 @@ class JsonlSink:
 
 
 class TensorBoardSink:
+    """Event files under ``log_dir``. The writer opens at the first step logged, with that step as
+    ``purge_step``: a resumed run replays the steps after its checkpoint, and TensorBoard then
+    drops the killed run's events from that step on (as ``truncate_after_step`` does for
+    metrics.jsonl) instead of drawing both, the curve doubling back on itself."""
+
     def __init__(self, log_dir: str | Path):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:  # tensorboard itself is missing
             raise ImportError("logging.sinks has 'tensorboard': pip install 'rlxf[tensorboard]'") from e
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        self._summary_writer = SummaryWriter
+        self._log_dir = str(log_dir)
+        self._writer = None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self._writer is None:
+            self._writer = self._summary_writer(log_dir=self._log_dir, purge_step=step)
         for key, value in metrics.items():
             if isinstance(value, (int, float)):
                 self._writer.add_scalar(key, value, step)
         self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 class WandbSink:
