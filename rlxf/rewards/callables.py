@@ -15,7 +15,11 @@ A TRL-style function also receives the dataset's other columns as keyword lists 
 column and every metadata key), as TRL passes them. A function may return a number, a
 ``RewardResult`` or ``{"score": ..., "metrics": {...}}`` per sample, and may be ``async``; a
 ``None`` for a sample (TRL's "does not apply") is recorded as that sample's verifier failure.
-These functions run in this process (``reward.workers`` pools only verifiers named in a config).
+These functions run in this process, on the thread that scores (``reward.workers`` pools only
+verifiers named in a config), so that what works in a script works here (math-verify's own
+timeouts, for one, need the main thread). Hence ``reward.timeout_s`` cannot stop them: a
+function that may hang belongs in a module named in the config (``type: module:function``)
+with ``reward.workers`` > 0, where a call past ``timeout_s`` is killed and recorded as a timeout.
 """
 
 from __future__ import annotations

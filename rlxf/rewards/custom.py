@@ -57,8 +57,14 @@ def as_result(value: Any, where: str) -> RewardResult:
     if isinstance(value, numbers.Real):  # bool included: True -> 1.0
         return RewardResult(float(value))
     if isinstance(value, dict) and "score" in value:
-        return _checked(RewardResult(float(value["score"]), dict(value.get("metrics") or {}), value.get("error")),
-                        where)
+        score, metrics = value["score"], value.get("metrics") or {}
+        if isinstance(score, str) or not isinstance(score, numbers.Real):  # "0.9" was read as 0.9
+            raise TypeError(f"{where} returned score {score!r:.80} ({type(score).__name__}) in its dict; "
+                            "the score must be a number")
+        if not isinstance(metrics, dict):
+            raise TypeError(f"{where} returned metrics {metrics!r:.80} ({type(metrics).__name__}); metrics "
+                            "must be a dict of name -> number")
+        return _checked(RewardResult(float(score), dict(metrics), value.get("error")), where)
     raise TypeError(f"{where} returned {type(value).__name__}; return a number, a RewardResult or "
                     "{'score': ..., 'metrics': {...}}")
 

@@ -142,16 +142,32 @@ class OpenAIChatClient:
             else:
                 if response.status_code == 200:
                     try:
-                        return ChatReply(response.json()["choices"][0]["message"]["content"] or "")
+                        content = response.json()["choices"][0]["message"]["content"]
                     except (ValueError, KeyError, IndexError, TypeError):
                         return ChatReply(error=f"judge endpoint answered without choices[0].message.content: "
                                                f"{response.text[:200]!r}")
+                    return _reply_of(content)
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
                 if response.status_code < 500 and response.status_code != 429:
                     break
             if attempt < self.retries:
                 await asyncio.sleep(0.25 * 2 ** attempt)
         return ChatReply(error=f"judge request to {self.url} failed: {problem}")
+
+
+def _reply_of(content: Any) -> ChatReply:
+    """A reply's ``message.content``: a string, null (no text), or a list of content parts
+    (``[{"type": "text", "text": ...}]``, as some OpenAI-compatible servers answer), whose
+    text parts are joined. Anything else is that sample's error, not a TypeError that fails
+    the whole batch."""
+    if content is None or isinstance(content, str):
+        return ChatReply(content or "")
+    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+        texts = [part.get("text") for part in content if part.get("type", "text") == "text"]
+        if all(isinstance(t, str) for t in texts):
+            return ChatReply("".join(texts))
+    return ChatReply(error=f"judge endpoint answered choices[0].message.content = {content!r:.200}; expected "
+                           "a string or a list of text parts")
 
 
 class EngineChatClient:

@@ -7,9 +7,10 @@
 A *lane* runs calls one after another: a worker process (``workers > 0``) or, with
 ``workers = 0``, a thread of this process. A dispatcher thread hands each idle lane a packet
 of calls from one shared queue and watches the clock: the call a lane is on may take
-``timeout_s``; past that the call is recorded as a timeout, the lane is killed (a thread can
-only be abandoned) and replaced, and the rest of its packet goes back to the queue. A worker
-that dies mid-call (segfault, os._exit, OOM kill) records a crash for that call the same way.
+``timeout_s``; past that the call is recorded as a timeout, the lane is killed (a thread is
+abandoned, and stopped where it runs Python code) and replaced, and the rest of its packet
+goes back to the queue. A worker that dies mid-call (segfault, os._exit, OOM kill) records a
+crash for that call the same way.
 A verifier that raises records an error. Nothing a verifier does stops the batch. A
 replacement that does not become ready within ``start_timeout_s`` counts as one that died while
 starting. A cancelled future (a reward server's client hung up) is not run: queued, it is
@@ -22,12 +23,14 @@ Futures are ``concurrent.futures.Future``: usable from threads and, through
 from __future__ import annotations
 
 import collections
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -66,11 +69,17 @@ def _score(verifiers: list[Any], verifier: int, x: RewardInput) -> tuple[bool, A
 # --- lanes -------------------------------------------------------------------------------------
 
 def _worker_entry(fd: int, parent: int) -> None:
-    """Entry of a worker process (``python -c``): never re-runs the parent's ``__main__``."""
-    if sys.platform == "linux":  # die with the pool's dispatcher thread, even if hung in a call
-        import ctypes  # noqa: PLC0415
-        import signal  # noqa: PLC0415
+    """Entry of a worker process (``python -c``): never re-runs the parent's ``__main__``.
 
+    Ctrl-C and a SIGTERM sent to the whole process group are the pool owner's to handle (a
+    trainer finishes and scores its step, then closes the pool, which kills its workers): a
+    worker that died of them recorded its call as a crash. It disregards both, and dies with the
+    pool (``close``, or the parent-death signal below) or when its pipe closes. (A handler
+    that does nothing, not SIG_IGN: an ignored signal stays ignored in the programs a verifier
+    runs, which then could not be stopped with SIGTERM.)"""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _disregard)
+    if sys.platform == "linux":  # die with the pool's dispatcher thread, even if hung in a call
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             return
@@ -78,6 +87,10 @@ def _worker_entry(fd: int, parent: int) -> None:
     sys_path, configs = pickle.loads(conn.recv_bytes())
     sys.path[:] = sys_path  # custom verifiers import like they would in the parent
     _worker_main(conn, configs)
+
+
+def _disregard(signum: int, frame: Any) -> None:
+    """A signal handler that does nothing (see ``_worker_entry``)."""
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, configs: list[Any]) -> None:
@@ -153,8 +166,16 @@ class _ProcessLane(_Lane):
         self.conn.close()
 
 
+class _Abandoned(SystemExit):
+    """Raised inside an abandoned lane's thread to end the call it is stuck in. A SystemExit:
+    ``except Exception`` in a verifier does not catch it, and a thread ends on it silently."""
+
+
 class _ThreadLane(_Lane):
-    """In-process lane: a daemon thread; a hung call can only be abandoned, not stopped."""
+    """In-process lane: a daemon thread. A hung call cannot be killed: ``kill`` abandons the
+    thread and raises ``_Abandoned`` in it, which ends a call running Python code at its next
+    bytecode (one blocked in C, e.g. a long regex match or a sleep, ends when that returns);
+    before, an abandoned call kept computing, and every timeout added a busy thread."""
 
     def __init__(self, verifiers: list[Any]):
         super().__init__()
@@ -163,17 +184,33 @@ class _ThreadLane(_Lane):
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.wake_r, self.wake_w = os.pipe()
         self.abandoned = False
+        self.in_call = False  # the thread is inside a verifier call (set and read under _state)
+        self._state = threading.Lock()
         self.thread = threading.Thread(target=self._run, args=(verifiers,), daemon=True,
                                        name="rlxf-reward-lane")
         self.thread.start()
 
     def _run(self, verifiers: list[Any]) -> None:
+        try:
+            self._serve(verifiers)
+        except _Abandoned:  # raised by ``kill``: only while in a call, so always caught here
+            pass
+
+    def _serve(self, verifiers: list[Any]) -> None:
         while True:
             packet = self.inbox.get()
             if packet is None:
                 return
             for call_id, verifier, x in packet:
-                result = _score(verifiers, verifier, x)
+                with self._state:
+                    if self.abandoned:
+                        return
+                    self.in_call = True
+                try:
+                    result = _score(verifiers, verifier, x)
+                finally:
+                    with self._state:
+                        self.in_call = False
                 if self.abandoned:
                     return
                 self.outbox.put(("done", call_id, *result))
@@ -198,7 +235,11 @@ class _ThreadLane(_Lane):
                 return out
 
     def kill(self) -> None:
-        self.abandoned = True
+        with self._state:
+            self.abandoned = True
+            if self.in_call:  # (so the exception lands inside ``_run``, never after it returned)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident),
+                                                           ctypes.py_object(_Abandoned))
         self.inbox.put(None)
         for fd in (self.wake_r, self.wake_w):
             try:

@@ -135,6 +135,7 @@ class EngineProcess:
         self._done: dict[int, list[Completion]] = {}                 # answered, not yet handed out
         self._loaded = -1                    # the newest version the engine acknowledged loading
         self._idle_s, self._idle_since = 0.0, None  # the engine's waiting time (its clock: monotonic)
+        self._idle_before = 0.0              # waiting time of the engine processes that died
         self._start()
 
     # -- the engine interface ------------------------------------------------------------------
@@ -173,8 +174,13 @@ class EngineProcess:
         return out
 
     def idle_seconds(self) -> float:
-        """Seconds the engine has spent waiting for requests since it (last) started."""
+        """Seconds the engine has spent waiting for requests, over every process it ran in: a
+        running total (a restart does not set it back, so per-step differences stay >= 0)."""
         self._drain()
+        return self._idle_before + self._idle_now()
+
+    def _idle_now(self) -> float:
+        """The current engine process's waiting time, as of its last message and the clock."""
         waiting = time.monotonic() - self._idle_since if self._idle_since is not None else 0.0
         return self._idle_s + waiting
 
@@ -228,6 +234,9 @@ class EngineProcess:
         self._commands.cancel_join_thread()
         self._commands.close()
         self._results.close()
+        # the new process counts its waiting from 0; keep what the dead one waited
+        self._idle_before += self._idle_now()
+        self._idle_s, self._idle_since = 0.0, None
         self._start()
 
     def _wait(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -276,11 +285,15 @@ class EngineProcess:
 def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, connection,
           parent: int) -> None:
     """The engine process's main function: build the engine, load ``weights`` as ``version``,
-    then answer commands until told to close. Ctrl-C is the trainer's to handle (it finishes its
-    step and checkpoints, then closes the engine), so this process ignores SIGINT. It exits when
-    its trainer, process ``parent``, dies (see ``_die_with``)."""
+    then answer commands until told to close. Ctrl-C and a SIGTERM sent to the whole process
+    group (a scheduler's, a terminal's) are the trainer's to handle: it finishes its step with
+    this engine, checkpoints, then closes it. So this process disregards SIGINT and SIGTERM (it
+    used to die of the SIGTERM, and the trainer then restarted it to finish the step), with a
+    handler that does nothing rather than SIG_IGN, which the programs it starts would inherit.
+    It exits when told to close, or when its trainer, process ``parent``, dies (``_die_with``)."""
     _die_with(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _disregard)
     torch.set_num_threads(1)
     results = _Outbox(connection)
     try:
@@ -296,6 +309,10 @@ def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, 
         results.put(("error", traceback.format_exc()))
     finally:
         results.close()
+
+
+def _disregard(signum: int, frame: Any) -> None:
+    """A signal handler that does nothing (see ``serve``)."""
 
 
 def _die_with(parent: int) -> None:
