@@ -42,6 +42,10 @@ def run_app(app: typer.Typer, args: list[str]) -> int:
         return 1
     except usage_types as e:  # bad usage: unknown command or option, missing argument
         e.show()
+        option = getattr(e, "option_name", None) or ""
+        if option.startswith("-") and "." in option:  # `--rollout.n=8`: an override written as an option
+            print(f"Config overrides take no dashes: write {option.lstrip('-')}=VALUE after the config file.",
+                  file=sys.stderr)
         return 2
     except UserInputError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -89,9 +89,11 @@ def _literal(cells) -> list[Text]:
     return [Text(str(cell)) for cell in cells]
 
 
-def _data_files(cfg) -> list[tuple[tuple, str, bool]]:
-    """Each data file a run reads before its first step: (location, path, whether it exists).
-    Hub datasets (``source: hf``) are not files; PPO-ptx's count only with ``algorithm.ptx_coef`` > 0."""
+def _data_files(cfg) -> list[tuple[tuple, str]]:
+    """Each data file a run reads before its first step that is not there (yet), as (location,
+    path). Hub datasets (``source: hf``) are not files; PPO-ptx's count only with
+    ``algorithm.ptx_coef`` > 0; a directory where a file should be is a problem, not a warning
+    (``data_problems``)."""
     from rlxf.config.load import source_locations
 
     files = []
@@ -100,43 +102,20 @@ def _data_files(cfg) -> list[tuple[tuple, str, bool]]:
             continue
         for key in ("train_path", "test_path"):
             path = getattr(source, key)
-            if path is not None:
-                files.append(((*loc, key), path, Path(path).expanduser().is_file()))
+            if path is not None and not Path(path).expanduser().exists():
+                files.append(((*loc, key), path))
     return files
 
 
 def data_problems(cfg) -> list[tuple[tuple, str]]:
     """What ``rlxf train`` checks of the data before it loads a model (``check_inputs``), where
-    it is cheap: each task made with its options, the first record of each data file against
-    ``data.fields``. Not the tokenizer (the model may not be made yet), not a hub dataset (the
-    network), not a missing data file (it may not be made yet either: ``run`` warns of it)."""
-    from rlxf.cli.preflight import check_data_source
-    from rlxf.config.load import source_locations
-    from rlxf.data.prompts import source_config
-    from rlxf.errors import UserInputError
+    it is cheap: each task made with its options, each data file's first record against
+    ``data.fields``, a directory given for a file. Not the tokenizer (the model may not be made
+    yet), not a hub dataset (the network), not a missing data file (it may not be made yet
+    either: ``run`` warns of it)."""
+    from rlxf.cli.preflight import data_problems as problems
 
-    problems: list[tuple[tuple, str]] = []
-    for loc, source in source_locations(cfg):
-        ptx = loc == ("data", "ptx")
-        if ptx and cfg.algorithm.ptx_coef <= 0:
-            continue
-        data = source_config(cfg.data, source)
-        if data.source == "task":
-            checks = [((*loc, "task"), data)]
-        elif data.source != "hf" and not ptx:  # PPO-ptx's files are SFT data, checked when read
-            checks = [((*loc, key), data.model_copy(update={other: None}))
-                      for key, other in (("train_path", "test_path"), ("test_path", "train_path"))
-                      if getattr(data, key) is not None and Path(getattr(data, key)).expanduser().is_file()]
-        else:
-            checks = []
-        for where, one in checks:
-            try:
-                check_data_source(one, prompts=not ptx)
-            except UserInputError as e:
-                if where[-1] == "task" and "task_options" in str(e):
-                    where = (*where[:-1], "task_options")
-                problems.append((where, str(e)))
-    return problems
+    return problems(cfg, missing_files=False)
 
 
 def machine_problems(cfg) -> list[str]:
@@ -158,7 +137,7 @@ def run(config: Path, overrides: list[str], *, full_config: bool = False) -> Non
     cfg = load_config(config, overrides, checks=(data_problems,))
     console = Console()
     missing = [f"{'.'.join(map(str, loc))}: data file {path} does not exist (yet); `rlxf train` stops on it"
-               for loc, path, exists in _data_files(cfg) if not exists]
+               for loc, path in _data_files(cfg)]
     for warning in (*missing, *machine_problems(cfg), *unused_settings(cfg)):
         console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     try:

@@ -16,11 +16,11 @@ def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrit
         open_run_dir,
         stop_with_resume_hint,
     )
-    from rlxf.config import load_config
+    from rlxf.config.load import load_config_located
     from rlxf.run_dir import setup_logging
 
-    cfg = load_config(config, overrides)
-    run_dir = open_run_dir(cfg, kind, lambda: check_pair_inputs(cfg), resume=resume, overwrite=overwrite)
+    cfg, origins = load_config_located(config, overrides)
+    run_dir = open_run_dir(cfg, kind, lambda: check_pair_inputs(cfg, origins), resume=resume, overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg, (*RUN_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
     setup_logging(run_dir.log)

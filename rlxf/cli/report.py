@@ -11,8 +11,8 @@ def run(run_dirs: list[Path], out: Path | None) -> None:
     from rlxf.metrics.report import write_report
 
     for d in run_dirs:
-        if not (d / "metrics.jsonl").exists():
-            raise UsageError(f"{d} has no metrics.jsonl: pass a run directory such as runs/<name>")
+        if not (d / "metrics.jsonl").is_file():
+            raise UsageError(_not_a_run(d))
     if out is not None and out.is_dir():
         raise UsageError(f"--out {out} is a directory; give the HTML file to write, e.g. --out {out / 'report.html'}")
     try:
@@ -21,3 +21,15 @@ def run(run_dirs: list[Path], out: Path | None) -> None:
         raise UsageError(f"cannot write the report to {e.filename or out}: {e.strerror or e}; "
                          f"give another --out") from None
     print(f"wrote {path}")
+
+
+def _not_a_run(path: Path) -> str:
+    """Why ``path`` is not a run directory, and the run directory it may have meant: the one
+    above a file or a checkpoint inside a run (``runs/x/metrics.jsonl``, ``runs/x/checkpoints/step_2``)."""
+    run = next((p for p in path.parents if (p / "metrics.jsonl").is_file()), None)
+    hint = f"; did you mean its run directory {run}?" if run is not None else "; pass a run directory such as runs/<name>"
+    if not path.exists():
+        return f"{path} does not exist; pass a run directory such as runs/<name>"
+    if not path.is_dir():
+        return f"{path} is a file, not a run directory{hint}"
+    return f"{path} has no metrics.jsonl, so it is not a run directory{hint}"

@@ -18,11 +18,11 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
         open_run_dir,
         stop_with_resume_hint,
     )
-    from rlxf.config import load_config
+    from rlxf.config.load import load_config_located
     from rlxf.run_dir import setup_logging
 
-    cfg = load_config(config, overrides)
-    run_dir = open_run_dir(cfg, "sft", lambda: check_inputs(cfg, prompts=False), resume=resume,
+    cfg, origins = load_config_located(config, overrides)
+    run_dir = open_run_dir(cfg, "sft", lambda: check_inputs(cfg, prompts=False, origins=origins), resume=resume,
                            overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg, RESUMABLE)

@@ -134,11 +134,12 @@ def stop_with_resume_hint(command: str, config: Path, overrides: list[str], chec
 
 def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) -> None:
     from rlxf.cli.preflight import check_inputs
-    from rlxf.config import load_config
+    from rlxf.config.load import load_config_located
     from rlxf.run_dir import setup_logging
 
-    cfg = load_config(config, overrides)
-    run_dir = open_run_dir(cfg, "train", lambda: check_inputs(cfg), resume=resume, overwrite=overwrite)
+    cfg, origins = load_config_located(config, overrides)
+    run_dir = open_run_dir(cfg, "train", lambda: check_inputs(cfg, origins=origins), resume=resume,
+                           overwrite=overwrite)
     if resume:
         check_resume_compatible(run_dir.config, cfg)
     log = setup_logging(run_dir.log)

@@ -145,10 +145,14 @@ class AlgorithmConfig(Section):
                 raise ValueError("algorithm.tis_cap is now algorithm.off_policy: tis with "
                                  f"algorithm.is_cap: {data['tis_cap']} (see docs/algorithms.md)")
             data = {k: v for k, v in data.items() if k != "tis_cap"}
+            # a name that is not text (a list, a mapping) is left to the field's own check, which
+            # names it and the valid ones; looked up in a dict it would raise TypeError
             name = data.get("name", "grpo")
-            if name in PRESETS:
+            if isinstance(name, str) and name in PRESETS:
                 data = {**PRESETS[name], **data}
-            data = {**OFF_POLICY_DEFAULTS.get(data.get("off_policy", "none"), {}), **data}
+            off_policy = data.get("off_policy", "none")
+            if isinstance(off_policy, str):
+                data = {**OFF_POLICY_DEFAULTS.get(off_policy, {}), **data}
         return data
 
     @model_validator(mode="after")

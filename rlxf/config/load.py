@@ -238,25 +238,34 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
 
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The pydantic model class of the section at ``loc`` (for listing valid keys)."""
+    return _walk(loc)[0]
+
+
+def _walk(loc: tuple) -> tuple[type[BaseModel] | None, tuple]:
+    """(the model class of the section at ``loc`` or None, ``loc`` as a user writes it).
+
+    A discriminated union (reward.verifiers) puts the chosen member's tag in the location
+    (``reward.verifiers.0.numeric.extract``); the path shown drops it, so it can be written as
+    an override (``reward.verifiers.0.extract``).
+    """
     model: Any = Config
     members: list[type[BaseModel]] = []
-    for part in loc:
+    written: list[Any] = []
+    for i, part in enumerate(loc):
         if isinstance(part, int):
+            written.append(part)
             continue
-        # a discriminated union (reward.verifiers) puts the chosen member's tag in the location
         tagged = [m for m in members if getattr(m.model_fields.get("type"), "default", None) == part]
         if tagged:
             model, members = tagged[0], []
             continue
+        written.append(part)
         field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return None
-        ann = field.annotation
-        members = _models_in(ann)
+        members = _models_in(field.annotation) if field is not None else []
         if not members:
-            return None
+            return None, (*written, *loc[i + 1:])
         model = members[0]
-    return model
+    return model, tuple(written)
 
 
 _FIELD_PATH = re.compile(r"\b([a-z_]+(?:\.[a-z_0-9]+)+)")
@@ -309,19 +318,23 @@ def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
                    overridden: dict[tuple, str]) -> str:
     lines = [f"invalid config ({source}): {err.error_count()} problem(s)"]
     for e in err.errors():
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        raw = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = _walk(raw)[1]
         path = ".".join(str(p) for p in loc) or "(top level)"
         kind = e["type"]
         msg = e["msg"].removeprefix("Value error, ")
         origin = _origin(loc, msg, source, node, overridden)
+        section = _model_at(raw[:-1]) if raw else None
         if kind == "extra_forbidden":
-            section = _model_at(loc[:-1])
             valid = sorted(section.model_fields) if section else []
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
             hint = f" Did you mean `{close[0]}`?" if close else ""
             lines.append(f"  - {path} ({origin}): unknown field.{hint} Valid fields here: {', '.join(valid)}")
         elif kind == "missing":
-            lines.append(f"  - {path} ({origin}): required field is missing")
+            field = section.model_fields.get(str(raw[-1])) if section else None
+            what = f": {field.description.rstrip('.')}" if field is not None and field.description else ""
+            lines.append(f"  - {path} ({origin}): required field is missing{what}. `rlxf config-docs "
+                         f"{loc[0]}` lists what it takes")
         else:
             bad = e.get("input")
             shown = "" if isinstance(bad, dict) else f" (got {bad!r})"
@@ -367,6 +380,14 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     ``checks``: more checks of the valid config (``rlxf explain`` checks the data); their
     problems are reported like the schema's. Raises ConfigError naming every problem.
     """
+    return load_config_located(path, overrides, base, given_rewards=given_rewards, checks=checks)[0]
+
+
+def load_config_located(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                        base: dict[str, Any] | None = None, *, given_rewards: bool = False,
+                        checks: tuple[Check, ...] = ()) -> tuple[Config, Origins]:
+    """``load_config``, and where each value came from: a command's later checks (the model
+    path, the data files) name the file and line, or the override, as the schema's errors do."""
     data: dict[str, Any] = dict(base or {})
     origins = Origins()
     if path is not None:
@@ -386,7 +407,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     problems = [problem for check in checks for problem in check(cfg)]
     if problems:
         raise origins.error(problems, names_in_message=False)
-    return cfg
+    return cfg, origins
 
 
 def _import_failure(module: str, e: Exception, where: str) -> str:

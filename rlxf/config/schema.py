@@ -61,7 +61,11 @@ class Config(Section):
         if not isinstance(algo, dict) or "off_policy" in algo:  # set (or a built AlgorithmConfig): kept
             return data
         field = rollout.get if isinstance(rollout, dict) else lambda name, default: getattr(rollout, name, default)
-        if field("mode", "sync") == "async" and int(field("max_staleness", 0)) >= 1:
+        try:
+            stale = int(field("max_staleness", 0))
+        except (TypeError, ValueError, OverflowError):  # not a number: the field's own check says so, with its origin
+            return data
+        if field("mode", "sync") == "async" and stale >= 1:
             data = {**data, "algorithm": {**algo, "off_policy": "tis"}}
         return data
 
