@@ -161,7 +161,8 @@ def intact_checkpoint(root: Path) -> Path | None:
 
 def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], state: dict[str, Any],
                     keep_last: int) -> Path:
-    """Write ``step_<step>`` atomically; keep the newest ``keep_last`` checkpoints.
+    """Write ``step_<step>`` atomically; keep it and the ``keep_last - 1`` newest before it
+    (checkpoints of later steps, left by the run before a resume from an older one, are deleted).
 
     ``write(directory)`` saves the models and the roles' state into the checkpoint directory
     (the placement's ``save``); ``state`` is the loop's own, saved as ``trainer_state.pt``.
@@ -182,7 +183,17 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], sta
     else:
         tmp.rename(final)
     _fsync_dir(root)
-    for _, path in list_checkpoints(root)[:-keep_last]:
+    # newer checkpoints are of the run before a resume from an older one (resume takes the newest
+    # intact one, so they are damaged): that history was cut back (metrics.jsonl too), and counted
+    # in keep_last they would push out the checkpoint just written
+    older = []
+    for n, path in list_checkpoints(root):
+        if n > step:
+            log.warning("deleting checkpoint %s: it is of the run before the resume from an older one", path)
+            _delete(path)
+        elif n < step:
+            older.append(path)
+    for path in older[:max(0, len(older) - (keep_last - 1))]:
         _delete(path)
     return final
 

@@ -1,6 +1,7 @@
 """Warnings a user needs when RL does not learn, read from each step's metrics.
 
     diagnostics = Diagnostics()
+    diagnostics.replay(records)                # --resume: the metrics.jsonl of the steps done
     for step ...:
         diagnostics.observe(step, metrics)     # logs on the "rlxf" logger, each warning once
 
@@ -15,7 +16,8 @@ once per run (per eval source for the accuracy check), so a long run does not dr
 - **clipping**: a large fraction of tokens hit the PPO clip (steps too large for the trust region);
 - **one answer to every question**: most of a step's samples, over its different prompts, are
   the same response (the policy learned which answer is most often right, not the task);
-- **forgetting / not learning**: held-out accuracy stayed below its first value for several evals.
+- **forgetting / not learning**: held-out accuracy stayed below its first value (``eval.at_start``'s:
+  the model RL started from) for several evals.
 
 The metric names are the loop's (``rlxf.trainer``): ``groups/zero_variance_frac`` (the
 actor), ``groups/identical_frac``, ``sampling/kept_frac`` and ``sampling/identical_frac``
@@ -27,8 +29,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,32 @@ class Diagnostics:
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> list[str]:
         """Read one step's metrics; log and return the warnings issued now (usually none)."""
-        issued = [msg for msg in (self._no_signal(step, metrics), self._gap(step, metrics),
-                                  self._clipping(step, metrics), self._one_answer(step, metrics),
-                                  *self._evals(step, metrics)) if msg]
+        issued = self._check(step, metrics)
         for msg in issued:
             self.logger.warning(msg)
         return issued
+
+    def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Read, without logging, the metrics.jsonl records of the steps a resumed run has done:
+        the windows, streaks and first evaluation are then those of the run that was not
+        interrupted, and a warning it gave is not given again."""
+        for record in records:
+            metrics = {}
+            for key, value in record.items():
+                if key == "step":
+                    continue
+                try:  # NaN/inf are written as strings (metrics.sinks)
+                    metrics[key] = float(value)
+                except (TypeError, ValueError):
+                    continue
+            step = record.get("step")
+            if isinstance(step, int) and not isinstance(step, bool):   # a record written by hand may lack one
+                self._check(step, metrics)
+
+    def _check(self, step: int, metrics: Mapping[str, float]) -> list[str]:
+        return [msg for msg in (self._no_signal(step, metrics), self._gap(step, metrics),
+                                self._clipping(step, metrics), self._one_answer(step, metrics),
+                                *self._evals(step, metrics)) if msg]
 
     def _once(self, key: str, message: str) -> str | None:
         if key in self._warned:

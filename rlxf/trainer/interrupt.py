@@ -2,7 +2,8 @@
 
 A scheduler's SIGTERM or a first Ctrl-C only asks the loop to stop: the step in progress
 completes, a checkpoint is written, and ``TrainingInterrupted`` tells the caller where it is
-(the CLI prints the ``--resume`` command and exits 128 + signal). A second Ctrl-C stops at
+(the CLI prints the ``--resume`` command and exits 128 + signal); in the run's last step
+there is nothing left to resume, so the run ends as finished. A second Ctrl-C stops at
 once (``KeyboardInterrupt``), the way a user expects when the current step takes too long.
 """
 

@@ -29,6 +29,7 @@ from rlxf.config import Config
 from rlxf.data import build_prompt_data, build_sampler
 from rlxf.data.curriculum import Curriculum
 from rlxf.data.demos import build_demonstrations
+from rlxf.metrics.sinks import read_jsonl
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import step_metrics
@@ -69,8 +70,13 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     extra = {name: obj for name, obj in (("curriculum", curriculum), ("ptx", demos), ("in_flight", batches.in_flight))
              if obj is not None}
     state = restore(run, cfg, placement, sampler, extra) if resume else RunState.fresh(run, cfg)
+    if state.step >= cfg.train.steps:
+        log.warning("--resume: the run has done %d steps and train.steps is %d: nothing to train; raise "
+                    "train.steps to train on", state.step, cfg.train.steps)
     last: dict[str, float] = {}
     diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
+    if resume:  # as if never interrupted: the steps done count (restore cut metrics.jsonl back to them)
+        diagnostics.replay(read_jsonl(run.metrics))
     checkpoint_seconds: dict[str, float] = {}
     stop = StopRequest()
     try:
@@ -78,7 +84,9 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
         # after the step in progress (outside, SIGTERM would end the process with nothing said)
         with stop:
             if evaluating and state.step == 0 and cfg.eval.at_start:
-                state.log(0, evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling))
+                start = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
+                state.log(0, start)
+                diagnostics.observe(0, start)  # the accuracy later evaluations are compared with
                 if stop.signum is not None:  # nothing trained yet, so nothing to save
                     raise TrainingInterrupted(stop.signum, 0, None)
             began = time.perf_counter()
@@ -134,7 +142,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                         t0 = time.perf_counter()
                         saved = save(run, placement, state, sampler, step, extra)
                         checkpoint_seconds = {"time/checkpoint": time.perf_counter() - t0}  # shown with the next step
-                    if stopping is not None:
+                    if stopping is not None and not final:  # the last step ends the run as it would have
                         raise TrainingInterrupted(stopping, step, saved)
                     if state.skipped >= cfg.train.max_skipped_steps:
                         raise TrainingDiverged(

@@ -18,6 +18,7 @@ from torch import Tensor
 from rlxf.algorithms import loss_totals, masked_sum, value_loss, zero_variance_fraction
 from rlxf.algorithms.value import explained_variance
 from rlxf.config.train import OptimConfig
+from rlxf.errors import UserInputError
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.models.value_model import sequence_values
 from rlxf.trainer.distributed import SINGLE, DataParallel
@@ -184,6 +185,7 @@ class _Trainable:
         self.skip_zero_grad_steps = optim.skip_zero_grad_steps
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps,
                                                           getattr(model, "config", None))
+        self.total_steps, self.schedule = total_steps, optim.schedule
         self._offloaded: list[tuple[dict, str, torch.device]] = []  # optimizer state moved to host memory
 
     def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool, bool]:
@@ -270,9 +272,18 @@ class _Trainable:
     def state_dict(self) -> dict:
         """Optimizer and schedule, as one process holds them (gathered from the shards under FSDP)."""
         return {"optimizer": self.dp.optimizer_state_dict(self.model, self.optimizer),
-                "scheduler": self.scheduler.state_dict()}
+                "scheduler": self.scheduler.state_dict(), "total_steps": self.total_steps}
 
     def load_state_dict(self, state: dict) -> None:
+        saved = state.get("total_steps", self.total_steps)  # absent: a checkpoint of an older rlxf
+        if self.schedule == "cosine" and saved != self.total_steps:
+            # the schedule's lambda is rebuilt from this config: the lr would jump (a run that had
+            # decayed to its minimum would climb back), so it is not the run it resumes
+            raise UserInputError(
+                f"--resume: the learning rate follows a cosine schedule over the run's optimizer steps, "
+                f"{saved} in the checkpoint and {self.total_steps} with this config: the run's length "
+                f"(train.steps, sft.steps, rm.steps or dpo.steps) changed. Resume with the steps the run "
+                f"started with, or start a new run from the checkpoint's model (model.path) to train longer")
         self._offloaded = []  # the loaded state replaces what was offloaded (torch puts it on the device)
         self.dp.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -373,10 +384,11 @@ class Actor(_Trainable):
             ran += len(rows)
             if use_ptx:
                 finite = self._ptx_backward(demos[m], acc) and finite
+            lr = self.scheduler.get_last_lr()[0]  # this step's: the schedule moves on once it is taken
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
                                 "no_signal": float(no_signal), "batch_fraction": totals.batch_fraction,
-                                "lr": self.scheduler.get_last_lr()[0]})
+                                "lr": lr})
         self.dp.sum_(first)  # each row's first forward ran on exactly one rank
         # groups that carry no signal (equal rewards), of those trained on: see trainer.diagnostics
         zero_var = zero_variance_fraction(exp.rewards, exp.group_ids, exp.mask.bool().any(dim=1))

@@ -54,9 +54,9 @@ class TrainableModel(_Trainable):
             finite = finite and bool(torch.isfinite(loss))
             if finite:
                 loss.backward()
+        lr = self.scheduler.get_last_lr()[0]  # this step's: the schedule moves on once it is taken
         grad_norm, skipped, no_signal = self._optimizer_step(finite)
-        return {"grad_norm": grad_norm, "skipped": float(skipped), "no_signal": float(no_signal),
-                "lr": self.scheduler.get_last_lr()[0]}
+        return {"grad_norm": grad_norm, "skipped": float(skipped), "no_signal": float(no_signal), "lr": lr}
 
     def save_weights(self, out_dir: Path, tokenizer=None) -> None:
         """The model in HF format: a ValueModel with its head, a LoRA model merged."""
