@@ -502,6 +502,8 @@ class CodeVerifier(AsyncVerifier):
                    "unparsed_asserts": float(sum(t.case.kind == "assert" for t in tests)),
                    # 1: whole-program limits by the kernel (cgroups); 0: per-process rlimits only
                    "kernel_limits": float(self.sandbox.cgroup is not None),
+                   # 1: namespaces, read-only root, seccomp; 0: weak (the program can reach your files)
+                   "strict_isolation": float(self.sandbox.mode == "strict"),
                    "memory_peak_mb": result.memory_peak_mb}
         if any(s == "setup_error" for s in statuses):
             detail = next(o.stderr for o in result.tests if o.status == "setup_error")

@@ -21,12 +21,17 @@ Isolation (``isolation=``):
 
 - ``"strict"`` (default): network, mount, PID, IPC and user namespaces, a read-only minimal
   root, a private size-limited /tmp, an unprivileged uid (``sandbox_uid`` when rlxf runs as
-  root; your own uid, with every file read-only, otherwise) and rlimits. If the kernel refuses
-  any of it, ``Sandbox`` raises ``SandboxUnavailable`` instead of running weaker.
+  root; your own uid, with every file read-only, otherwise), rlimits, and a seccomp filter that
+  allows sockets of the families an empty network namespace contains (unix, IPv4, IPv6: not
+  vsock, which the namespace does not scope and which reaches the host) and no io_uring. If the
+  kernel refuses any of it, ``Sandbox`` raises ``SandboxUnavailable`` instead of running weaker.
 - ``"auto"``: strict where the kernel allows it, otherwise weak with a logged warning.
 - ``"weak"``: rlimits, a scrubbed environment, a temporary working directory and a
   process-tree kill only; the program can reach the network and whatever files your uid can.
-  Logged as a warning. Use it only for code you would run unsandboxed anyway.
+  As root it runs without capabilities, so it cannot read your processes' memory (where the
+  expected answers are); as any other user it runs as you, and can read that memory wherever
+  ptrace between your processes is allowed. Logged as a warning; the code verifier's metric
+  ``strict_isolation`` is 0. Use it only for code you would run unsandboxed anyway.
 
 Budgets are CPU time, not wall time: a correct program gets the same verdict whether the
 machine is idle or every core is busy. The verdict is ``timeout`` when the kernel's CPU count
@@ -391,7 +396,8 @@ class Sandbox:
                 if mode == "weak":
                     log.warning(
                         "code sandbox runs in WEAK isolation (%s): model-written code can reach the "
-                        "network and any file your user can; in force: %s",
+                        "network and any file your user can (a policy can learn to read expected "
+                        "answers from them); in force: %s",
                         "requested" if self.isolation == "weak" else "strict unavailable",
                         "; ".join(self.mechanisms))
                 else:

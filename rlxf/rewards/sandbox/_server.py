@@ -16,7 +16,8 @@ Process layout in ``strict`` mode (every box is a process, the arrows are forks)
              │     creates the program's control group, waits for every test process and
              │     decides each verdict from the kernel's accounting)
              ├─ runner  (per program, in its control group: unprivileged uid, its own user
-             │           namespace, rlimits, then exec of a fresh interpreter -- _runner.py)
+             │           namespace, rlimits, a socket seccomp filter, then exec of a fresh
+             │           interpreter -- _runner.py)
              └─ test process  (per test case: forked by the runner with CLONE_PARENT, so it
                                is init's child; runs the program, reports its outputs)
 
@@ -66,7 +67,20 @@ MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 32, 1024, 2048
 MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 4096, 16384, 1 << 18, 1 << 21
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_CAPBSET_DROP, CAP_DAC_READ_SEARCH, CAP_SETPCAP, CAPABILITY_VERSION_3 = 24, 2, 8, 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 217, "arm64": 217, "ppc64le": 203, "s390x": 217}
+# A network namespace does not scope every socket family: AF_VSOCK shares one port space with
+# the host (the hypervisor and every vsock service of the machine are reachable from inside it).
+# A seccomp filter lets a strict program create sockets of the families below only (others fail
+# with EAFNOSUPPORT, as on a kernel without them), refuses io_uring (IORING_OP_SOCKET makes
+# sockets without socket(2)) and every syscall of another ABI (i386 on x86_64, x32).
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
+# machine -> AUDIT_ARCH_*, (socket, socketpair), syscalls refused with ENOSYS (io_uring_setup;
+# socketcall)
+SECCOMP_ARCH = {"x86_64": (0xC000003E, (41, 53), (425,)), "aarch64": (0xC00000B7, (198, 199), (425,)),
+                "arm64": (0xC00000B7, (198, 199), (425,)), "ppc64le": (0xC0000015, (326, 333), (425, 102)),
+                "s390x": (0x80000016, (359, 360), (425, 102))}
 # statvfs f_flag bit -> mount flag, to keep a mount's locked flags when remounting it read-only
 ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
             2048: MS_NODIRATIME, 4096: MS_RELATIME}
@@ -175,11 +189,67 @@ def setup_strict(init: dict) -> list[str]:
     _check(_libc.umount2(b".", MNT_DETACH), "umount2(old root)")  # the host tree is gone
     os.chdir("/")
     prctl(PR_SET_DUMPABLE, 0)  # a program running as the same uid cannot ptrace us
+    _probe_socket_filter()
     who = f"uid {init['sandbox_uid']}" if root else f"your uid {uid} (read-only files)"
     return ["network namespace (no interfaces)", "mount namespace: read-only minimal root",
             "PID namespace per job (tree killed with its init)", "IPC namespace per job",
             "private size-limited /tmp per job", f"user namespace per test, {who}, no capabilities",
+            f"seccomp: sockets of {', '.join(SOCKET_FAMILIES)} only (no vsock, netlink...), no io_uring",
             "rlimits: cpu, address space, processes, open files, file size"]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def socket_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF seccomp program described at ``SOCKET_FAMILIES``, for ``machine``."""
+    if machine not in SECCOMP_ARCH:
+        raise OSError(38, f"seccomp: syscall numbers unknown for {machine} (known: {', '.join(SECCOMP_ARCH)})")
+    arch, (nr_socket, nr_socketpair), refused = SECCOMP_ARCH[machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, enosys, eafnosupport = 0x7FFF0000, 0x00050000 | 38, 0x00050000 | 97
+    families = list(SOCKET_FAMILIES.values())
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, enosys),   # seccomp_data.arch
+            (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, enosys)]  # .nr; x32's bit
+    for nr in refused:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, enosys)]
+    prog += [(jeq, 2, 0, nr_socket), (jeq, 1, 0, nr_socketpair), (ret, 0, 0, allow),
+             (ld, 0, 0, 16 if sys.byteorder == "little" else 20)]  # the low half of .args[0]
+    prog += [(jeq, len(families) - i, 0, family) for i, family in enumerate(families)]
+    return prog + [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
+
+
+def install_socket_filter() -> None:
+    """Install ``socket_filter`` on this process (no_new_privs must be set); inherited by every
+    process it starts, across exec."""
+    prog = socket_filter(platform.machine())
+    filters = (_SockFilter * len(prog))(*(_SockFilter(*f) for f in prog))
+    fprog = _SockFprog(len(prog), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0),
+           "prctl(PR_SET_SECCOMP)")
+
+
+def _probe_socket_filter() -> None:
+    """Raise OSError if this kernel refuses the filter (tried in a child: a filter is for good)."""
+    socket_filter(platform.machine())  # an unknown machine raises here, with its message
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            install_socket_filter()
+        except OSError as e:
+            code = e.errno or 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    err = os.waitstatus_to_exitcode(status)
+    if err:
+        raise OSError(err, f"seccomp filter refused by the kernel: {os.strerror(err)}")
 
 
 def _write_id_maps(uid: int, gid: int) -> None:
@@ -663,11 +733,45 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
     if not strict and os.geteuid() != 0:  # counted across all of this user's processes
         nproc += _processes_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    if init.get("drop_capabilities"):
+        _drop_capabilities()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if strict:
+        install_socket_filter()
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(init["env"])
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+
+
+def _capabilities(field: str) -> int:
+    """This process's capability set ``field`` (``CapEff``, ``CapBnd``...) as a bit mask."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1], 16) for line in f if line.startswith(field + ":"))
+
+
+def _can_drop_capabilities() -> bool:
+    """Whether ``_drop_capabilities`` can work here: it needs CAP_SETPCAP, unless the bounding
+    set holds nothing beyond what it keeps."""
+    return bool(_capabilities("CapEff") >> CAP_SETPCAP & 1) or not _capabilities("CapBnd") & ~(1 << CAP_DAC_READ_SEARCH)
+
+
+def _drop_capabilities() -> None:
+    """Weak mode as root: uid 0 without root's powers, for the runner and all it starts. Every
+    capability but CAP_DAC_READ_SEARCH (reading the Python installation wherever it lives)
+    leaves the bounding set and this process, so the exec grants none. Then the program can
+    neither read nor trace the memory of the caller (whose capabilities it no longer covers):
+    the expected answers stay there; nor can it override file permissions or kill other
+    users' processes."""
+    keep = 1 << CAP_DAC_READ_SEARCH
+    bounding = _capabilities("CapBnd")
+    for cap in range(bounding.bit_length()):
+        if bounding >> cap & 1 and not keep >> cap & 1:
+            _check(_libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0), f"prctl(PR_CAPBSET_DROP, {cap})")
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    mine = keep & _capabilities("CapPrm")
+    data = (ctypes.c_uint32 * 6)(mine, mine, 0, 0, 0, 0)  # effective, permitted, inheritable (x2)
+    _check(_libc.capset(header, data), "capset")
 
 
 def _processes_of(uid: int) -> int:
@@ -679,6 +783,18 @@ def _processes_of(uid: int) -> int:
             except OSError:
                 pass
     return count
+
+
+def _weak_identity(init: dict) -> list[str]:
+    """What the program's identity allows in weak mode (the mechanisms list says it)."""
+    if os.geteuid() != 0:
+        return [f"your uid {os.getuid()}: the program can read your files and, where ptrace is allowed "
+                "(kernel.yama.ptrace_scope 0 or no Yama), the memory of your processes, the caller's "
+                "expected answers included"]
+    if init["drop_capabilities"]:
+        return ["root without capabilities (but reading files): your processes' memory is out of reach"]
+    return ["ROOT WITH CAPABILITIES (no CAP_SETPCAP to drop them): the program can read the caller's "
+            "memory, its expected answers included"]
 
 
 # --- main loop -------------------------------------------------------------------------------
@@ -709,9 +825,11 @@ def main() -> int:
                   "memory by the IPC namespace, memfds only by the file-size and open-file limits"]
     except OSError as e:
         limits = [f"NO control groups ({e}): rlimits per process only"]
+    if init["mode"] == "weak" and os.geteuid() == 0:
+        init["drop_capabilities"] = _can_drop_capabilities()
     try:
         mechanisms = setup_strict(init) if init["mode"] == "strict" else [
-            "rlimits: cpu, address space, open files, file size",
+            "rlimits: cpu, address space, open files, file size", *_weak_identity(init),
             "process-count limit" if os.geteuid() != 0 or cgroups is not None else
             "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
             "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
