@@ -183,7 +183,9 @@ class Draws:
         tally.pending -= 1
         kept = informative or draw.round + 1 >= self.rounds
         if kept:
-            oldest = min((min(t.policy_versions, default=0) for t in group), default=None)
+            # the oldest version of any token: an empty response has none (and is no older than
+            # its group), a group of nothing but empty responses none at all (never stale)
+            oldest = min((v for t in group for v in t.policy_versions), default=None)
             self.buffer.arrived(ReadyGroup(order, oldest, group, informative, draw.round))
         else:
             del self.out[order]

@@ -217,3 +217,16 @@ def test_explain_shows_the_engine_process_of_async_mode(tmp_path):
     rows = placement_table(_config(tmp_path, "rollout.mode=async", "rollout.max_staleness=2"), roles)
     assert [(r[0], r[3]) for r in rows] == [("this process", 100), ("engine process (async, max_staleness=2)", 7)]
     assert "engine" not in rows[0][1]
+
+
+def test_an_empty_response_does_not_make_its_fresh_group_stale():
+    """An empty response has no token, so no version; counted as version 0 it made a group
+    sampled with the newest weights look as old as the first and dropped it as stale."""
+    prompts = [Prompt(uid=f"p{i}", prompt_ids=[1], prompt_text="") for i in range(4)]
+    buffer = StalenessBuffer(groups_per_step=1, max_staleness=1)
+    draws = Draws(PromptSampler(prompts, seed=0, shuffle=False), buffer, rounds=1, seed=0)
+    draws.requests()
+    group = _group([5, 5], [1.0]) + _group([], [0.0])
+    draws.arrived(0, group, informative=True)
+    assert [g.version for g in buffer.waiting] == [5]
+    assert [g.order for g in draws.take(trainer_version=6)] == [0] and buffer.dropped_stale == 0
