@@ -110,7 +110,7 @@ class MixtureSource(SourceFields):
         "logs; default the task's name (a reasoning-gym dataset's own name) or the training file's stem.",
     )
     weight: float = Field(
-        1.0, ge=0,
+        1.0, ge=0, allow_inf_nan=False,
         description="Share of the training prompts drawn from this source: weight / sum of the weights. "
         "Every batch holds each source's share to within one prompt. 0: evaluated only (its held-out "
         "accuracy is reported with every eval; none of its prompts is trained on), e.g. a skill RL on "

@@ -528,6 +528,16 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and fsdp and registry.needs("advantage", cfg.algorithm.advantage).values:
         problems.append((("ray", "learner_strategy"), f"fsdp does not shard a critic, which algorithm.advantage="
                          f"{cfg.algorithm.advantage!r} needs; use ray.learner_strategy=ddp"))
+    if cfg.env is not None and cfg.env.name and ":" not in cfg.env.name:
+        from rlxf.envs.base import env_names  # noqa: PLC0415 - lazy, after the plugins
+
+        envs = env_names()
+        if cfg.env.name not in envs:
+            close = difflib.get_close_matches(cfg.env.name, envs, n=1)
+            hint = f" Did you mean `{close[0]}`?" if close else ""
+            problems.append((("env", "name"), f"unknown environment {cfg.env.name!r}.{hint} Valid: {', '.join(envs)}, "
+                             "or `package.module:Class` for your own (one registered with @register_env is known "
+                             "once its module is listed in `plugins:`)"))
     from rlxf.data.tasks import REASONING_GYM_PREFIX, task_names  # noqa: PLC0415 - lazy, after the plugins
 
     known = task_names()

@@ -138,3 +138,20 @@ def test_a_verifier_field_is_named_as_it_is_written(tmp_path):
     assert f"reward.verifiers.0.extrct ({path}:6): unknown field. Did you mean `extract`?" in text
     assert f"reward.verifiers.1.function ({path}:7): required field is missing: `package.module:function`" in text
     assert ".numeric." not in text and ".custom." not in text
+
+
+def test_an_unknown_environment_name_is_a_config_error_before_any_model_loads():
+    """It was found only after the model loaded and the run directory was made (then removed)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["env.name=guess_numbr"], base=BASE)
+    text = str(err.value)
+    assert "env.name (override 'env.name=guess_numbr')" in text and "Did you mean `guess_number`?" in text
+    assert "plugins:" in text
+
+
+@pytest.mark.parametrize("weight", [".inf", ".nan"])
+def test_a_mixture_weight_must_be_finite(weight):
+    data = {"sources": [{"task": "arithmetic"}, {"task": "arithmetic", "name": "b"}]}
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"data.sources.1.weight={weight}"], base={**BASE, "data": data})
+    assert "data.sources.1.weight" in str(err.value)
