@@ -40,6 +40,10 @@ def read_records(path: str | Path, fmt: str, split: str | None = None,
     if fmt not in FORMATS:
         raise DataError(f"unknown data format {fmt!r}; valid: {', '.join(FORMATS)}")
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise DataError(f"data file {p} is a directory, not a {fmt} file (data.source={fmt}); give the file's "
+                        f"path (a dataset saved with save_to_disk, or a directory of data files, is read with "
+                        f"source: hf)")
     if not p.is_file():
         raise DataError(f"data file {p} does not exist (data.source={fmt})")
     named = _SUFFIX_FORMATS.get(p.suffix.lower())

@@ -209,6 +209,10 @@ def merge_adapter(model: PreTrainedModel, adapter: str | Path) -> PreTrainedMode
         from peft import PeftModel
     except ImportError:
         raise ModelLoadError(f"{adapter} is a LoRA adapter; loading it needs PEFT: pip install 'rlxf[peft]'") from None
+    weights = [f for f in ("adapter_model.safetensors", "adapter_model.bin") if (Path(adapter) / f).is_file()]
+    if not weights:   # PEFT would look for them on the hub, and fail offline with a network error
+        raise ModelLoadError(f"the LoRA adapter {adapter} has {ADAPTER_CONFIG} but no weights (adapter_model."
+                             f"safetensors or adapter_model.bin): copy them there, or point at the complete adapter")
     try:
         return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as e:

@@ -75,6 +75,9 @@ def test_malformed_jsonl_line_names_file_and_line(tmp_path):
 def test_other_bad_files(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         list(read_records(tmp_path / "missing.jsonl", "jsonl"))
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(DataError, match="is a directory, not a jsonl file"):
+        list(read_records(tmp_path / "d.jsonl", "jsonl"))
     (tmp_path / "x.json").write_text('{"a": [1], "b": [2]}')
     with pytest.raises(DataError, match="exactly one list"):
         list(read_records(tmp_path / "x.json", "json"))

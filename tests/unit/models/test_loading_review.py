@@ -52,6 +52,11 @@ def test_a_lora_adapter_directory_loads_merged_into_its_base(tmp_path, nano, tok
     assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in want.items())
     assert len(tokenizer) == len(tokenizer_for_tests)  # the base model's tokenizer
 
+    # without its weights file PEFT would try the hub (a network error offline): refused, named
+    next(p for p in (tmp_path / "adapter").iterdir() if p.name.startswith("adapter_model")).unlink()
+    with pytest.raises(ModelLoadError, match=r"has adapter_config.json but no weights"):
+        load_model(tmp_path / "adapter", device="cpu")
+
 
 def test_a_lora_adapter_without_a_base_says_so(tmp_path):
     adapter = tmp_path / "adapter"
