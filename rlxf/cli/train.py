@@ -41,7 +41,19 @@ def check_resume_compatible(saved_yaml: Path, cfg, resumable: tuple[str, ...] = 
         saved = type(cfg).model_validate(saved).model_dump(mode="json")
     except ValueError:
         pass  # written by an older rlxf whose fields no longer validate: compare the raw YAML
-    changed = [k for k in _diff(saved, cfg.model_dump(mode="json")) if not k.startswith(resumable)]
+    now = cfg.model_dump(mode="json")
+    diff = _diff(saved, now)
+    changed = [k for k in diff if not k.startswith(resumable)]
+    # a run's length may change, but a cosine schedule is laid over it: the lr would jump
+    cosine = [f"{section}.optim.schedule" for k in diff if k.endswith(".steps")
+              for section in ((k.rpartition(".")[0], "critic") if k == "train.steps" else (k.rpartition(".")[0],))
+              if now.get(section, {}).get("optim", {}).get("schedule") == "cosine"]
+    if cosine and not changed:
+        steps = ", ".join(k for k in diff if k.endswith(".steps"))
+        raise UsageError(
+            f"--resume: {steps} changed, and {', '.join(cosine)} is cosine: its decay is laid over the run's "
+            f"length, so the learning rate would jump. Resume with the steps the run started with, or start a new "
+            f"run from the checkpoint's model (model.path) to train longer.")
     if changed:
         raise UsageError(
             f"--resume: the config differs from the run's {saved_yaml} in {', '.join(changed)}; "

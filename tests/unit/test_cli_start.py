@@ -158,3 +158,23 @@ def test_resume_of_a_run_written_before_a_field_existed(tmp_path, isolated_path)
     old.write_text(yaml.safe_dump(saved))
     with pytest.raises(UsageError, match=r"algorithm\.clip_eps_low;"):
         check_resume_compatible(old, cfg)
+
+
+def test_resume_refuses_a_new_length_under_a_cosine_schedule(tmp_path, isolated_path):
+    """train.steps may change on resume, but a cosine decay is laid over it: the lr would jump.
+    Refused before any model loads (the learner's own check comes only once it loads)."""
+    from rlxf.cli.errors import UsageError
+    from rlxf.cli.train import check_resume_compatible
+    from rlxf.config import dump_config
+
+    old = tmp_path / "config.yaml"
+    for schedule, refused in (("constant", False), ("cosine", True)):
+        cfg = load_config(EXAMPLE, [f"train.optim.schedule={schedule}", "train.steps=10"])
+        old.write_text(dump_config(cfg))
+        longer = load_config(EXAMPLE, [f"train.optim.schedule={schedule}", "train.steps=20"])
+        if refused:
+            with pytest.raises(UsageError, match=r"train\.steps changed, and train\.optim\.schedule is cosine"):
+                check_resume_compatible(old, longer)
+        else:
+            check_resume_compatible(old, longer)
+        check_resume_compatible(old, cfg)   # the same length resumes under either
