@@ -12,21 +12,35 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from rlxf.data.errors import DataError
 from rlxf.data.tasks.arithmetic import last_integer
 from rlxf.data.tasks.base import TaskItem, register_task
 
 
+class GuessNumberOptions(BaseModel):
+    """``data.task_options`` of the ``guess_number`` task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    low: int = Field(1, description="Smallest secret.")
+    high: int = Field(16, description="Largest secret (above low).")
+
+
 class GuessNumberTask:
     def __init__(self, options: dict[str, Any]):
-        unknown = set(options) - {"low", "high"}
-        if unknown:
-            raise DataError(f"data.task_options for task 'guess_number': unknown {sorted(unknown)}; valid: low, high")
-        self.low, self.high = int(options.get("low", 1)), int(options.get("high", 16))
+        try:
+            opts = GuessNumberOptions(**options)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}" for err in e.errors())
+            raise DataError(f"data.task_options for task 'guess_number': {problems}. Valid options: "
+                            f"{', '.join(GuessNumberOptions.model_fields)}") from None
+        self.low, self.high = opts.low, opts.high
         if self.low >= self.high:
             raise DataError(f"data.task_options for task 'guess_number': low={self.low} must be below high={self.high}")
         self.name = "guess_number"
-        self.options = {"low": self.low, "high": self.high}
+        self.options = opts.model_dump()
 
     def _items(self, first: int, count: int, rng: random.Random) -> list[TaskItem]:
         return [TaskItem(f"Game {i}: guess my number from {self.low} to {self.high}",
@@ -42,6 +56,6 @@ class GuessNumberTask:
         return float(last_integer(response) == int(ground_truth))
 
 
-@register_task("guess_number")
+@register_task("guess_number", options=GuessNumberOptions)
 def make_guess_number(options: dict[str, Any]) -> GuessNumberTask:
     return GuessNumberTask(options)

@@ -206,7 +206,7 @@ def test_guess_number_task_splits_are_disjoint_and_in_range():
     assert {int(it.answer) for it in train + test} <= set(range(3, 10))
     assert task.splits(50, 10, seed=1) == (train, test)
     assert task.score("I guess 7", "7", {}) == 1.0 and task.score("no", "7", {}) == 0.0
-    with pytest.raises(DataError, match="unknown \\['hi'\\]; valid: low, high"):
+    with pytest.raises(DataError, match=r"'guess_number': hi: Extra inputs are not permitted. Valid options: low, high"):
         get_task("guess_number", {"hi": 3})
 
 
