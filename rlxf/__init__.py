@@ -17,4 +17,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'rlxf' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # the lazy names too, so dir(rlxf) and tab completion show rlxf.train
+    return sorted({*globals(), *__all__})
+
+
 __all__ = ["TrainResult", "__version__", "train"]

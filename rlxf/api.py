@@ -78,16 +78,25 @@ def train(
         overwrite: delete an existing run directory of the same name first.
         **sections: config sections merged over ``config``, e.g. ``rollout={"n": 8}``.
 
-    Raises ``ConfigError`` (a ``UserInputError``) naming every bad field before any work starts,
-    and ``rlxf.trainer.interrupt.TrainingInterrupted`` after SIGTERM / Ctrl-C (the finished
-    step is checkpointed; call again with ``resume=True``).
+    Raises ``ConfigError`` (a ``UserInputError``) naming every bad field or argument before any
+    work starts, and ``rlxf.trainer.interrupt.TrainingInterrupted`` after SIGTERM / Ctrl-C (the
+    finished step is checkpointed; call again with ``resume=True``). However it ends, the call
+    leaves the caller's process as it found it: the ``rlxf`` logger's handlers, transformers'
+    verbosity, torch's thread count, the signal handlers; no lock on the run and no open file.
     """
     from rlxf.rewards.callables import CallableVerifier
 
+    if resume and overwrite:
+        raise ConfigError("rlxf.train: resume=True continues the run and overwrite=True deletes it; pass one")
     data = _merge(_as_dict(config), sections)
     in_memory_model = model is not None and not isinstance(model, str | Path)
     if in_memory_model and (tokenizer is None or isinstance(tokenizer, str | Path)):
         raise ConfigError("rlxf.train: an in-memory model needs its in-memory tokenizer (tokenizer=...)")
+    if not in_memory_model and tokenizer is not None and not isinstance(tokenizer, str | Path):
+        raise ConfigError(  # the model is loaded from its path with the path's tokenizer: this one would go unused
+            f"rlxf.train: tokenizer is an in-memory {type(tokenizer).__name__} but model is "
+            f"{'not given' if model is None else repr(str(model))}: an in-memory tokenizer goes with an in-memory "
+            f"model. Pass the model loaded in memory too, or the tokenizer as a path / hub id")
     if model is not None:
         path = str(model) if not in_memory_model else getattr(model, "name_or_path", "") or "in-memory"
         data = _merge(data, {"model": {"path": path}})
@@ -113,51 +122,93 @@ def train(
         raise ConfigError("rlxf.train: eval_prompts needs prompts (the training prompts) as well")
 
     cfg = load_config(None, base=data, given_rewards=bool(funcs))
+    in_process = [arg for arg, given in (("model", in_memory_model), ("reward_funcs", funcs)) if given]
+    if in_process and cfg.run.placement != "local":
+        raise ConfigError(f"rlxf.train: {' and '.join(in_process)} run in this process, which run.placement="
+                          f"{cfg.run.placement} does not: set run.placement to local, or give the model as a path "
+                          f"and the rewards as reward.verifiers")
+    if funcs and cfg.reward.url:
+        raise ConfigError(f"rlxf.train: reward_funcs score in this process, but reward.url ({cfg.reward.url}) sends "
+                          f"the scoring to a reward server; unset reward.url, or leave out reward_funcs")
     run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
-    files = {run_dir.path / PROMPTS_DIR / f"{split}.jsonl": rows for split, rows in records.items()}
-    if resume:  # checked before anything is written: a refused resume leaves the run as it was
-        from rlxf.cli.train import check_resume_compatible
 
-        check_resume_compatible(run_dir.config, cfg)
+    def prepare() -> dict[str, Any]:
+        """The saved prompts and the reward: run under ``_run``'s guard, so that a failure here
+        leaves no half-made run, no set-aside old run and no lock behind."""
+        files = {run_dir.path / PROMPTS_DIR / f"{split}.jsonl": rows for split, rows in records.items()}
+        if resume:  # checked before anything is written: a refused resume leaves the run as it was
+            from rlxf.cli.train import check_resume_compatible
+
+            check_resume_compatible(run_dir.config, cfg)
+            for path, rows in files.items():
+                _check_saved_prompts(path, rows)
         for path, rows in files.items():
-            _check_saved_prompts(path, rows)
-    for path, rows in files.items():
-        if not (resume and path.exists()):  # on resume the saved file holds the same prompts
-            _write_jsonl(path, rows)
+            if not (resume and path.exists()):  # on resume the saved file holds the same prompts
+                _write_jsonl(path, rows)
+        objects: dict[str, Any] = {"model": model, "tokenizer": tokenizer} if in_memory_model else {}
+        if funcs:
+            from rlxf.rewards.scorer import LocalReward
 
-    reward = None
-    if funcs:
-        from rlxf.rewards.scorer import LocalReward
+            verifiers = {name: CallableVerifier(name, fn, ground_truth_key=cfg.data.fields.ground_truth)
+                         for name, fn in zip(names, funcs, strict=True)}
+            objects["reward"] = LocalReward(cfg.reward, verifiers=verifiers)
+        return objects
 
-        verifiers = {name: CallableVerifier(name, fn, ground_truth_key=cfg.data.fields.ground_truth)
-                     for name, fn in zip(names, funcs, strict=True)}
-        reward = LocalReward(cfg.reward, verifiers=verifiers)
-    objects = {"reward": reward} if reward is not None else {}
-    if in_memory_model:
-        objects |= {"model": model, "tokenizer": tokenizer}
-    return _run(cfg, run_dir, resume, objects)
+    return _run(cfg, run_dir, resume, prepare)
 
 
-def _run(cfg: Config, run_dir: RunDir, resume: bool, objects: dict[str, Any]) -> TrainResult:
-    """What ``rlxf train`` does once its config and run directory are ready."""
+def _run(cfg: Config, run_dir: RunDir, resume: bool, prepare: Callable[[], dict[str, Any]]) -> TrainResult:
+    """What ``rlxf train`` does once its config and run directory are ready; ``prepare`` returns the
+    in-memory objects (model, tokenizer, reward) after its checks and writes in the run directory."""
+    import torch
+
     from rlxf.cli.train import apply_threads, discard_on_failed_start
     from rlxf.metrics.report import write_report
     from rlxf.placement import run_training
     from rlxf.trainer.checkpoint import latest_checkpoint
 
-    log = setup_logging(run_dir.log)
+    restore_logging, threads = _set_logging_aside(), torch.get_num_threads()
+    log = logging.getLogger("rlxf")
     try:
-        apply_threads(cfg.run.threads)
-        log.info("run directory %s", run_dir.path)
         with discard_on_failed_start(run_dir, fresh=not resume):  # as `rlxf train`: see there
+            objects = prepare()  # before the log file opens: a refused resume leaves the run as it was
+            setup_logging(run_dir.log)
+            apply_threads(cfg.run.threads)
+            log.info("run directory %s", run_dir.path)
             last = run_training(cfg, run_dir, resume=resume, **objects)
         write_report([run_dir.path])
         return TrainResult(run_dir.path, last, latest_checkpoint(run_dir.checkpoints))
-    finally:  # a library call leaves no open log file, and no lock on its run, behind
-        for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
+    finally:  # a library call leaves no open log file, no lock on its run, and the caller's settings behind
+        for handler in list(log.handlers):
             log.removeHandler(handler)
             handler.close()
+        restore_logging()
+        torch.set_num_threads(threads)
         run_dir.release()
+
+
+def _set_logging_aside() -> Callable[[], None]:
+    """Detach the caller's handlers of the ``rlxf`` logger (``setup_logging`` would close them) and
+    return a function that puts them back, with the logger's level and propagation and
+    transformers' verbosity and progress bars: a script's own logging works after ``rlxf.train``
+    as before."""
+    from transformers.utils import logging as hf_logging
+
+    log = logging.getLogger("rlxf")
+    handlers, level, propagate = list(log.handlers), log.level, log.propagate
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    for handler in handlers:
+        log.removeHandler(handler)
+
+    def restore() -> None:
+        for handler in handlers:
+            log.addHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+        hf_logging.set_verbosity(verbosity)
+        (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+
+    return restore
 
 
 def _as_dict(config: Config | str | Path | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -202,7 +253,25 @@ def _module_of(fn: Callable[..., Any]) -> str:
 
 
 def _records(prompts: Iterable[Any], arg: str) -> list[dict[str, Any]]:
-    """Prompts as JSON records: a string becomes ``{"prompt": text}``, a row stays a dict."""
+    """Prompts as JSON records: a string becomes ``{"prompt": text}``, a row stays a dict.
+
+    A container whose iteration is not its rows is refused: a string iterates its characters,
+    a dict (a ``DatasetDict`` of splits, a dict of columns) and a pandas DataFrame their keys,
+    each of which would otherwise become a prompt."""
+    if isinstance(prompts, str | bytes):
+        text = prompts.decode(errors="replace") if isinstance(prompts, bytes) else prompts
+        raise ConfigError(f"rlxf.train: {arg} is a single {type(prompts).__name__}, whose characters would each be a "
+                          f"prompt; give a list of prompts, e.g. {arg}=[{text[:40]!r}]")
+    if isinstance(prompts, Mapping):
+        if all(hasattr(v, "column_names") for v in prompts.values()):  # load_dataset(...) without split=
+            raise ConfigError(f"rlxf.train: {arg} is a {type(prompts).__name__} of splits "
+                              f"({', '.join(map(str, prompts))}); pass one split, e.g. {arg}=dataset['train']")
+        raise ConfigError(f"rlxf.train: {arg} is a {type(prompts).__name__} (keys {', '.join(map(str, prompts))[:80]}), "
+                          f"which iterates its keys; give a list of rows (dicts with a 'prompt'), or a dict of "
+                          f"columns as datasets.Dataset.from_dict(...)")
+    if hasattr(prompts, "columns") and hasattr(prompts, "to_dict"):  # a pandas DataFrame iterates its column names
+        raise ConfigError(f"rlxf.train: {arg} is a {type(prompts).__name__}, which iterates its column names; "
+                          f"pass its rows: {arg}=df.to_dict('records')")
     rows = []
     for i, item in enumerate(prompts):  # a datasets.Dataset iterates as dicts
         if isinstance(item, str):
@@ -228,11 +297,35 @@ def _data_section(given: Mapping[str, Any], records: dict[str, list[dict]], dire
     section: dict[str, Any] = {"source": "jsonl", "task": None, "train_path": str(directory / "train.jsonl"),
                                "test_path": str(directory / "test.jsonl") if "test" in records else None}
     if "fields" not in given:
-        rows = [r for split in records.values() for r in split]
-        chat = isinstance(rows[0].get("prompt"), list)
+        chat = isinstance(records["train"][0].get("prompt"), list)
+        named = [(f"{arg}[{i}]", row) for split, arg in (("train", "prompts"), ("test", "eval_prompts"))
+                 for i, row in enumerate(records.get(split, []))]
+        answered = next((where for where, row in named if "answer" in row), None)
+        for where, row in named:
+            _check_prompt(row, chat, where)
+            if answered and "answer" not in row:  # the field is read from every row once one has it
+                raise ConfigError(f"rlxf.train: {where} has no 'answer' but {answered} has one; give every "
+                                  f"prompt an 'answer' (what its verifiers compare with), or none")
         section["fields"] = {"prompt": None if chat else "prompt", "messages": "prompt" if chat else None,
-                             "ground_truth": "answer" if any("answer" in r for r in rows) else None}
+                             "ground_truth": "answer" if answered else None}
     return section
+
+
+def _check_prompt(row: dict[str, Any], chat: bool, where: str) -> None:
+    """A row's ``prompt`` is there, and in the form of the first row's (text, or a chat-messages
+    list: every row is read with the one field), so a bad row is named here, not in the saved file."""
+    forms = {False: "text", True: "a chat-messages list"}
+    if "prompt" not in row:
+        field = "messages" if chat else "prompt"
+        raise ConfigError(f"rlxf.train: {where} has no 'prompt' (its keys: {', '.join(row) or 'none'}); put the "
+                          f"prompt ({forms[chat]}) under 'prompt', or name its key: data={{'fields': {{'{field}': KEY}}}}")
+    prompt = row["prompt"]
+    if not isinstance(prompt, str | list):
+        raise ConfigError(f"rlxf.train: {where}['prompt'] is a {type(prompt).__name__}; give the prompt's text "
+                          f"or a chat-messages list")
+    if isinstance(prompt, list) != chat:
+        raise ConfigError(f"rlxf.train: {where}['prompt'] is {forms[not chat]} but prompts[0]'s is {forms[chat]}; "
+                          f"give every prompt in one form")
 
 
 def _check_saved_prompts(path: Path, rows: list[dict[str, Any]]) -> None:

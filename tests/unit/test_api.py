@@ -22,6 +22,9 @@ def test_sections_merge_field_by_field():
 def test_prompts_become_records_and_fields_follow_them(tmp_path):
     rows = _records(["1+1=", {"prompt": "2+2=", "answer": "4", "level": 1}], "prompts")
     assert rows == [{"prompt": "1+1="}, {"prompt": "2+2=", "answer": "4", "level": 1}]
+    with pytest.raises(ConfigError, match=r"prompts\[0\] has no 'answer' but prompts\[1\] has one"):
+        _data_section({}, {"train": rows}, tmp_path)   # the field is read from every row once one has it
+    rows[0]["answer"] = "2"
     section = _data_section({}, {"train": rows}, tmp_path)
     assert section["train_path"] == str(tmp_path / "train.jsonl") and section["test_path"] is None
     assert section["fields"] == {"prompt": "prompt", "messages": None, "ground_truth": "answer"}
