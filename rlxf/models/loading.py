@@ -106,7 +106,9 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False, adap
         if adapters and is_adapter_dir(local):
             return str(local)
         return _local_source(local, what)
-    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/")
+    # runs/NAME is where rlxf writes its runs (run.output_dir's default): a run not made yet, not
+    # a hub id to spend half a minute of retries on
+    looks_local = text.startswith((".", "/", "~", "runs/")) or text.count("/") > 1 or text.endswith("/")
     if looks_local:
         raise ModelLoadError(f"{what} {text} does not exist. {missing_model_hint(local)}")
     if text.count("/") == 1 and local.parent.is_dir() and (local_first or not _in_hub_cache(text)):
@@ -167,6 +169,9 @@ def missing_model_hint(path: Path) -> str:
     those paths get "run the quickstart"; ``init-model`` is offered only as a smoke test, since
     its model is untrained and an exact-answer reward stays 0 on it.
     """
+    if path.parts[:1] == ("runs",) and len(path.parts) == 2 and path.name != "sft":
+        return (f"runs/{path.name} is where an rlxf run named {path.name!r} writes its models: run it first "
+                f"(from this directory), or set model.path to a trained causal LM directory or hub id.")
     if path.name == "sft" or path.parts[-2:] == ("sft", "model"):
         out = path.parent if path.name == "sft" else path.parent.parent
         return (f"It is the SFT model that `rlxf quickstart {out}` trains (about 4 minutes on a CPU): "

@@ -75,3 +75,11 @@ def test_hub_ids_are_left_alone(in_dir_with_models):
 
 def test_an_existing_local_path_still_resolves(in_dir_with_models):
     assert check_source("models/nano", "model.path") == "models/nano"
+
+
+def test_a_run_not_made_yet_is_not_tried_on_the_hub(tmp_path, monkeypatch):
+    """runs/NAME (rlxf's own output directory) with no local runs/ was tried as a hub id: half a
+    minute of retries offline (`rlxf explain examples/mixture_reasoning_gym.yaml` before its SFT)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelLoadError, match=r"runs/mixture-sft is where an rlxf run named 'mixture-sft' writes"):
+        check_source("runs/mixture-sft", "model.path")
