@@ -18,7 +18,7 @@ from rlxf.config.load import ConfigError
 from rlxf.config.train import SFTConfig
 from rlxf.data import SFTExample, build_prompt_data, build_sampler, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
-from rlxf.metrics.sinks import build_sinks
+from rlxf.metrics.sinks import build_sinks, read_jsonl
 from rlxf.models import load_from_config
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint
@@ -65,6 +65,19 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
     return step
 
 
+def _stopped_at(cfg: Config, run: RunDir, step: int) -> dict[str, float] | None:
+    """The metrics of step ``step`` if the run stopped there by ``sft.stop_when`` (its scheduled
+    evaluation reached the level), else None."""
+    target = cfg.sft.stop_when
+    if target is None or not step or not cfg.sft.eval_every or step % cfg.sft.eval_every or step >= cfg.sft.steps:
+        return None
+    record = next((r for r in read_jsonl(run.metrics) if r.get("step") == step), {})
+    value = record.get(target.metric)
+    if not isinstance(value, int | float) or not value >= target.at_least:   # NaN is written as a string
+        return None
+    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, int | float)}
+
+
 def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
     """``rlxf sft``: fine-tune ``model.path`` on ``data``; writes ``<run>/checkpoints/step_N/model``
     (HF format, the layout RL runs use, so the run directory itself is a valid ``model.path``)
@@ -81,6 +94,11 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
     start = resume_trainable(run, core, sampler) if resume else 0
+    stopped = _stopped_at(cfg, run, start) if resume else None
+    if stopped is not None:   # the run ended there by sft.stop_when: resuming it trains no further
+        log.info("--resume: the run stopped at step %d, where %s reached sft.stop_when; nothing to train "
+                 "(start a new run from its model to train on)", start, cfg.sft.stop_when.metric)
+        return stopped
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
     prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)
     if not prompts:   # nothing to measure: say so now, not with a missing metric at the first evaluation

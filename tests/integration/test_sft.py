@@ -55,6 +55,11 @@ def test_sft_stops_when_a_held_out_metric_reaches_its_level(tmp_path, nano_model
     records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4] and "eval/accuracy" in records[-1]
     assert sorted(p.name for p in (tmp_path / "sft" / "checkpoints").iterdir()) == ["step_4"]
+    # resumed, the stopped run trains no further (it used to train on to sft.steps)
+    assert main(["sft", str(path), "--resume"]) == 0
+    assert [json.loads(line)["step"] for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()] \
+        == [1, 2, 3, 4]
+    assert "reached sft.stop_when; nothing to train" in " ".join(capsys.readouterr().err.split())
     path = _write_sft(tmp_path, nano_model_dir, stop_when={"metric": "eval/accuracy", "at_least": 1.01})
     assert main(["sft", str(path), "--overwrite"]) == 0
     records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
