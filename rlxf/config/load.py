@@ -495,7 +495,11 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
         try:
             load_function(spec)
         except AttributeError as e:
-            raise ConfigError(f"reward.verifiers.{i}.function: {e}") from None
+            hint = ("; it names a function of the script that ran rlxf.train(reward_funcs=...) (a lambda, or one "
+                    "defined elsewhere, is recorded under its verifier's name): pass reward_funcs again with this "
+                    "config, or move the function to a module and name it here as module:function"
+                    if spec.startswith("__main__:") else "")
+            raise ConfigError(f"reward.verifiers.{i}.function: {e}{hint}") from None
     if own_env:
         assert cfg.env is not None
         specs = [(("env", "name"), cfg.env.name), (("env", "agent"), cfg.env.agent),

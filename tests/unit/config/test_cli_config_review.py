@@ -155,3 +155,11 @@ def test_a_mixture_weight_must_be_finite(weight):
     with pytest.raises(ConfigError) as err:
         load_config(None, [f"data.sources.1.weight={weight}"], base={**BASE, "data": data})
     assert "data.sources.1.weight" in str(err.value)
+
+
+def test_a_script_function_missing_on_resume_says_to_pass_reward_funcs_again():
+    """config.yaml records rlxf.train(reward_funcs=[lambda ...]) as __main__:<name>; loading it
+    alone said only that __main__ has no such function."""
+    verifiers = [{"type": "custom", "name": "reward_0", "function": "__main__:reward_0"}]
+    with pytest.raises(ConfigError, match=r"has no function 'reward_0'; .*pass reward_funcs again"):
+        load_config(None, base={**BASE, "reward": {"verifiers": verifiers}})
