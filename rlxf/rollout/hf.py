@@ -77,6 +77,7 @@ class HFEngine:
         self.options = options
         self.tokenizer = tokenizer
         self.vocab_size = self.model.config.vocab_size
+        self._stop_cache: dict[tuple[str, ...], StopStrings] = {}   # a matcher decodes the whole vocabulary
         window = self.model.config.max_position_embeddings
         self.context_window = window if options.max_model_len is None else min(window, options.max_model_len)
         self.eos_ids = model_eos_ids(self.model, tokenizer)
@@ -133,6 +134,11 @@ class HFEngine:
         return results  # type: ignore[return-value]
 
     @torch.no_grad()
+    def _stop_matcher(self, strings: tuple[str, ...]) -> StopStrings:
+        if strings not in self._stop_cache:   # built once per set of strings, not once per seeded request
+            self._stop_cache[strings] = StopStrings(self.tokenizer, strings, self.vocab_size)
+        return self._stop_cache[strings]
+
     def _generate(self, prompts: list[Sequence[int]], sp: SamplingParams, seed: int) -> list[list[Completion]]:
         lengths = [len(p) for p in prompts]
         width = max(lengths)
@@ -163,7 +169,7 @@ class HFEngine:
         if not sp.greedy:
             logits = logits / sp.temperature
         lps = torch.log_softmax(logits, -1).gather(-1, new[..., None]).squeeze(-1)
-        matcher = StopStrings(self.tokenizer, sp.stop_strings, self.vocab_size) if sp.stop_strings else None
+        matcher = self._stop_matcher(tuple(sp.stop_strings)) if sp.stop_strings else None
         stop_set = set(stops)
         results = []
         new_l, lps_l = new.tolist(), lps.tolist()
