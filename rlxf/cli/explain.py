@@ -19,9 +19,12 @@ def _model_dims(path: str, trust_remote_code: bool):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from rlxf.config.explain import ModelDims
-    from rlxf.models.loading import check_source
+    from rlxf.models.loading import adapter_base, check_source, is_adapter_dir
 
-    hf_config = AutoConfig.from_pretrained(check_source(path, "model.path"), trust_remote_code=trust_remote_code)
+    source = check_source(path, "model.path", adapters=True)
+    if is_adapter_dir(source):   # a LoRA adapter: the architecture is its base model's (the merge keeps it)
+        source = check_source(adapter_base(source, "model.path"), f"the base model of the LoRA adapter {source}")
+    hf_config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=trust_remote_code)
     params = sum(p.numel() for p in model.parameters())

@@ -52,7 +52,6 @@ def test_a_lora_adapter_directory_is_refused_with_its_base_and_how_to_merge(tmp_
         resolve_model_dir(adapter)
     with pytest.raises(ModelLoadError, match=r"(?s)^model\.path: .* is a LoRA adapter"):  # not "model.path path:"
         check_source(adapter, "model.path")
-    assert main(["generate", str(adapter), "hi"]) == 2
 
 
 def _model_with_vocab(vocab: int):
@@ -104,3 +103,15 @@ def test_explain_warns_when_this_machine_cannot_run_the_device_asked_for(monkeyp
     cluster = {**BASE, "model": {"path": "m", "device": "cuda"}, "run": {"name": "r", "placement": "ray"},
                "ray": {"address": "ray://head:10001"}}
     assert machine_problems(Config.model_validate(cluster)) == []         # its models load on the cluster
+
+
+def test_explain_reads_a_lora_adapters_architecture_from_its_base(tmp_path, nano_model_dir):
+    """A training config's model.path takes an adapter directory (merged into its base as it
+    loads); explain refused it as no model."""
+    from rlxf.cli.explain import _model_dims
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(nano_model_dir), "r": 8}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    assert _model_dims(str(adapter), False) == _model_dims(str(nano_model_dir), False)
