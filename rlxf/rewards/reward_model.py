@@ -15,7 +15,13 @@ needs no normaliser state.
 The response is scored as the RM was trained: its tokens followed by eos
 (``rlxf.data.templates.encode_response``), the score read at that eos. Prompt and response are
 tokenised separately (the prompt text already holds the chat template) and the prompt is cut
-from the left when the pair exceeds ``max_length``.
+from the left when the pair exceeds ``max_length``. The prompt gets the tokenizer's special tokens
+(a BOS) exactly when ``rlxf.data.templates.encode_prompts`` gave them to the policy and to the
+RM's training prompts: when it is raw text, not when it ends with the chat template's generation
+prompt (the template holds its own). Special-token text in the response
+(``<|im_end|>`` spelled out by ordinary tokens, which is all a policy's decoded text can hold)
+stays ordinary text: parsed, it would let a policy end its turn early or forge a new one in
+what the RM reads.
 """
 
 from __future__ import annotations
@@ -97,6 +103,9 @@ class RewardModelVerifier:
                  clip: tuple[float, float] | None = None):
         if normalize == "standard" and stats is None:
             raise ValueError("normalize: standard needs the reward model's score statistics (stats)")
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"reward model {name!r}: its tokenizer has no eos token, the token its score is read "
+                             f"at; set eos_token in the model's tokenizer_config.json")
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -106,6 +115,9 @@ class RewardModelVerifier:
         self.stats = stats
         self.clip = clip
         self._lock = threading.Lock()
+        from rlxf.data.preference import generation_prompt  # noqa: PLC0415 - the data layer's templates
+
+        self._generation_prompt = generation_prompt(tokenizer) if getattr(tokenizer, "chat_template", None) else ""
 
     @classmethod
     def from_config(cls, cfg: Any) -> RewardModelVerifier:
@@ -123,10 +135,10 @@ class RewardModelVerifier:
 
     def _ids(self, x: RewardInput) -> tuple[list[int], list[int]]:
         """(prompt ids, response ids + eos), the layout of the RM's training pairs."""
-        from rlxf.data.templates import encode_response  # noqa: PLC0415
-
-        prompt = self.tokenizer(x.prompt, add_special_tokens=False)["input_ids"] or [self._fallback_token()]
-        response = encode_response(self.tokenizer, x.response)
+        templated = bool(self._generation_prompt) and x.prompt.rstrip().endswith(self._generation_prompt)
+        prompt = self.tokenizer(x.prompt, add_special_tokens=not templated)["input_ids"] or [self._fallback_token()]
+        response = list(self.tokenizer(x.response, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        response.append(self.tokenizer.eos_token_id)
         if len(response) >= self.max_length:  # keep the response's end and one prompt token
             response = response[-(self.max_length - 1):]
         room = self.max_length - len(response)

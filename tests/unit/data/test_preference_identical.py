@@ -43,3 +43,19 @@ def test_no_train_pair_with_a_preference_is_an_error(tmp_path, tokenizer_for_tes
     with pytest.raises(DataError, match=r"no train pairs left \(train_dropped_identical=3, train_read=3\): 3 have "
                                         r"the same chosen and rejected response, so they state no preference"):
         build_preference_data(DataConfig(source="jsonl", train_path=train), tokenizer_for_tests, 0)
+
+
+def test_already_templated_prompts_are_not_templated_again(tmp_path, tokenizer_for_tests):
+    """`rlxf label` writes prompts with the chat template applied; reading them through it again would
+    train the RM on prompts nobody else sees."""
+    templated = "<|im_start|>user\n1+1=<|im_end|>\n<|im_start|>assistant\n"
+    train = _jsonl(tmp_path / "pairs_train.jsonl", [{"prompt": "2+2=", "chosen": "4", "rejected": "5"},
+                                                    {"prompt": templated, "chosen": "2", "rejected": "3"}])
+    with pytest.raises(DataError, match=r"pairs_train.jsonl:2: the prompt already ends with the chat template's "
+                                        r"generation prompt '<\|im_start\|>assistant'.*set data.apply_chat_template: "
+                                        r"false"):
+        build_preference_data(DataConfig(source="jsonl", train_path=train), tokenizer_for_tests, 0)
+    raw = _jsonl(tmp_path / "raw.jsonl", [{"prompt": templated, "chosen": "2", "rejected": "3"}])
+    data = build_preference_data(DataConfig(source="jsonl", train_path=raw, apply_chat_template=False),
+                                 tokenizer_for_tests, 0)
+    assert data.train[0].prompt_ids == tokenizer_for_tests(templated)["input_ids"]
