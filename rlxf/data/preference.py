@@ -14,8 +14,8 @@ a reward model's accuracy on it is noise. Such pairs are dropped with a warning 
 them (``<split>_dropped_identical`` in the report); a train split left empty is an error.
 
 A text prompt that already ends with the chat template's generation prompt (``rlxf label``
-writes them so) is refused while ``data.apply_chat_template`` is true: templating it again
-would train on prompts the policy and the ``reward_model`` verifier never see.
+writes them so) is refused while ``data.apply_chat_template`` is true
+(``rlxf.data.templates.encode_prompts``).
 """
 
 from __future__ import annotations
@@ -87,33 +87,6 @@ def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list
     return prompt, chosen, rejected
 
 
-def generation_prompt(tokenizer) -> str:
-    """What the chat template appends to open the assistant's turn (ChatML: ``<|im_start|>assistant``);
-    "" when it appends nothing or cannot say."""
-    probe = [{"role": "user", "content": "x"}]
-    try:
-        with_gen = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-        without = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
-    except Exception:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
-        return ""
-    return with_gen[len(without):].strip() if with_gen.startswith(without) else ""
-
-
-def check_untemplated(prompts: list, wheres: list[str], cfg: DataConfig, tokenizer) -> None:
-    """Refuse text prompts that already hold the chat template when it would be applied again."""
-    if not cfg.apply_chat_template or getattr(tokenizer, "chat_template", None) is None:
-        return
-    tail = generation_prompt(tokenizer)
-    if not tail:
-        return
-    for where, prompt in zip(wheres, prompts, strict=True):
-        if isinstance(prompt, str) and prompt.rstrip().endswith(tail):
-            raise DataError(
-                f"{where}: the prompt already ends with the chat template's generation prompt {tail!r}, so it was "
-                f"templated before (`rlxf label` writes its pairs so), and data.apply_chat_template=true would "
-                f"template it again; set data.apply_chat_template: false to read it as it is")
-
-
 def _after_truncation(cfg: DataConfig) -> str:
     return f" (after truncation to data.max_response_len={cfg.max_response_len})" if cfg.max_response_len else ""
 
@@ -123,7 +96,6 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
     """The pairs of ``records``; each one's prompt ``content_key`` goes into ``keys`` by uid."""
     counts[f"{split}_read"] = len(records)
     triples = [record_triple(rec, where, cfg) for where, rec in records]
-    check_untemplated([t[0] for t in triples], [w for w, _ in records], cfg, tokenizer)
     prompts = encode_prompts(tokenizer, [t[0] for t in triples], system_prompt=cfg.system_prompt,
                              use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
     out = []

@@ -125,12 +125,21 @@ def encode_prompts(
 ) -> list[tuple[list[int], str]]:
     """``encode_prompt`` over many prompts: rendered one by one, tokenized in one batch call.
 
-    ``wheres`` (one per prompt: ``file:line``) is named in the error of a prompt that cannot be
+    A text prompt that already ends with the template's generation prompt (``rlxf label``
+    writes them so) is refused while the template is on: templated twice, it would train on
+    prompts the policy never sees. ``wheres`` (one per prompt: ``file:line``) is named in the error of a prompt that cannot be
     rendered (the template fails on it, or it ends with an assistant turn)."""
     if not prompts:
         return []
+    tail = generation_prompt(tokenizer) if use_chat_template and getattr(tokenizer, "chat_template", None) else ""
     texts = []
     for i, p in enumerate(prompts):
+        if tail and isinstance(p, str) and p.rstrip().endswith(tail):
+            raise DataError(
+                f"{wheres[i] if wheres else f'prompt {i}'}: the prompt already ends with the chat template's "
+                f"generation prompt {tail!r}, so it was templated before (`rlxf label` writes its prompts so), and "
+                f"data.apply_chat_template=true would template it again; set data.apply_chat_template: false "
+                f"to read it as it is")
         try:
             texts.append(render_prompt(tokenizer, p, system_prompt=system_prompt, use_chat_template=use_chat_template))
         except Exception as e:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
@@ -143,6 +152,18 @@ def encode_prompts(
             raise DataError(f"{wheres[i]}: cannot render the prompt: {detail}") from None
     ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
     return [(list(i), t) for i, t in zip(ids, texts, strict=True)]
+
+
+def generation_prompt(tokenizer) -> str:
+    """What the chat template appends to open the assistant's turn (ChatML: ``<|im_start|>assistant``);
+    "" when it appends nothing or cannot say."""
+    probe = [{"role": "user", "content": "x"}]
+    try:
+        with_gen = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        without = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
+        return ""
+    return with_gen[len(without):].strip() if with_gen.startswith(without) else ""
 
 
 def encode_response(tokenizer, text: str) -> list[int]:

@@ -115,7 +115,7 @@ class RewardModelVerifier:
         self.stats = stats
         self.clip = clip
         self._lock = threading.Lock()
-        from rlxf.data.preference import generation_prompt  # noqa: PLC0415 - the data layer's templates
+        from rlxf.data.templates import generation_prompt  # noqa: PLC0415 - the data layer's templates
 
         self._generation_prompt = generation_prompt(tokenizer) if getattr(tokenizer, "chat_template", None) else ""
 

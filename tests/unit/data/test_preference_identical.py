@@ -59,3 +59,18 @@ def test_already_templated_prompts_are_not_templated_again(tmp_path, tokenizer_f
     data = build_preference_data(DataConfig(source="jsonl", train_path=raw, apply_chat_template=False),
                                  tokenizer_for_tests, 0)
     assert data.train[0].prompt_ids == tokenizer_for_tests(templated)["input_ids"]
+
+
+def test_templated_prompts_are_refused_for_rl_and_sft_too(tmp_path, tokenizer_for_tests):
+    """The same rule for every reader of prompts (encode_prompts): RL prompts and SFT pairs fed
+    `rlxf label`'s prompts were templated twice as well."""
+    from rlxf.data import build_prompt_data, build_sft_data
+
+    templated = "<|im_start|>user\n1+1=<|im_end|>\n<|im_start|>assistant\n"
+    rl = _jsonl(tmp_path / "rl.jsonl", [{"prompt": "2+2=", "answer": "4"}, {"prompt": templated, "answer": "2"}])
+    with pytest.raises(DataError, match=r"rl.jsonl:2: the prompt already ends with the chat template's"):
+        build_prompt_data(DataConfig(source="jsonl", train_path=rl), tokenizer_for_tests, 0)
+    sft = _jsonl(tmp_path / "sft.jsonl", [{"prompt": templated, "response": "2"}])
+    with pytest.raises(DataError, match=r"sft.jsonl:1: the prompt already ends with the chat template's"):
+        build_sft_data(DataConfig(source="jsonl", train_path=sft, fields={"response": "response"}),
+                       tokenizer_for_tests, 0)
