@@ -49,8 +49,8 @@ def test_api_passes_no_none_objects(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_run(cfg, run_dir, resume, objects):
-        seen.update(placement=cfg.run.placement, objects=objects)
+    def fake_run(cfg, run_dir, resume, prepare):
+        seen.update(placement=cfg.run.placement, objects=prepare())
 
     monkeypatch.setattr(rlxf.api, "_run", fake_run)
     monkeypatch.chdir(tmp_path)
