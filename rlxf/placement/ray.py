@@ -65,6 +65,30 @@ class ActorsNotPlaced(UserInputError):
 _NOT_CLOSED = (*_ACTOR_LOST, GetTimeoutError)
 
 
+def _own_error(err: RayTaskError) -> BaseException:
+    """The rlxf error an actor raised, as itself: Ray's wrapper, whose text is the actor's whole
+    traceback, made a ``UserInputError`` print that traceback as its message (and any other
+    rlxf error exit as a ``RayTaskError``). Chained to the wrapper, so the traceback is kept
+    (``RLXF_DEBUG=1``); an error of other code (torch, a plugin's) stays wrapped: its remote
+    traceback is what locates it."""
+    cause = err.cause
+    if isinstance(cause, UserInputError) or type(cause).__module__.partition(".")[0] == "rlxf":
+        cause.__cause__ = err
+        return cause
+    return err
+
+
+def _get(refs, **kwargs):
+    """``ray.get``, an rlxf error raised in an actor raised as itself (``_own_error``)."""
+    try:
+        return ray.get(refs, **kwargs)
+    except RayTaskError as e:
+        own = _own_error(e)
+        if own is e:
+            raise
+        raise own from e
+
+
 @contextlib.contextmanager
 def _uninterrupted():
     """Ctrl-C held back until the block ends (main thread): a second Ctrl-C landing inside
@@ -241,7 +265,7 @@ def _in_shares(n: int, k: int, send, replace) -> list:
     while pending:
         for i, ref in list(pending.items()):
             try:
-                out[i] = ray.get(ref)
+                out[i] = _get(ref)
                 del pending[i]
             except _ACTOR_LOST as e:
                 replace(i, e)
@@ -281,7 +305,7 @@ class _ActorReward:
     def close(self) -> None:
         for scorer in self.placement._scorers:
             try:
-                ray.get(scorer.close.remote(), timeout=CLOSE_TIMEOUT_S)
+                _get(scorer.close.remote(), timeout=CLOSE_TIMEOUT_S)
             except _NOT_CLOSED:
                 pass
 
@@ -309,24 +333,29 @@ class RayPlacement(Placement):
         self._scorers: list[Any] = []   # reward actors (ray.reward_actors)
         self.restarts_by_role = {"engine": 0, "reward": 0}
         self.reward = None
-        from rlxf.models import load_tokenizer
+        self._learners: list[Any] = []
+        try:
+            from rlxf.models import load_tokenizer
 
-        self.tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, chat_template=cfg.model.chat_template,
-                                        revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
-        # learner ranks: rank 0 holds everything when colocated; the others are learner-only
-        first = _Colocated if rc.mode == "colocated" else _Learner
-        self._learners = [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
-        self._wait_placed("learner", self._learners)
-        address, port = ray.get(self._learners[0].address.remote()) if rc.learners > 1 else (None, None)
-        self._gather([h.start.remote(rank, rc.learners, address, port) for rank, h in enumerate(self._learners)])
-        if rc.mode == "disaggregated":
-            from rlxf.rewards import build_run_reward
+            self.tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, chat_template=cfg.model.chat_template,
+                                            revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
+            # learner ranks: rank 0 holds everything when colocated; the others are learner-only
+            first = _Colocated if rc.mode == "colocated" else _Learner
+            self._learners += [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
+            self._wait_placed("learner", self._learners)
+            address, port = _get(self._learners[0].address.remote()) if rc.learners > 1 else (None, None)
+            self._gather([h.start.remote(rank, rc.learners, address, port) for rank, h in enumerate(self._learners)])
+            if rc.mode == "disaggregated":
+                from rlxf.rewards import build_run_reward
 
-            self._engines = [self._new_engine() for _ in range(rc.engines)]
-            self._scorers = [self._new_scorer() for _ in range(rc.reward_actors)]
-            self._wait_placed("engine and reward", [*self._engines, *self._scorers])
-            self.reward = _ActorReward(self) if self._scorers else build_run_reward(cfg)
-        self.sync_weights(0)
+                self._engines = [self._new_engine() for _ in range(rc.engines)]
+                self._scorers = [self._new_scorer() for _ in range(rc.reward_actors)]
+                self._wait_placed("engine and reward", [*self._engines, *self._scorers])
+                self.reward = _ActorReward(self) if self._scorers else build_run_reward(cfg)
+            self.sync_weights(0)
+        except BaseException:  # a start that fails (a bad model, ActorsNotPlaced) leaves no actor holding
+            self._abandon()     # CPUs: a retry in this process would wait for them, then not be placed
+            raise
 
     def _wait_placed(self, role: str, handles: list[Any]) -> None:
         """Raise ActorsNotPlaced, naming what was asked and what the cluster has, when ``handles``
@@ -340,14 +369,23 @@ class RayPlacement(Placement):
                      f"{rc.reward_actors if rc.mode == 'disaggregated' else 0}, learner_gpus={rc.learner_gpus}, "
                      f"engine_gpus={rc.engine_gpus}")
             have = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
-            for handle in [*self._learners, *self._engines, *self._scorers]:  # none has anything to close yet
-                ray.kill(handle)
-            if self._started_ray:
-                ray.shutdown()
             raise ActorsNotPlaced(
                 f"ray: {len(pending)} of {len(handles)} {role} actors could not be placed in {PLACE_TIMEOUT_S:g} s: "
                 f"the config asks for {asked}; the cluster has {have}. Lower the ray.*_cpus / *_gpus or the "
                 f"actor counts, use ray.mode: colocated, or add resources")
+
+    def _abandon(self) -> None:
+        """Kill every actor of a start that failed (none has anything to save yet), close the
+        driver's reward, stop the Ray this placement started."""
+        with _uninterrupted():
+            try:
+                if self.reward is not None and not isinstance(self.reward, _ActorReward):
+                    self.reward.close()
+            finally:
+                for handle in [*self._learners, *self._engines, *self._scorers]:
+                    ray.kill(handle)
+                if self._started_ray:
+                    ray.shutdown()
 
     @property
     def _colocated(self):
@@ -411,7 +449,7 @@ class RayPlacement(Placement):
             for i in range(len(self._engines)):
                 while True:
                     try:
-                        ray.get(self._engines[i].update_weights.remote(self._weights_ref, version))
+                        _get(self._engines[i].update_weights.remote(self._weights_ref, version))
                         break
                     except _ACTOR_LOST as e:
                         self._replace_engine(i, e, sync=False)
@@ -421,7 +459,7 @@ class RayPlacement(Placement):
         be, replaced with the current weights when its generate call fails)."""
         for _, ref in self._pending_updates:
             try:
-                ray.get(ref)
+                _get(ref)
             except _ACTOR_LOST:
                 pass
         self._pending_updates = []
@@ -437,14 +475,14 @@ class RayPlacement(Placement):
             try:
                 if self._colocated is not None:
                     try:
-                        ray.get(self._colocated.call.remote("close"), timeout=CLOSE_TIMEOUT_S)
+                        _get(self._colocated.call.remote("close"), timeout=CLOSE_TIMEOUT_S)
                     except _NOT_CLOSED:
                         pass
                 if self.reward is not None:
                     self.reward.close()
                 for engine in self._engines:
                     try:
-                        ray.get(engine.close.remote(), timeout=CLOSE_TIMEOUT_S)
+                        _get(engine.close.remote(), timeout=CLOSE_TIMEOUT_S)
                     except _NOT_CLOSED:
                         pass
             finally:
@@ -474,12 +512,14 @@ class RayPlacement(Placement):
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             try:
-                ray.get(ready[0])
+                _get(ready[0])
             except _ACTOR_LOST as e:
                 raise self._learner_lost(e) from None
-        return ray.get(refs)
+        return _get(refs)
 
-    def _learner_lost(self, err: Exception) -> LearnerLost:
+    def _learner_lost(self, err: Exception) -> Exception:
+        if isinstance(err, RayActorError) and err.actor_init_failed:  # nothing was lost; resuming fails alike
+            return RuntimeError(f"a learner actor could not start (its constructor raised): {err}")
         return LearnerLost(f"a learner actor died ({type(err).__name__}: {err}); its optimizer state is lost. "
                            f"Resume the run from its last checkpoint with `rlxf train CONFIG --resume`.")
 
@@ -521,7 +561,7 @@ class RayPlacement(Placement):
                     failed = e
             if not lost:
                 if failed is not None:  # with every engine alive: a real error
-                    raise failed
+                    raise _own_error(failed)
                 return
 
     def _connect_engines(self) -> None:
@@ -533,7 +573,7 @@ class RayPlacement(Placement):
             for i in range(len(self._engines)):  # alive and constructed: joining must not wait on a start-up
                 while True:
                     try:
-                        ray.get(self._engines[i].alive.remote())
+                        _get(self._engines[i].alive.remote())
                         break
                     except _ACTOR_LOST as e:
                         self._replace_engine(i, e, sync=False)
@@ -544,7 +584,7 @@ class RayPlacement(Placement):
             lost = False
             for i, ref in enumerate(joins):
                 try:
-                    ray.get(ref)
+                    _get(ref)
                 except _ACTOR_LOST as e:
                     self._replace_engine(i, e, sync=False)
                     lost = True
@@ -571,6 +611,9 @@ class RayPlacement(Placement):
     def _replace_actor(self, role: str, i: int, err: Exception) -> None:
         """Count, log and replace the dead ``role`` actor ``i`` (the caller retries its requests);
         past ``ray.max_restarts`` restarts in all, the run ends."""
+        if isinstance(err, RayActorError) and err.actor_init_failed:  # a new one would fail the same way
+            raise RuntimeError(f"a {role} actor could not start (its constructor raised), so it is not "
+                               f"replaced: {err}") from None
         self.restarts += 1
         self.restarts_by_role[role] += 1
         if self.restarts > self.cfg.ray.max_restarts:
@@ -589,15 +632,19 @@ class RayPlacement(Placement):
 
     def _replace_engine(self, i: int, err: Exception, *, sync: bool = True) -> None:
         """Engine ``i`` died: start a new one with the current weights (its requests are retried).
-        The new engine gets them through the object store; a broadcast group is rebuilt at the
-        next sync."""
+        The new engine gets them through the object store (one that dies meanwhile is replaced
+        in turn, within ``ray.max_restarts``); a broadcast group is rebuilt at the next sync."""
         t0 = time.perf_counter()
         self._replace_actor("engine", i, err)
         self._connected = False
-        if sync:
+        while sync:
             if self._weights_version != self._version:  # collective sync puts nothing in the store
                 self._put_weights()
-            ray.get(self._engines[i].update_weights.remote(self._weights_ref, self._version))
+            try:
+                _get(self._engines[i].update_weights.remote(self._weights_ref, self._version))
+                break
+            except _ACTOR_LOST as e:
+                self._replace_actor("engine", i, e)
         log.info("engine actor %d replaced in %.1fs", i, time.perf_counter() - t0)
 
 
@@ -633,7 +680,7 @@ class _EngineActorStream(GroupStream):
         for ref in done:
             i, requests, sampling = self.calls.pop(ref)
             try:
-                trajs = ray.get(ref)
+                trajs = _get(ref)
             except _ACTOR_LOST as e:
                 self.placement._replace_engine(i, e)
                 self._launch(i, requests, sampling)

@@ -277,3 +277,106 @@ def test_what_a_plugin_registers_is_known_in_every_actor(tmp_path, nano_model_di
                              "ray.learner_cpus=0.5", "ray.reward_actors=1", "ray.reward_cpus=0.5"])
     _train(cfg)
     assert [m["step"] for m in metrics(tmp_path / "runs" / "plugin")] == [1]
+
+
+@ray.remote(num_cpus=0)
+class _Raiser:
+    def fail(self, kind: str):
+        from rlxf.errors import UserInputError
+        from rlxf.trainer.checkpoint import CheckpointDamaged
+
+        raise {"input": UserInputError, "damaged": CheckpointDamaged, "other": KeyError}[kind]("what to do")
+
+
+def test_an_rlxf_error_raised_in_an_actor_reaches_the_driver_as_itself(local_ray):
+    """A UserInputError raised in an actor (a learner refusing a resume, a bad data file) printed
+    Ray's whole traceback as its message; a CheckpointDamaged exited 1 as a RayTaskError."""
+    from ray.exceptions import RayTaskError
+
+    from rlxf.errors import UserInputError
+    from rlxf.placement.ray import _get
+    from rlxf.trainer.checkpoint import CheckpointDamaged
+
+    actor = _Raiser.remote()
+    for kind, cls in (("input", UserInputError), ("damaged", CheckpointDamaged)):
+        with pytest.raises(cls) as caught:
+            _get(actor.fail.remote(kind))
+        assert type(caught.value) is cls and str(caught.value) == "what to do"
+        assert isinstance(caught.value.__cause__, RayTaskError)   # the actor's traceback, for RLXF_DEBUG
+        assert "_Raiser.fail" in str(caught.value.__cause__)
+    with pytest.raises(RayTaskError):   # not rlxf's: Ray's error locates it
+        _get(actor.fail.remote("other"))
+
+
+@ray.remote(num_cpus=0)
+class _LoadsWeights:
+    def __init__(self, broken: bool = False):
+        if broken:
+            raise OSError("no such model")
+
+    def update_weights(self, weights, version: int) -> int:
+        return version
+
+
+@ray.remote(num_cpus=0)
+class _DiesLoadingWeights:
+    def update_weights(self, weights, version: int) -> int:
+        import os
+
+        os._exit(1)
+
+
+def _engines_from(*made) -> RayPlacement:
+    """A RayPlacement holding only what replacing engine 0 needs; its new engines come from ``made``."""
+    from types import SimpleNamespace
+
+    placement = object.__new__(RayPlacement)
+    placement.cfg = SimpleNamespace(ray=SimpleNamespace(max_restarts=5))
+    placement.restarts, placement.restarts_by_role = 0, {"engine": 0, "reward": 0}
+    placement._engines, placement._version, placement._weights_version = [None], 3, 3
+    placement._weights_ref, placement._connected = ray.put({}), True
+    handles = iter(made)
+    placement._new_engine = lambda: next(handles)
+    return placement
+
+
+def test_a_replacement_engine_that_dies_loading_the_weights_is_replaced_in_turn(local_ray):
+    """The new engine died in its update_weights: its ActorDiedError ended the run, uncounted."""
+    healthy = _LoadsWeights.remote()
+    placement = _engines_from(_DiesLoadingWeights.remote(), healthy)
+    placement._replace_engine(0, RuntimeError("killed"))
+    assert placement._engines == [healthy] and placement.stats()["ray/engine_restarts"] == 2.0
+    assert ray.get(healthy.update_weights.remote({}, 4)) == 4
+
+
+def test_an_engine_that_cannot_start_is_not_replaced_over_and_over(local_ray):
+    """A constructor that raises fails every replacement alike: said at once, not after
+    ray.max_restarts restarts as 'died N times'."""
+    placement = _engines_from(_LoadsWeights.remote(broken=True), _LoadsWeights.remote())
+    with pytest.raises(RuntimeError, match=r"(?s)engine actor could not start.*no such model"):
+        placement._replace_engine(0, RuntimeError("killed"))
+    assert placement.restarts == 1
+
+
+
+def test_a_start_that_fails_leaves_no_actor_behind(tmp_path, nano_model_dir, monkeypatch):
+    """A learner whose start failed (a bad model, a refused config) was left holding its CPUs in
+    this process's Ray: the corrected run, in the same notebook, could not be placed. (No Ray
+    starts here: the actor handles are stand-ins, and kills are recorded.)"""
+    from types import SimpleNamespace
+
+    from rlxf.errors import UserInputError
+
+    learner, killed = SimpleNamespace(start=SimpleNamespace(remote=lambda *args: "a started ref")), []
+
+    def start_fails(self, refs):
+        raise UserInputError("model.path: no such model")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)   # joins "a running Ray", so leaves it running
+    monkeypatch.setattr(ray, "kill", killed.append)
+    monkeypatch.setattr(RayPlacement, "_new_learner", lambda self, cls: learner)
+    monkeypatch.setattr(RayPlacement, "_wait_placed", lambda self, role, handles: None)
+    monkeypatch.setattr(RayPlacement, "_gather", start_fails)
+    with pytest.raises(UserInputError, match="no such model"):
+        RayPlacement(_cfg(tmp_path, nano_model_dir, "fails", "run.placement=ray"))
+    assert killed == [learner]
