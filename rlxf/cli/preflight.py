@@ -14,6 +14,7 @@ and line, or the override), as the schema's errors are: in a mixture, which sour
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from rlxf.config import Config
@@ -27,6 +28,9 @@ def check_inputs(cfg: Config, *, prompts: bool = True, origins: Origins | None =
     when they are read, as their fields depend on the format.
     """
     problems = model_problems(cfg) + data_problems(cfg, prompts=prompts)
+    if getattr(cfg.run, "placement", "local") == "ray" and importlib.util.find_spec("ray") is None:
+        problems.append((("run", "placement"), "run.placement=ray needs Ray, which is not installed: "
+                                               "pip install 'rlxf[ray]', or use run.placement=local"))
     if problems:
         raise (origins or Origins()).error(problems, names_in_message=False)
 

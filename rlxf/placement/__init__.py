@@ -29,6 +29,8 @@ def build(cfg: Config, **objects) -> Placement:
         try:
             from rlxf.placement.ray import RayPlacement
         except ImportError as e:
+            if (e.name or "").partition(".")[0] != "ray":   # a broken import of something else: as it is
+                raise
             raise ImportError(f"run.placement=ray needs Ray: pip install 'rlxf[ray]' ({e})") from None
         return RayPlacement(cfg)
     raise ValueError(f"unknown run.placement {cfg.run.placement!r}; valid: local, ray")

@@ -163,3 +163,16 @@ def test_a_script_function_missing_on_resume_says_to_pass_reward_funcs_again():
     verifiers = [{"type": "custom", "name": "reward_0", "function": "__main__:reward_0"}]
     with pytest.raises(ConfigError, match=r"has no function 'reward_0'; .*pass reward_funcs again"):
         load_config(None, base={**BASE, "reward": {"verifiers": verifiers}})
+
+
+def test_ray_placement_without_ray_installed_is_a_start_problem(tmp_path, isolated_path, monkeypatch):
+    """It surfaced as an ImportError (exit 1) once the run directory was set up."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    path = _mixture_config(tmp_path, tmp_path / "nowhere")
+    cfg, origins = load_config_located(path, ["run.placement=ray"])
+    with pytest.raises(ConfigError, match=r"run.placement \(override 'run.placement=ray'\): run.placement=ray needs "
+                                          r"Ray, which is not installed"):
+        check_inputs(cfg, origins=origins)
