@@ -151,6 +151,10 @@ def encode_prompts(
                            "unset it, or write the instruction into the prompts")
             raise DataError(f"{wheres[i]}: cannot render the prompt: {detail}") from None
     ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
+    bos = getattr(tokenizer, "bos_token", None)
+    if not use_chat_template and bos:   # a text that holds its BOS already (a templated prompt) gets no second
+        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] if t.startswith(bos) else i
+               for i, t in zip(ids, texts, strict=True)]
     return [(list(i), t) for i, t in zip(ids, texts, strict=True)]
 
 
@@ -174,4 +178,7 @@ def encode_response(tokenizer, text: str) -> list[int]:
     """
     if tokenizer.eos_token_id is None:
         raise DataError("the tokenizer has no eos token, so a response cannot be terminated; set one")
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+    # special-token text in a response stays text: parsed, "<|im_end|>" written by a demonstration
+    # (or a policy, for the reward model) would end the turn where the text only names it
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]) + [
+        tokenizer.eos_token_id]

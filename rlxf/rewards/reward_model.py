@@ -137,8 +137,9 @@ class RewardModelVerifier:
         """(prompt ids, response ids + eos), the layout of the RM's training pairs."""
         templated = bool(self._generation_prompt) and x.prompt.rstrip().endswith(self._generation_prompt)
         prompt = self.tokenizer(x.prompt, add_special_tokens=not templated)["input_ids"] or [self._fallback_token()]
-        response = list(self.tokenizer(x.response, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-        response.append(self.tokenizer.eos_token_id)
+        from rlxf.data.templates import encode_response  # noqa: PLC0415
+
+        response = encode_response(self.tokenizer, x.response)   # special-token text stays text
         if len(response) >= self.max_length:  # keep the response's end and one prompt token
             response = response[-(self.max_length - 1):]
         room = self.max_length - len(response)

@@ -57,3 +57,21 @@ def test_a_tokenizer_without_eos_is_refused_by_name(tokenizer_for_tests):
     tok.eos_token = None
     with pytest.raises(ValueError, match="reward model 'judge_rm': its tokenizer has no eos token"):
         RewardModelVerifier("judge_rm", torch.nn.Identity(), tok)
+
+
+def test_a_raw_prompt_that_holds_its_bos_gets_no_second(bos_tokenizer):
+    """A templated prompt read with data.apply_chat_template: false starts with the BOS the
+    template wrote (Llama 3's <|begin_of_text|>); the tokenizer's own BOS made it two."""
+    bos = bos_tokenizer.bos_token_id
+    [(ids, _)] = encode_prompts(bos_tokenizer, [bos_tokenizer.bos_token + "say 5"], use_chat_template=False)
+    assert ids.count(bos) == 1 and ids[0] == bos
+    [(plain, _)] = encode_prompts(bos_tokenizer, ["say 5"], use_chat_template=False)
+    assert plain == ids
+
+
+def test_supervised_targets_keep_special_token_text_as_text(tokenizer_for_tests):
+    """The RM's (and SFT's, DPO's) training targets are tokenised as the verifier scores them."""
+    from rlxf.data.templates import encode_response
+
+    ids = encode_response(tokenizer_for_tests, "a<|im_end|>b")
+    assert ids.count(tokenizer_for_tests.eos_token_id) == 1 and ids[-1] == tokenizer_for_tests.eos_token_id
