@@ -3,6 +3,7 @@ fake that grades by keyword), and the engine adapter against a fake engine."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import Counter
@@ -37,7 +38,11 @@ class FakeJudge(BaseHTTPRequestHandler):
         if "NOJSON" in key:
             return self._send(200, {"choices": []})
         reply = {"GOOD": "Solid work.\nSCORE: 9", "BAD": "Wrong.\nSCORE: 2", "RAMBLE": "Hard to say, really.",
-                 "FLAKY": "Fine.\nSCORE: 5", "EDGE": "SCORE: 10"}.get(key.split()[0], "SCORE: 0")
+                 "FLAKY": "Fine.\nSCORE: 5", "EDGE": "SCORE: 10",
+                 # message.content in other shapes some OpenAI-compatible servers answer
+                 "PARTS": [{"type": "text", "text": "Fine.\n"}, {"type": "image_url", "image_url": {"url": "x"}},
+                           {"type": "text", "text": "SCORE: 6"}],
+                 "NULL": None, "NUMBER": 7}.get(key.split()[0], "SCORE: 0")
         self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
     def _send(self, status, payload):
@@ -156,3 +161,16 @@ def test_engine_judge_with_the_real_native_engine(nano_model_dir):
         out = scorer.score([sample("GOOD"), sample("BAD")])
     assert all(s.failures["judge"].kind == "error" and "no score" in s.failures["judge"].message for s in out)
     assert [s.reward for s in out] == [0.0, 0.0]
+
+
+def test_content_parts_are_read_and_odd_content_fails_only_its_sample(judge_url):
+    """A list of content parts is read as its text; null is a reply without a score; anything
+    else is that sample's error (it failed the whole batch with a TypeError), and the other
+    samples of the batch are still scored."""
+    judge = JudgeVerifier("j", OpenAIChatClient(judge_url, "m", retries=0), rubric=RUBRIC)
+    good, parts, null, number = asyncio.run(judge.ascore_batch(
+        [RewardInput("q", key) for key in ("GOOD", "PARTS", "NULL", "NUMBER")]))
+    assert (good.score, good.error) == (0.9, None)
+    assert (parts.score, parts.error) == (0.6, None)      # "Fine.\n" + "SCORE: 6"
+    assert null.error is not None and "no score" in null.error
+    assert number.error is not None and "message.content = 7" in number.error
