@@ -17,6 +17,12 @@ class UserInputError(ValueError):
     """Bad input from the user: config, data, paths, arguments."""
 
 
+class MissingExtraError(UserInputError, ImportError):
+    """What the config or command asks for needs an optional dependency that is not installed; the
+    message names the ``pip install 'rlxf[extra]'`` that adds it. An ImportError too, for code
+    that catches that."""
+
+
 def raised_at(e: BaseException, *, outside_rlxf: bool = False) -> str | None:
     """``file:line in function`` of the deepest frame of ``e``'s traceback: the line that raised
     (a user's environment, tool or plugin). ``outside_rlxf``: the deepest frame outside rlxf and

@@ -170,6 +170,19 @@ def _check_creatable(path: Path) -> None:
 
 
 @dataclass(frozen=True)
+class Options:
+    """How the caller spells the resume and overwrite choices, for RunDirError messages (a user of
+    ``rlxf.train(...)`` has no --resume to pass)."""
+
+    resume: str
+    overwrite: str
+
+
+CLI_OPTIONS = Options("--resume", "--overwrite")
+API_OPTIONS = Options("resume=True", "overwrite=True")
+
+
+@dataclass(frozen=True)
 class RunDir:
     path: Path
     replaced: Path | None = field(default=None, compare=False)  # --overwrite: the old run, set aside
@@ -215,14 +228,15 @@ class RunDir:
 
     @classmethod
     def open(cls, output_dir: str | Path, name: str, *, resume: bool = False,
-             overwrite: bool = False, command: str | None = None) -> RunDir:
+             overwrite: bool = False, command: str | None = None, options: Options = CLI_OPTIONS) -> RunDir:
         """Create ``output_dir/name`` (or reopen it with ``resume``).
 
         An existing directory is never reused silently: pass ``resume`` to continue it or
         ``overwrite`` to delete it and start over. ``command`` (``train``, ``sft``, ...) is
-        recorded in a new run and checked against the record on ``resume``.
+        recorded in a new run and checked against the record on ``resume``. ``options``: how the
+        caller spells ``resume`` and ``overwrite`` in its errors (``API_OPTIONS`` for ``rlxf.train``).
         """
-        path = cls.check(output_dir, name, resume=resume, overwrite=overwrite, command=command)
+        path = cls.check(output_dir, name, resume=resume, overwrite=overwrite, command=command, options=options)
         replaced = None
         try:
             _sweep_replaced(path)
@@ -243,11 +257,11 @@ class RunDir:
 
     @staticmethod
     def check(output_dir: str | Path, name: str, *, resume: bool = False, overwrite: bool = False,
-              command: str | None = None) -> Path:
+              command: str | None = None, options: Options = CLI_OPTIONS) -> Path:
         """The path ``open`` would use, or the RunDirError it would raise; creates nothing (a
         command checks this before validating its inputs, then opens)."""
         if resume and overwrite:
-            raise RunDirError("--resume and --overwrite contradict each other; pass one")
+            raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; pass one")
         path = Path(output_dir) / name
         try:
             if path.exists() and not path.is_dir():
@@ -259,14 +273,15 @@ class RunDir:
         except OSError as e:
             raise _unusable(path, e) from None
         if resume and not exists:
-            raise RunDirError(f"--resume: {path} does not exist (or is empty); start the run without --resume")
+            raise RunDirError(f"{options.resume}: {path} does not exist (or is empty); start the run without "
+                              f"{options.resume}")
         if exists and not (resume or overwrite):
             raise RunDirError(
-                f"{path} already exists. Pass --resume to continue that run, --overwrite to delete it "
+                f"{path} already exists. Pass {options.resume} to continue that run, {options.overwrite} to delete it "
                 f"and start over, or choose another run.name (e.g. run.name={name}-2)"
             )
         if exists and not looks_like_run(path):
-            flag, action = ("--resume", "continued") if resume else ("--overwrite", "deleted")
+            flag, action = (options.resume, "continued") if resume else (options.overwrite, "deleted")
             raise RunDirError(
                 f"{flag}: {path} is not an rlxf run directory (it holds no {RECORD}, nor a config.yaml with "
                 f"a run's log, metrics or checkpoints/), so it is not {action}; check run.output_dir and "
@@ -279,7 +294,7 @@ class RunDir:
         made_by = recorded_command(path) if resume else None
         if command is not None and made_by is not None and made_by != command:
             raise RunDirError(
-                f"--resume: {path} is a run of `rlxf {made_by}`, not `rlxf {command}`; continue it with "
+                f"{options.resume}: {path} is a run of `rlxf {made_by}`, not `rlxf {command}`; continue it with "
                 f"`rlxf {made_by} CONFIG --resume`, or choose another run.name for a new {command} run"
             )
         return path
@@ -337,8 +352,13 @@ def setup_logging(log_file: Path | None, *, console: bool = True, level: int = l
         handler.close()
     if console:
         # stderr: a command's stdout stays machine-readable (`rlxf eval ... | jq`)
-        logger.addHandler(RichHandler(console=Console(stderr=True), show_path=False,
-                                      rich_tracebacks=False, markup=False))
+        terminal = Console(stderr=True)
+        if terminal.is_terminal or terminal.is_jupyter:
+            logger.addHandler(RichHandler(console=terminal, show_path=False, rich_tracebacks=False, markup=False))
+        else:  # piped to a file or a CI log: one line per record, not wrapped at 80 columns mid-path
+            plain = logging.StreamHandler()
+            plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+            logger.addHandler(plain)
     if log_file is not None:
         fh = logging.FileHandler(log_file)
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -31,11 +31,15 @@ def _save(location, record: dict) -> Path | None:
     from rlxf.metrics.sinks import JsonlWriter
 
     out = location.run / "eval.jsonl"
-    writer = JsonlWriter(out)
     try:
-        writer.write(record)
-    finally:
-        writer.close()
+        writer = JsonlWriter(out)
+        try:
+            writer.write(record)
+        finally:
+            writer.close()
+    except OSError as e:  # a run directory of another user's, read-only media, a full disk
+        raise UsageError(f"the results above were not appended to {out} ({e.strerror or type(e).__name__}); "
+                         f"make {location.run} writable (or free space there) and run `rlxf eval` again") from None
     return out
 
 

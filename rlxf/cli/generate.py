@@ -85,7 +85,8 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
-        source = check_source(model, "model", local_first=True)   # a missing path named as the model, not its tokenizer
+        # a missing path named as the model, not its tokenizer; a LoRA adapter directory loads through its base
+        source = check_source(model, "model", local_first=True, adapters=True)
         tokenizer = load_tokenizer(model)
         fmt = prompt_format(source, tokenizer, chat_template)
         policy = load_model(model, device="auto", dtype="auto").eval()

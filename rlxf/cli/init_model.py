@@ -23,6 +23,10 @@ def run(out: Path, preset: str = "tiny", seed: int = 0, overwrite: bool = False)
         path = init_model(preset, out, seed=seed, overwrite=overwrite)
     except FileExistsError as e:
         raise UsageError(str(e)) from None
+    except OSError as e:  # a read-only directory, a file where a directory must be, a full disk
+        where = Path(e.filename).resolve() if e.filename else out.resolve()
+        raise UsageError(f"init-model: cannot write the model to {out.resolve()} ({e.strerror or type(e).__name__}: "
+                         f"{where}); give a directory you can write to") from None
     info = read_init_info(path) or {}
     print(
         f"wrote {info.get('architecture', 'model')} preset={preset} seed={seed} "

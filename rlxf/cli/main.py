@@ -43,10 +43,21 @@ def _root(
 commands.register(app)
 
 
+def _escape_unencodable() -> None:
+    """Print what the terminal's encoding cannot show as ``\\xfc`` escapes instead of failing: on
+    an ASCII or Latin-1 stdout (``PYTHONIOENCODING=ascii``, a legacy locale) a model's reply or a
+    prompt with ``ü`` would otherwise end the command after its work was done."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, map errors to exit codes (2 usage/config, 1 runtime)."""
     from rlxf.cli.errors import run_app
 
+    _escape_unencodable()
     return run_app(app, sys.argv[1:] if argv is None else argv)
 
 

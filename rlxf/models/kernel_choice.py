@@ -13,13 +13,13 @@ second on an idle machine), the three choices it makes:
 - **pack**: whether oneDNN's pre-reordered (blocked) weights beat reordering in every call.
 
 The result is cached as JSON under ``$XDG_CACHE_HOME/rlxf`` (default ``~/.cache/rlxf``),
-keyed by the CPU model, the torch version and the thread count, so every later run on the
-machine makes the same choice (and rounds the same way: a run stays reproducible on its
-machine, and a resume exact) without measuring again. Where that directory cannot be written
-(a read-only home in a container), the file goes to ``<tempdir>/rlxf-<uid>`` instead; where
-neither can, every process measures again, its choice may differ from the last one, and a
-warning says so. Delete the file to measure again; set ``model.linear_kernels`` to ``onednn``
-or ``torch`` to choose the trainer's by hand.
+keyed by the CPU model, the torch version, the thread count and the oneDNN/MKL instruction-set
+settings (``ONEDNN_MAX_CPU_ISA``, ...), so every later run on the machine makes the same choice
+(and rounds the same way: a run stays reproducible on its machine, and a resume exact) without
+measuring again. Where that directory cannot be written (a read-only home in a container), the
+file goes to ``<tempdir>/rlxf-<uid>`` instead; where neither can, every process measures again,
+its choice may differ from the last one, and a warning says so. Delete the file to measure
+again; set ``model.linear_kernels`` to ``onednn`` or ``torch`` to choose the trainer's by hand.
 """
 
 from __future__ import annotations
@@ -103,9 +103,15 @@ def fallback_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"rlxf-{uid}"
 
 
+# Settings that change which kernels oneDNN and MKL run (``ONEDNN_MAX_CPU_ISA=AVX2`` on an AVX-512
+# CPU): a choice measured under one does not hold under another
+ISA_SETTINGS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+
 def cache_file(directory: Path | None = None) -> Path:
-    """``kernels-<hash>.json`` for this CPU model, torch version and thread count."""
-    key = f"{CACHE_VERSION}|{cpu_model()}|{torch.__version__}|{torch.get_num_threads()}"
+    """``kernels-<hash>.json`` for this CPU model, torch version, thread count and ISA settings."""
+    isa = ",".join(f"{k}={os.environ[k]}" for k in ISA_SETTINGS if os.environ.get(k))
+    key = f"{CACHE_VERSION}|{cpu_model()}|{torch.__version__}|{torch.get_num_threads()}" + (f"|{isa}" if isa else "")
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return (directory or cache_dir()) / f"kernels-{digest}.json"
 

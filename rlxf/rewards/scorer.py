@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from rlxf.config.reward import RewardConfig
+from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import Verifier, build_verifier, is_isolated, run_sync
 from rlxf.rewards.pool import VerifierPool
 from rlxf.rewards.types import RewardInput, RewardResult, ScoredSample, VerifierFailure, describe_exception
@@ -93,6 +94,39 @@ def _failure(outcome: Outcome) -> VerifierFailure | None:
     return None
 
 
+async def gather_all(awaitables: Sequence[Any]) -> list[Any]:
+    """``asyncio.gather`` that, when one awaitable raises (a KeyboardInterrupt in a reward function
+    included), cancels the others, waits for them to finish and raises the first error here.
+
+    asyncio raises a KeyboardInterrupt or SystemExit of a task straight out of the event loop,
+    leaving its siblings pending ("Task was destroyed but it is pending", "Task exception was
+    never retrieved"); catching it inside each task and re-raising it in the caller avoids that.
+    """
+    failed: list[BaseException] = []
+
+    async def caught(aw: Any) -> Any:
+        try:
+            return await aw
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - re-raised below, once the siblings have stopped
+            if not failed:
+                failed.append(e)
+                for task in tasks:
+                    if task is not asyncio.current_task():
+                        task.cancel()
+            return None
+
+    tasks = [asyncio.ensure_future(caught(aw)) for aw in awaitables]
+    results = await asyncio.gather(*tasks, return_exceptions=True)   # cancelled here: waits for them
+    if failed:
+        raise failed[0]
+    cancelled = next((r for r in results if isinstance(r, asyncio.CancelledError)), None)
+    if cancelled is not None:  # one was cancelled from elsewhere: as gather does, so is this
+        raise cancelled
+    return results
+
+
 class LocalReward:
     """Scores with the verifiers of a ``RewardConfig`` in this process (+ its worker pool).
 
@@ -135,7 +169,7 @@ class LocalReward:
                 runs.append(self._pooled(i, batch))
             else:
                 runs.append(self._in_process(self._local[i], batch))
-        per_verifier = await asyncio.gather(*runs)
+        per_verifier = await gather_all(runs)
         return [combine(self.names, self.weights, [outcomes[j] for outcomes in per_verifier],
                         accuracy=self.accuracy, error_score=self.cfg.error_score, uid=x.uid)
                 for j, x in enumerate(batch)]
@@ -147,7 +181,7 @@ class LocalReward:
     async def _pooled(self, i: int, batch: list[RewardInput]) -> list[Outcome]:
         assert self._pool is not None
         futures = self._pool.submit(self._pool_slot[i], batch)
-        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+        return await gather_all([asyncio.wrap_future(f) for f in futures])
 
     async def _in_process(self, verifier: Verifier, batch: list[RewardInput]) -> list[Outcome]:
         """Call ``ascore_batch`` on chunks of the verifier's ``batch_size`` (default 1),
@@ -171,7 +205,7 @@ class LocalReward:
             return [r if isinstance(r, RewardResult) else VerifierFailure(
                 "error", f"{verifier.name} returned {type(r).__name__}, not RewardResult") for r in results]
 
-        parts = await asyncio.gather(*(chunk(batch[k:k + size]) for k in range(0, len(batch), size)))
+        parts = await gather_all([chunk(batch[k:k + size]) for k in range(0, len(batch), size)])
         return [o for part in parts for o in part]
 
     @property
@@ -204,7 +238,8 @@ class RemoteReward:
         try:
             import httpx  # noqa: PLC0415
         except ImportError as e:
-            raise ImportError("remote rewards need httpx: pip install 'rlxf[serve]'") from e
+            raise MissingExtraError(f"reward.url ({url}) needs httpx to reach the reward server: "
+                                    f"pip install 'rlxf[serve]'") from e
         self._httpx = httpx
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
@@ -227,7 +262,7 @@ class RemoteReward:
             return []
         chunks = [batch[k:k + self.max_batch_size] for k in range(0, len(batch), self.max_batch_size)]
         async with self._httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
-            parts = await asyncio.gather(*(self._post(client, c) for c in chunks))
+            parts = await gather_all([self._post(client, c) for c in chunks])
         return [s for part in parts for s in part]
 
     def score(self, batch: Sequence[RewardInput]) -> list[ScoredSample]:
