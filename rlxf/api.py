@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rlxf.config import Config, ConfigError, load_config
-from rlxf.run_dir import RunDir, setup_logging
+from rlxf.run_dir import API_OPTIONS, RunDir, setup_logging
 
 PROMPTS_DIR = "prompts"
 
@@ -130,7 +130,8 @@ def train(
     if funcs and cfg.reward.url:
         raise ConfigError(f"rlxf.train: reward_funcs score in this process, but reward.url ({cfg.reward.url}) sends "
                           f"the scoring to a reward server; unset reward.url, or leave out reward_funcs")
-    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train")
+    run_dir = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=resume, overwrite=overwrite, command="train",
+                          options=API_OPTIONS)
 
     def prepare() -> dict[str, Any]:
         """The saved prompts and the reward: run under ``_run``'s guard, so that a failure here

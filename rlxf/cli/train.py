@@ -111,7 +111,11 @@ def discard_on_failed_start(run_dir, *, fresh: bool):
                 if Path(handler.baseFilename).is_relative_to(os.path.abspath(run_dir.path)):  # as FileHandler's
                     log.removeHandler(handler)  # its file is gone: a later run in this process logs elsewhere
                     handler.close()
-            log.info("the run failed before its first step; removed %s", run_dir.path)
+            if run_dir.path.exists():   # --overwrite: the run it was to replace is back there
+                log.info("the run failed before its first step; its directory was removed and the run it "
+                         "was to replace put back at %s", run_dir.path)
+            else:
+                log.info("the run failed before its first step; removed %s", run_dir.path)
         raise
     run_dir.drop_replaced()
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlxf.errors import UserInputError
+from rlxf.errors import MissingExtraError, UserInputError
 from rlxf.run_dir import write_atomically
 
 log = logging.getLogger("rlxf")
@@ -179,7 +179,7 @@ class TensorBoardSink:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:  # tensorboard itself is missing
-            raise ImportError("logging.sinks has 'tensorboard': pip install 'rlxf[tensorboard]'") from e
+            raise MissingExtraError("logging.sinks has 'tensorboard': pip install 'rlxf[tensorboard]'") from e
         self._summary_writer = SummaryWriter
         self._log_dir = str(log_dir)
         self._writer = None
@@ -203,7 +203,7 @@ class WandbSink:
         try:
             import wandb
         except ImportError as e:
-            raise ImportError("logging.sinks has 'wandb': pip install 'rlxf[wandb]'") from e
+            raise MissingExtraError("logging.sinks has 'wandb': pip install 'rlxf[wandb]'") from e
         self._run = wandb.init(project=project, name=name, config=config, dir=str(run_dir), resume="allow")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -218,7 +218,7 @@ class MlflowSink:
         try:
             import mlflow
         except ImportError as e:
-            raise ImportError("logging.sinks has 'mlflow': pip install 'rlxf[mlflow]'") from e
+            raise MissingExtraError("logging.sinks has 'mlflow': pip install 'rlxf[mlflow]'") from e
         self._mlflow = mlflow
         mlflow.set_experiment(project)
         mlflow.start_run(run_name=name)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from rlxf.config import Config
+from rlxf.errors import MissingExtraError
 from rlxf.placement.base import LearnerLost, Placement
 from rlxf.run_dir import RunDir
 
@@ -31,7 +32,7 @@ def build(cfg: Config, **objects) -> Placement:
         except ImportError as e:
             if (e.name or "").partition(".")[0] != "ray":   # a broken import of something else: as it is
                 raise
-            raise ImportError(f"run.placement=ray needs Ray: pip install 'rlxf[ray]' ({e})") from None
+            raise MissingExtraError(f"run.placement=ray needs Ray: pip install 'rlxf[ray]' ({e})") from None
         return RayPlacement(cfg)
     raise ValueError(f"unknown run.placement {cfg.run.placement!r}; valid: local, ray")
 

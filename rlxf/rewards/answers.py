@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import SyncVerifier
 from rlxf.rewards.extract import extract_answer, numeral, parse_integer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
@@ -71,7 +72,7 @@ class MathVerifier(SyncVerifier):
         try:
             import math_verify  # noqa: PLC0415
         except ImportError as e:
-            raise ImportError("the math verifier needs math-verify: pip install 'rlxf[tasks]'") from e
+            raise MissingExtraError("the math verifier needs math-verify: pip install 'rlxf[tasks]'") from e
         self._mv = math_verify
         self.extract = list(extract)
         self.answer_tag = answer_tag

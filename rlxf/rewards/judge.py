@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import run_sync
 from rlxf.rewards.types import RewardInput, RewardResult
 
@@ -113,7 +114,7 @@ class OpenAIChatClient:
         try:
             import httpx  # noqa: PLC0415
         except ImportError as e:
-            raise ImportError("the judge's HTTP client needs httpx: pip install 'rlxf[serve]'") from e
+            raise MissingExtraError("the judge's HTTP client needs httpx: pip install 'rlxf[serve]'") from e
         self._httpx = httpx
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model

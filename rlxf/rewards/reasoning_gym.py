@@ -41,6 +41,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import SyncVerifier
 from rlxf.rewards.extract import answer_tag as tag_content
 from rlxf.rewards.types import RewardInput, RewardResult
@@ -216,7 +217,7 @@ class ReasoningGymVerifier(SyncVerifier):
         try:
             import reasoning_gym  # noqa: PLC0415
         except ImportError as e:
-            raise ImportError("the reasoning_gym verifier needs reasoning-gym: pip install 'rlxf[tasks]'") from e
+            raise MissingExtraError("the reasoning_gym verifier needs reasoning-gym: pip install 'rlxf[tasks]'") from e
         self._rg = reasoning_gym
         self.answer_tag = answer_tag
         self.require_tag = require_tag

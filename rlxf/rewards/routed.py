@@ -11,14 +11,13 @@ by ``reward.verifiers``. Each sample's reward and verdict come from its source's
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rlxf.config.data import DataConfig
 from rlxf.config.reward import RewardConfig
 from rlxf.rewards.base import run_sync
-from rlxf.rewards.scorer import RewardFunction, build_reward
+from rlxf.rewards.scorer import RewardFunction, build_reward, gather_all
 from rlxf.rewards.types import RewardInput, ScoredSample
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ class SourceRoutedReward:
             source = x.uid.split(":", 1)[0]  # rlxf.types.source_of, without importing torch here
             parts.setdefault(source if source in self.by_source else None, []).append(j)
         scorers = [self.by_source[s] if s is not None else self.default for s in parts]
-        results = await asyncio.gather(*(fn.ascore([batch[j] for j in idx]) for fn, idx in zip(scorers, parts.values())))
+        results = await gather_all([fn.ascore([batch[j] for j in idx]) for fn, idx in zip(scorers, parts.values())])
         out: list[ScoredSample | None] = [None] * len(batch)
         for idx, scored in zip(parts.values(), results):
             for j, sample in zip(idx, scored, strict=True):

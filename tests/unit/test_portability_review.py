@@ -118,3 +118,25 @@ def test_an_ascii_stdout_gets_escapes_instead_of_a_crash(monkeypatch):
     assert main(["config-docs"]) == 0   # its docs hold σ and μ
     out.flush()
     assert b"\\u03c3(r)" in raw.getvalue()
+
+
+def test_the_default_reward_without_its_extra_is_a_user_error(monkeypatch):
+    """The math verifier is the default reward: without [tasks] a plain install ended with a bare
+    ImportError (exit 1) and a resume hint; every optional extra is now named as a user error."""
+    import sys
+
+    from rlxf.errors import MissingExtraError
+    from rlxf.rewards.answers import MathVerifier
+
+    monkeypatch.setitem(sys.modules, "math_verify", None)
+    with pytest.raises(MissingExtraError, match=r"rlxf\[tasks\]"):
+        MathVerifier("math")
+
+
+def test_rlxf_train_speaks_of_its_own_arguments(tmp_path):
+    import rlxf
+    from rlxf.run_dir import RunDirError
+
+    with pytest.raises(RunDirError, match=r"^resume=True: .* does not exist"):
+        rlxf.train({"model": {"path": "m"}, "data": {"task": "arithmetic"}},
+                   run={"name": "nothing", "output_dir": str(tmp_path)}, resume=True)
