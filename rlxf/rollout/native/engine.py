@@ -41,6 +41,7 @@ from rlxf.rollout.native.kernels import select_kernels
 from rlxf.rollout.native.model import (
     DecodeBatch,
     NativeWeights,
+    UnsupportedModel,
     decode,
     logits_of,
     model_spec,
@@ -52,6 +53,9 @@ from rlxf.rollout.stop import StopStrings
 from rlxf.types import Completion
 
 log = logging.getLogger(__name__)
+
+_NESTED_CALL = ("generate was called from a hook of a running generate call (on_group / between_steps), which "
+                "would overwrite that call's KV cache; call it after the running one returns")
 
 
 def model_eos_ids(model, tokenizer=None) -> tuple[int, ...]:
@@ -87,6 +91,10 @@ class NativeEngine:
     of which stalls for a scheduler time slice whenever another process holds a core (measured
     3x faster on this shared 2-core machine; the same work when it is idle). The results do not
     depend on it: sampling randomness is per request.
+
+    Thread-safe: ``generate`` and ``update_weights`` calls from several threads run one at a
+    time (a call's KV caches, weights and thread count are the engine's, not the call's); a
+    ``DecodeHooks.between_steps`` hook may still call ``update_weights`` (same thread).
     """
 
     name = "native"
@@ -96,7 +104,11 @@ class NativeEngine:
 
         options = options or EngineOptions()
         base = unwrap_model(model)
-        spec = model_spec(base)
+        try:
+            spec = model_spec(base)
+        except UnsupportedModel as e:
+            raise UnsupportedModel(f"the native rollout engine cannot run this model: {e}; use the hf engine "
+                                   f"(rollout.backend: hf; build_engine('native', ...) falls back to it)") from None
         param = next(base.parameters())
         device = torch.device(options.device) if options.device is not None else param.device
         dtype = options.dtype or param.dtype
@@ -129,6 +141,9 @@ class NativeEngine:
         self._seed_rng = np.random.default_rng(options.seed)
         self._stop_cache: dict[tuple[str, ...], StopStrings] = {}
         self._decode = decode
+        self._lock = threading.RLock()       # one call at a time (re-entrant: between_steps hooks)
+        self._decode_thread = threading.local()
+        self._in_call = False                # set while the lock's holder runs a call (its hooks included)
         if options.compile:
             if device.type == "cpu":
                 log.warning("rollout compile=True on CPU: torch.compile cannot use the oneDNN kernels, and the "
@@ -138,9 +153,15 @@ class NativeEngine:
 
     # ------------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy new weights in (one ``copy_`` per tensor, into the fused layout) and set the version."""
-        self.weights.load_(named_tensors)
-        self.policy_version = int(version)
+        """Copy new weights in (one ``copy_`` per tensor, into the fused layout) and set the version.
+        Waits for a ``generate`` call running in another thread to end."""
+        if getattr(self._decode_thread, "active", False):
+            raise RuntimeError("update_weights was called from a decode worker thread (an on_group hook of a call "
+                               "with several decode workers), while the other workers read the weights; call it "
+                               "from between_steps with EngineOptions.threads=1, or after generate returns")
+        with self._lock:
+            self.weights.load_(named_tensors)
+            self.policy_version = int(version)
 
     def stop_matcher(self, strings: tuple[str, ...]) -> StopStrings | None:
         if not strings:
@@ -164,7 +185,21 @@ class NativeEngine:
     def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams,
                  hooks: DecodeHooks | None = None) -> list[list[Completion]]:
         """For each request, ``sampling.n`` completions; a bad prompt fails only its own request.
-        ``hooks``: hear of each request as it finishes, swap weights between decode steps."""
+        ``hooks``: hear of each request as it finishes, swap weights between decode steps.
+        Concurrent calls (other threads) wait for this one to end."""
+        if getattr(self._decode_thread, "active", False):
+            raise RuntimeError(_NESTED_CALL)
+        with self._lock:   # re-entrant: a hook's thread holds it already, another thread waits here
+            if self._in_call:
+                raise RuntimeError(_NESTED_CALL)
+            self._in_call = True
+            try:
+                return self._generate(requests, sampling, hooks)
+            finally:
+                self._in_call = False
+
+    def _generate(self, requests: Sequence[RequestLike], sampling: SamplingParams,
+                  hooks: DecodeHooks | None) -> list[list[Completion]]:
         hooks = hooks or DecodeHooks()
         reqs = as_requests(requests)
         seeds = self.request_seeds(reqs, sampling)
@@ -232,6 +267,8 @@ class NativeEngine:
 
         def work(k: int) -> None:
             try:
+                if workers > 1:
+                    self._decode_thread.active = True   # a thread of its own (see update_weights)
                 torch.set_num_threads(1)
                 with torch.inference_mode():
                     stats[k] = _Run(self, self.caches[k], shared, sampling, rows, worker=k).run()

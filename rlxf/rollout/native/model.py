@@ -228,10 +228,13 @@ class NativeWeights:
 
         Unknown names are an error (they would silently leave stale weights behind), except the
         rotary frequency buffers the engine computes itself. ``require_all`` checks that every
-        parameter of the model was given (used when the engine is built).
+        parameter of the model was given (used when the engine is built). Every name and shape
+        is checked before the first copy: a refused update leaves the weights as they were, not
+        half old and half new under the old version.
         """
         seen: set[str] = set()
         unknown: list[str] = []
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
         for raw, tensor in named_tensors:
             name = self.normalize_name(raw)
             target = self.targets.get(name)
@@ -242,7 +245,7 @@ class NativeWeights:
             if tensor.shape != self.shapes[name]:
                 raise ValueError(f"update_weights: {raw} has shape {tuple(tensor.shape)}, the engine's copy "
                                  f"{tuple(self.shapes[name])}; is this the same model architecture?")
-            target.copy_(tensor.detach().reshape(target.shape))
+            copies.append((target, tensor))
             seen.add(name)
         if unknown:
             hint = (" LoRA adapter tensors cannot be copied one by one: pass "
@@ -255,6 +258,8 @@ class NativeWeights:
                 missing.append("model.embed_tokens.weight")
             if missing:
                 raise KeyError(f"the model's weights lack {len(missing)} tensors the engine needs, e.g. {missing[:5]}")
+        for target, tensor in copies:
+            target.copy_(tensor.detach().reshape(target.shape))
         return len(seen)
 
 
