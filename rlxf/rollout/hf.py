@@ -90,21 +90,25 @@ class HFEngine:
         self._seed_rng = np.random.default_rng(options.seed)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        unknown = []
-        with torch.no_grad():
-            for raw, tensor in named_tensors:
-                name = NativeWeights.normalize_name(raw)
-                target = self._params.get(name)
-                if target is None:
-                    if "rotary_emb" not in name:
-                        unknown.append(raw)
-                    continue
-                if tensor.shape != target.shape:  # copy_ would broadcast a smaller tensor silently
-                    raise ValueError(f"update_weights: {raw} has shape {tuple(tensor.shape)}, the engine's copy "
-                                     f"{tuple(target.shape)}; is this the same model architecture?")
-                target.copy_(tensor.detach())
+        """Copy new weights in and set the version. Every name and shape is checked before the first
+        copy: a refused update leaves the weights as they were, not half new under the old version."""
+        unknown, copies = [], []
+        for raw, tensor in named_tensors:
+            name = NativeWeights.normalize_name(raw)
+            target = self._params.get(name)
+            if target is None:
+                if "rotary_emb" not in name:
+                    unknown.append(raw)
+                continue
+            if tensor.shape != target.shape:  # copy_ would broadcast a smaller tensor silently
+                raise ValueError(f"update_weights: {raw} has shape {tuple(tensor.shape)}, the engine's copy "
+                                 f"{tuple(target.shape)}; is this the same model architecture?")
+            copies.append((target, tensor))
         if unknown:
             raise KeyError(f"update_weights: {len(unknown)} names the engine does not know, e.g. {unknown[:5]}")
+        with torch.no_grad():
+            for target, tensor in copies:
+                target.copy_(tensor.detach())
         self.policy_version = int(version)
 
     def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:

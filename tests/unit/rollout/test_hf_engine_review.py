@@ -48,3 +48,14 @@ def test_update_weights_refuses_a_tensor_of_another_shape(nano, tokenizer_for_te
     norm = nano.model.norm.weight.detach()  # (64,): copy_ would broadcast it over every embedding row
     with pytest.raises(ValueError, match=r"model\.embed_tokens\.weight has shape \(64,\), the engine's copy \(4096, 64\)"):
         engine.update_weights([("model.embed_tokens.weight", norm)], version=1)
+
+
+@pytest.mark.parametrize("bad", ["shape", "name"])
+def test_a_refused_weight_update_leaves_every_weight_as_it_was(nano, tokenizer_for_tests, bad):
+    engine = build_engine("hf", nano, tokenizer_for_tests)
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    tensors = [(k, torch.zeros_like(v)) for k, v in nano.state_dict().items()]
+    tensors.append(("model.norm.weight", torch.zeros(3)) if bad == "shape" else ("lora_A.weight", torch.zeros(3)))
+    with pytest.raises((ValueError, KeyError)):
+        engine.update_weights(tensors, version=1)
+    assert all(torch.equal(v, before[k]) for k, v in engine.model.state_dict().items()) and engine.policy_version == 0
