@@ -114,6 +114,7 @@ def test_the_callers_process_is_as_before_after_an_interrupted_run_and_its_resum
     log = logging.getLogger("rlxf")
     mine = logging.FileHandler(tmp_path / "mine.log", mode="w")
     log.addHandler(mine)
+    handlers = list(log.handlers)   # mine, and whatever earlier commands in this process left there
     threads, sigint = torch.get_num_threads(), signal.getsignal(signal.SIGINT)
     state = (log.level, log.propagate, hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled())
     calls = []
@@ -132,7 +133,7 @@ def test_the_callers_process_is_as_before_after_an_interrupted_run_and_its_resum
             rlxf.train(**kw)
         assert stop.value.step == 1
         for _ in range(2):  # after the interrupted run, then after its resume
-            assert log.handlers == [mine] and torch.get_num_threads() == threads
+            assert log.handlers == handlers and torch.get_num_threads() == threads
             assert (log.level, log.propagate, hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == state
             assert signal.getsignal(signal.SIGINT) is sigint
             result = rlxf.train(**kw, resume=True)
