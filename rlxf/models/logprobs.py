@@ -43,7 +43,9 @@ and 0 for t >= R_i (T = the longest response). What keeps it cheap:
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -306,19 +308,80 @@ class TokenLogprobEntropy(torch.autograd.Function):
         return grad, None, None
 
 
-def _head_chunk(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float,
-                softcap: float | None, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = head(hidden).float()
-    if softcap:  # Gemma-2 style final logit soft-capping, applied before temperature as in sampling
-        logits = torch.tanh(logits / softcap) * softcap
+class _TrunkOutput:
+    """What a trunk's forward returns, holding only given hidden states: every other field
+    (cache, attentions, router logits) reads as None, as when it was not asked for."""
+
+    def __init__(self, hidden: torch.Tensor):
+        self.last_hidden_state = hidden
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return None
+
+    def __getitem__(self, index):
+        return (self.last_hidden_state,)[index]
+
+
+@contextmanager
+def _trunk_returning(trunk: torch.nn.Module, hidden: torch.Tensor):
+    """Within: ``trunk``'s forward returns ``hidden`` (N, H) as its last hidden state, a batch of
+    one. Yields a list with one entry per call."""
+    calls: list[int] = []
+    saved = trunk.__dict__.get("forward")  # an instance-level forward (accelerate's hooks) is put back
+
+    def forward(*args, **kwargs):
+        calls.append(1)
+        return _TrunkOutput(hidden[None])
+
+    trunk.forward = forward
+    try:
+        yield calls
+    finally:
+        if saved is None:
+            del trunk.forward
+        else:
+            trunk.forward = saved
+
+
+def lm_logits(lm: torch.nn.Module, trunk: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(N, V) logits of trunk outputs ``hidden`` (N, H), by the causal LM's own forward with its
+    trunk's forward replaced by ``hidden`` (check ``forward_uses_trunk`` first).
+
+    What an architecture does between its trunk and its logits differs, and a config field's
+    name does not say what: Cohere multiplies by ``logit_scale``, Granite divides by
+    ``logits_scaling`` and HyperCLOVA X multiplies by it, MiniCPM3 scales the hidden states
+    before the head, Gemma-2 soft-caps, Chameleon masks image tokens. Running the model's own
+    code keeps these log-probs those of the model that samples (the engines' forward).
+    """
+    with _trunk_returning(trunk, hidden):
+        ids = torch.zeros((1, hidden.shape[0]), dtype=torch.long, device=hidden.device)
+        return lm(input_ids=ids, use_cache=False).logits[0]
+
+
+def forward_uses_trunk(lm: torch.nn.Module, trunk: torch.nn.Module, head: torch.nn.Module) -> bool:
+    """Whether ``lm``'s forward gets its hidden states from ``trunk``'s forward, so that
+    ``lm_logits`` applies; OPT's calls ``trunk.decoder`` instead (and only applies its head).
+    One token through the head finds out."""
+    probe = torch.zeros((1, head.weight.shape[-1]), dtype=head.weight.dtype, device=head.weight.device)
+    with torch.no_grad(), _trunk_returning(trunk, probe) as calls:
+        lm(input_ids=torch.zeros((1, 1), dtype=torch.long, device=probe.device), use_cache=False)
+    return bool(calls)
+
+
+def _head_chunk(hidden: torch.Tensor, targets: torch.Tensor, to_logits, temperature: float,
+                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = to_logits(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
     logp, entropy = TokenLogprobEntropy.apply(logits, targets, with_entropy)
     return logp, entropy if with_entropy else logp.new_zeros(())
 
 
-def causal_lm_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, float | None]:
-    """(decoder trunk, output head, logit soft-cap) of a transformers causal LM or a PEFT wrapper."""
+def causal_lm_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
+    """(decoder trunk, output head, causal LM) of a transformers causal LM or a PEFT wrapper;
+    the causal LM is the transformers model inside the wrapper."""
     base = unwrap_model(model)
     trunk = getattr(base, base.base_model_prefix, None)
     head = base.get_output_embeddings()
@@ -327,7 +390,7 @@ def causal_lm_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, float | No
             f"{type(base).__name__} is not a causal LM with a `{base.base_model_prefix}` trunk and an "
             f"output embedding; sequence_logprobs needs a *ForCausalLM model"
         )
-    return trunk, head, getattr(base.config, "final_logit_softcapping", None)
+    return trunk, head, base
 
 
 def pad_ragged(flat: torch.Tensor, lengths: list[int]) -> torch.Tensor:
@@ -365,7 +428,7 @@ def sequence_logprobs(
     check_pairs(prompt_ids, response_ids)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for log-probs (got {temperature}); greedy has no density")
-    trunk, head, softcap = causal_lm_parts(model)
+    trunk, head, lm = causal_lm_parts(model)
     device = head.weight.device
     lengths = [len(r) for r in response_ids]
     mask = response_mask(response_ids, device=device)
@@ -387,6 +450,7 @@ def sequence_logprobs(
         hidden = hidden_states_at(trunk, sequences, positions, packed=packed,
                                   max_tokens_per_row=max_tokens_per_row, pad_id=pad_id)
     targets = torch.tensor([t for r in response_ids for t in r], dtype=torch.long, device=device)
+    to_logits = partial(lm_logits, lm, trunk) if forward_uses_trunk(lm, trunk, head) else head
     n_chunks = -(-hidden.shape[0] // chunk_size)
     if checkpoint_chunks is None:
         checkpoint_chunks = torch.is_grad_enabled() and n_chunks > 1
@@ -394,9 +458,9 @@ def sequence_logprobs(
     for start in range(0, hidden.shape[0], chunk_size):
         h, y = hidden[start:start + chunk_size], targets[start:start + chunk_size]
         if checkpoint_chunks:
-            lp, ent = checkpoint(_head_chunk, h, y, head, temperature, softcap, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(_head_chunk, h, y, to_logits, temperature, with_entropy, use_reentrant=False)
         else:
-            lp, ent = _head_chunk(h, y, head, temperature, softcap, with_entropy)
+            lp, ent = _head_chunk(h, y, to_logits, temperature, with_entropy)
         logps.append(lp)
         ents.append(ent)
     logprobs = pad_ragged(torch.cat(logps), lengths)

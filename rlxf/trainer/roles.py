@@ -144,18 +144,51 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
     clipping). Dropout in the training forward makes those comparisons noise: with attention
     dropout 0.3 the first mini-batch's ratios spread over 0.89-1.14, against a clip range of
     0.2, before any weight has moved. TRL trains such roles without dropout too (its
-    ``disable_dropout``). Covers ``nn.Dropout`` modules and the float probabilities that
-    transformers' attention and MLP modules hold (``attention_dropout``, ``dropout``, ...);
-    LoRA's ``lora_dropout``, which the user sets for the adapters, is kept.
+    ``disable_dropout``). Covers ``nn.Dropout`` modules, the float probabilities that
+    transformers' modules hold (``attention_dropout``, GPT-2's ``attn_pdrop``, OPT's
+    ``layerdrop``, which skips whole layers at random, ``drop_path``), and those a module reads
+    from its ``config`` at call time (Falcon's and Persimmon's ``self.config.attention_dropout``):
+    such a module gets a copy of its config with them zeroed, while each top-level transformers
+    model keeps its own config object, the one ``save_pretrained`` writes (a later change to
+    that config, e.g. by ``set_attn_implementation``, does not reach the copies). LoRA's
+    ``lora_dropout``, which the user sets for the adapters, is kept.
     """
+    import copy
+
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    def random_drop(name: str, value) -> bool:
+        return type(value) is float and value != 0.0 and any(
+            key in name for key in ("dropout", "pdrop", "layerdrop", "drop_path"))
+
+    def top_models(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+        if isinstance(module, PreTrainedModel):
+            yield module
+        else:
+            for child in module.children():
+                yield from top_models(child)
+
+    saved = {id(m) for m in top_models(model)}
+    copies: dict[int, PretrainedConfig] = {}  # one zeroed copy per config object, shared as the original was
     for name, module in model.named_modules():
         if "lora_dropout" in name:
             continue
         if isinstance(module, torch.nn.modules.dropout._DropoutNd):
             module.p = 0.0
         for attr, value in list(vars(module).items()):
-            if "dropout" in attr and type(value) is float:
+            if random_drop(attr, value):
                 setattr(module, attr, 0.0)
+        config = vars(module).get("config")
+        if id(module) in saved or not isinstance(config, PretrainedConfig):
+            continue
+        if id(config) not in copies:
+            copies[id(config)] = config
+            drops = [attr for attr, value in vars(config).items() if random_drop(attr, value)]
+            if drops:
+                copies[id(config)] = copy.copy(config)
+                for attr in drops:
+                    setattr(copies[id(config)], attr, 0.0)
+        module.config = copies[id(config)]
     return model
 
 

@@ -31,11 +31,11 @@ def model(nano_model_dir):
 
 
 def trunk_inputs(model, **kw) -> list[tuple[int, ...]]:
-    """Shapes of the input_ids of every trunk forward that sequence_logprobs makes."""
+    """Shapes of the input_ids of every trunk forward that sequence_logprobs makes (read at the
+    embedding: the head's run of the model's forward replaces the trunk's and embeds nothing)."""
     trunk, _, _ = causal_lm_parts(model)
     shapes = []
-    hook = trunk.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
-                                           with_kwargs=True)
+    hook = trunk.get_input_embeddings().register_forward_pre_hook(lambda mod, args: shapes.append(tuple(args[0].shape)))
     try:
         with torch.no_grad():
             sequence_logprobs(model, **kw)
