@@ -45,16 +45,32 @@ def group_mean_std(scores: Tensor, group_ids: Tensor, valid: Tensor | None = Non
     return tuple(t[inverse].to(scores.dtype) for t in (mean, var.sqrt(), size))
 
 
-def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> Tensor:
+def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None,
+                          trained: Tensor | None = None) -> Tensor:
     """DAPO dynamic sampling (Yu et al. 2025): which samples to keep, ``(B,)`` bool.
 
     A group whose scores are all equal (every answer right, or every answer wrong) has zero
     advantage under any group baseline and contributes no gradient, so its samples are
     dropped and the batch is refilled with more prompts. True for samples of groups whose
     valid scores are not all equal; groups of one valid sample are never kept.
+
+    ``trained (B,)`` bool, optional: the valid samples whose tokens the loss trains on
+    (``algorithm.mask_truncated`` masks the truncated ones, which still count in their group's
+    mean). A group is kept only if one of them scores off that mean, so has a non-zero
+    advantage: scores [1, 0, 0] with the 0s masked are kept (the 1 is pushed up), a group whose
+    samples are all masked is not, whatever its scores. None: every valid sample is trained.
     """
     high, low, inverse = _group_range(scores, group_ids, valid)
-    return (high > low)[inverse]
+    keep = (high > low)[inverse]
+    if trained is None:
+        return keep
+    _check_shapes(scores, group_ids, trained)
+    x = scores.double()
+    mean, _, _ = group_mean_std(x, group_ids, valid)
+    ok = trained.bool() if valid is None else trained.bool() & valid.bool()
+    signal = ok & (x != mean)
+    has = x.new_zeros(len(high)).index_add(0, inverse, signal.to(x.dtype)) > 0
+    return keep & has[inverse]
 
 
 def zero_variance_fraction(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> Tensor:

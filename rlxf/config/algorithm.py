@@ -135,6 +135,14 @@ class AlgorithmConfig(Section):
         "reward falls linearly to -overlong_penalty (0 = off).",
     )
     overlong_penalty: float = Field(1.0, ge=0, description="DAPO soft overlong penalty at max length.")
+    mask_truncated: bool = Field(
+        False,
+        description="Overlong filtering (DAPO, Yu et al. 2025; TRL's mask_truncated_completions): a response "
+        "cut off at rollout.max_new_tokens (finish_reason length; with an environment, an episode it did "
+        "not terminate) trains nothing: its tokens leave the policy, KL, entropy and value losses and "
+        "their denominators. It still counts in the reward metrics and in its group's baseline "
+        "(docs/algorithms.md). Metric response/truncated_masked_frac.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -99,7 +99,21 @@ class Config(Section):
         if self.rollout.mode == "async":
             self._check_async()
         self._check_sft_stop()
+        self._check_length_rules()
         return self
+
+    def _check_length_rules(self) -> None:
+        """Rules about cut-off responses that would silently do nothing, or everything."""
+        algo, rollout = self.algorithm, self.rollout
+        if algo.overlong_buffer > 0 and algo.overlong_penalty > 0 and int(algo.overlong_buffer * rollout.max_new_tokens) < 1:
+            raise ValueError(f"algorithm.overlong_buffer={algo.overlong_buffer:g} of rollout.max_new_tokens="
+                             f"{rollout.max_new_tokens} is less than one token, so the overlong penalty would never "
+                             f"apply; raise overlong_buffer (at least {1 / rollout.max_new_tokens:.3g}) or set it to 0")
+        if algo.mask_truncated and rollout.ignore_eos and not (rollout.stop_token_ids or rollout.stop_strings) \
+                and self.env is None:
+            raise ValueError("algorithm.mask_truncated masks responses cut off at rollout.max_new_tokens, and with "
+                             "rollout.ignore_eos and no stop_token_ids / stop_strings every response is: nothing "
+                             "would train. Set rollout.ignore_eos: false, give a stop, or algorithm.mask_truncated: false")
 
     def _check_sft_stop(self) -> None:
         """``sft.stop_when`` names an evaluation metric; a source's must be a source of this run

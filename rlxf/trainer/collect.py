@@ -146,10 +146,7 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
         if curriculum is not None:
             curriculum.observe(trajs)
         if algo.dynamic_sampling:
-            rewards = torch.tensor([t.reward for t in trajs])
-            groups = torch.tensor([t.group for t in trajs])
-            answered = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
-            keep = dynamic_sampling_keep(rewards, groups, answered).tolist() if trajs else []
+            keep = informative_samples(trajs, algo.mask_truncated)
             trajs = [t for t, k in zip(trajs, keep) if k]
         kept += trajs
         if len(kept) >= need * n:
@@ -177,8 +174,22 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
     return kept, metrics
 
 
+def informative_samples(trajs: list[Trajectory], mask_truncated: bool) -> list[bool]:
+    """Which samples dynamic sampling keeps: those of groups with a trained sample whose advantage
+    is not 0 (``dynamic_sampling_keep``). With ``mask_truncated`` a truncated sample is no trained
+    one: a group whose spread lies in samples the loss masks would teach nothing."""
+    if not trajs:
+        return []
+    rewards = torch.tensor([t.reward for t in trajs])
+    groups = torch.tensor([t.group for t in trajs])
+    answered = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
+    trained = torch.tensor([t.finish_reason != "length" for t in trajs]) if mask_truncated else None
+    return dynamic_sampling_keep(rewards, groups, answered, trained).tolist()
+
+
 def batch_metrics_of(trajs: list[Trajectory]) -> dict[str, float]:
-    """Reward statistics of the trajectories actually trained on."""
+    """Reward statistics of ``trajs``: everything a step sampled (the policy's performance),
+    not only the batch dynamic sampling kept."""
     if not trajs:
         return {}
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)

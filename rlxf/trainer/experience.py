@@ -21,6 +21,7 @@ from rlxf.algorithms import (
     registry,
     sequence_scores,
     soft_overlong_penalty,
+    zero_masked,
 )
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.trainer.roles import Actor, Critic, Reference
@@ -48,6 +49,7 @@ class ExperienceMaker:
     max_new_tokens: int
     recompute_old: bool                 # False when one optimizer step sees fresh samples (π_old = π_θ)
     baseline: MovingBaseline            # for `reinforce`; the other estimators ignore it
+    mask_truncated: bool = False        # overlong filtering: truncated samples train nothing (``masked_truncated``)
 
     @classmethod
     def from_config(cls, algo: AlgorithmConfig, max_new_tokens: int, optimizer_steps_per_step: int) -> ExperienceMaker:
@@ -67,6 +69,7 @@ class ExperienceMaker:
             # yet), so they need no forward of their own: staleness lives in rollout_logprobs.
             recompute_old=optimizer_steps_per_step > 1 or kl_in_reward,
             baseline=MovingBaseline(),
+            mask_truncated=algo.mask_truncated,
         )
 
     def __call__(self, trajs: list[Trajectory], actor: Actor, reference: Reference | None,
@@ -106,6 +109,10 @@ class ExperienceMaker:
         answered = mask.bool().any(dim=-1)
         if answered.any():
             self.baseline.update(float(sequence_scores(token_rewards, mask)[answered].mean()))
+        if self.mask_truncated:
+            mask, masked = masked_truncated(trajs, mask)
+            advantages, returns = zero_masked(advantages, mask), zero_masked(returns, mask)
+            metrics |= masked
 
         metrics["advantage/mean"] = float(masked_mean(advantages, mask))
         metrics["advantage/abs_mean"] = float(masked_mean(advantages.abs(), mask))
@@ -123,6 +130,30 @@ class ExperienceMaker:
 
     def load_state_dict(self, state: dict) -> None:
         self.baseline.load_state_dict(state["baseline"])
+
+
+def masked_truncated(trajs: list[Trajectory], mask: Tensor) -> tuple[Tensor, dict[str, float]]:
+    """Overlong filtering (DAPO, Yu et al. 2025; TRL's ``mask_truncated_completions``): ``mask``
+    (B, T) with the rows of truncated samples (``finish_reason == "length"``) zeroed, and the share
+    of the answered samples and of their tokens that this masked.
+
+    A response cut off mid-thought is scored as if it had finished: its reward says little about
+    its tokens, and training on it teaches the policy to ramble or to stop anywhere. Masked, it
+    adds nothing to the policy, KL, entropy or value loss, nor to their token and sequence
+    counts; the critic is not fit to it either (GAE ends it as if it had finished, so its value
+    targets are not its return). The advantages are computed before, as without the option (as
+    TRL's): a truncated sample is in its group's baseline and in any batch whitening. Its reward
+    is what the policy earned on the prompt, so it belongs in the baseline, and leaving it out
+    would turn [right, cut off, cut off] into a group of one, with no signal for the right
+    answer. So with the overlong penalty (``overlong_buffer``): a truncated sample's penalty
+    lowers its group's baseline and moves nothing else.
+    """
+    cut = torch.tensor([t.finish_reason == "length" for t in trajs], dtype=torch.bool)
+    answered = mask.bool().any(dim=-1)
+    kept = mask * (~cut)[:, None].to(mask.dtype)
+    tokens = mask.bool().sum()
+    return kept, {"response/truncated_masked_frac": float((cut & answered).sum()) / max(1, int(answered.sum())),
+                  "response/truncated_masked_token_frac": float(tokens - kept.bool().sum()) / max(1, int(tokens))}
 
 
 def old_logprobs_of_run_rows(actor: Actor, exp: Experience) -> Tensor:
@@ -154,7 +185,7 @@ def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
     None: every token counts as sampled with the trainer's weights. ``rows`` (B,) bool: the rows
     ``trainer_logprobs`` holds (the actor's update skips rows that add nothing to the loss, and
     its first forward then has none for them); None: all. ``kl``: KL(π_old ‖ π_ref) per token,
-    when a reference exists.
+    when a reference exists and a token was measured.
     """
     held = exp.mask if rows is None else exp.mask * rows[:, None]
     valid = held.bool()
@@ -169,7 +200,9 @@ def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
         out |= {"rollout/logprob_gap_max": float(gap[fresh].max()), "rollout/logprob_gap_mean": float(gap[fresh].mean())}
     elif not exp.mask.bool().any():  # nothing to measure: no gap
         out |= {"rollout/logprob_gap_max": 0.0, "rollout/logprob_gap_mean": 0.0}
-    if exp.ref_logprobs is not None:
+    # over no token there is no measurement: a 0 would make an adaptive controller (kl_target)
+    # shrink β on a step that showed nothing
+    if exp.ref_logprobs is not None and valid.any():
         kl = kl_penalty(trainer_logprobs, exp.ref_logprobs, kl_estimator, mask=held)
         out["kl"] = float(masked_mean(kl, held))
     return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from rlxf.algorithms import OffPolicyParams, PolicyLossParams, kl_penalty, registry
+from rlxf.algorithms import OffPolicyParams, PolicyLossParams, kl_penalty, registry, token_mean
 from rlxf.config.algorithm import AlgorithmConfig
 
 
@@ -103,7 +103,9 @@ class PolicyObjective:
             ent = self.aggregate(entropy, mask, **agg)
             if self.entropy_coef > 0:
                 loss = loss - self.entropy_coef * ent
-            metrics["entropy"] = (ent if run is agg else self.aggregate(entropy, mask, **run)).detach()
+            # reported per token (nats/token, as plotted), whatever the loss aggregates: under
+            # seq_mean_token_sum_norm an entropy of 2.0 would read 2.0 x |y| / L
+            metrics["entropy"] = token_mean(entropy.detach(), mask, num_tokens=run["num_tokens"])
         if totals.batch_fraction != 1.0:
             loss = loss * totals.batch_fraction
         return loss, metrics

@@ -36,9 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from rlxf.algorithms import dynamic_sampling_keep
 from rlxf.config import Config
 from rlxf.config.algorithm import AlgorithmConfig
 from rlxf.config.reward import RewardConfig
@@ -46,7 +43,13 @@ from rlxf.data import Sampler
 from rlxf.data.errors import DataError
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupRequest, GroupStream
-from rlxf.trainer.collect import batch_metrics_of, check_reward_failures, collect, identical_group_frac
+from rlxf.trainer.collect import (
+    batch_metrics_of,
+    check_reward_failures,
+    collect,
+    identical_group_frac,
+    informative_samples,
+)
 from rlxf.trainer.seeds import derive_seed
 from rlxf.trainer.timer import PhaseTimer
 from rlxf.types import Prompt, Trajectory
@@ -183,9 +186,11 @@ class Draws:
         tally.pending -= 1
         kept = informative or draw.round + 1 >= self.rounds
         if kept:
-            # the oldest version of any token: an empty response has none (and is no older than
-            # its group), a group of nothing but empty responses none at all (never stale)
-            oldest = min((v for t in group for v in t.policy_versions), default=None)
+            # the oldest version of any sampled token: an empty response has none (and is no older
+            # than its group), a group of nothing but empty responses none at all (never stale);
+            # an environment's tokens (loss mask 0, version -1) were sampled by no policy
+            oldest = min((v for t in group for v, m in zip(t.policy_versions, t.loss_mask, strict=True) if m),
+                         default=None)
             self.buffer.arrived(ReadyGroup(order, oldest, group, informative, draw.round))
         else:
             del self.out[order]
@@ -321,10 +326,7 @@ class AsyncBatches:
             # DAPO: a group whose rewards agree teaches nothing (every advantage is 0)
             informative = bool(group)
             if group and self.algo.dynamic_sampling:
-                rewards = torch.tensor([t.reward for t in group])
-                answered = torch.tensor([any(t.loss_mask) for t in group], dtype=torch.bool)
-                informative = bool(dynamic_sampling_keep(rewards, torch.zeros(len(group), dtype=torch.long),
-                                                         answered).any())
+                informative = any(informative_samples(group, self.algo.mask_truncated))
             draw, kept = self.in_flight.arrived(order, group, informative)
             if not kept:
                 self.discarded.append((order, draw.round, group))
@@ -352,7 +354,8 @@ class AsyncBatches:
             "async/dropped_stale": float(self.buffer.dropped_stale - self.dropped_before),
             "async/buffer_fill": fill,
             "async/trainer_idle_frac": min(1.0, waited / wall),
-            "async/partial_frac": sum(len(set(t.policy_versions)) > 1 for t in trajs) / max(1, len(trajs)),
+            "async/partial_frac": sum(len({v for v, m in zip(t.policy_versions, t.loss_mask, strict=True) if m}) > 1
+                                      for t in trajs) / max(1, len(trajs)),
         }
         self.dropped_before = self.buffer.dropped_stale
         engine = self.stream.engine_stats()
