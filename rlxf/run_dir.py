@@ -8,6 +8,7 @@
       checkpoints/step_N/  model/ (HF format) + trainer state; SFT and RL alike (rlxf.models.paths)
       eval.jsonl         what `rlxf eval` measured on this run's checkpoints
       report.html        plots (`rlxf report`)
+      sink_runs.json     the W&B / MLflow run ids (``logging.sinks``) a `--resume` logs to again
       run.json           which command made the run (``{"command": "sft"}``): `--resume` with another
                          one is refused, and `--overwrite` deletes only a directory that holds it, or
                          config.yaml with the log, metrics or checkpoints/ of a run from before it

@@ -57,7 +57,8 @@ class LoggingConfig(Section):
     sinks: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list,
         description="Extra metrics sinks besides metrics.jsonl (always written). "
-        "Each needs its extra installed: `pip install rlxf[tensorboard]` etc.",
+        "Each needs its extra installed: `pip install rlxf[tensorboard]` etc. A `--resume` logs to the "
+        "same W&B / MLflow run (its id is kept in the run's sink_runs.json).",
     )
     project: str = Field("rlxf", description="Project / experiment name for W&B and MLflow.")
     samples_fraction: float = Field(

@@ -79,7 +79,11 @@ class TrainConfig(Section):
         None, gt=0,
         description="Stop after the first step that ends this much wall time after training began "
         "(evaluated and checkpointed as a last step), even if `steps` are not done: a time budget, "
-        "and RL and SFT compared for the same time. None = run all `steps`.",
+        "and RL and SFT compared for the same time. It budgets the run's whole training time: each "
+        "checkpoint records the time trained so far and `--resume` counts on from it (the steps "
+        "replayed after the checkpoint are timed again; the first evaluation is not counted), so a "
+        "resumed run stops about where the uninterrupted one would. May be raised on `--resume` to "
+        "train on. None = run all `steps`.",
     )
     packing: bool = Field(
         True, description="Pack a micro-batch's sequences into one row (no padding compute)."
@@ -161,7 +165,9 @@ class SFTConfig(Section):
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step.")
     micro_batch_size: int = Field(32, ge=1, description="Examples per forward/backward (packed); divides batch_size.")
     max_seconds: float | None = Field(
-        None, gt=0, description="Stop after this much wall time even if `steps` are not done (a time-matched baseline)."
+        None, gt=0, description="Stop after the first step that ends this much training time even if `steps` are "
+        "not done (a time-matched baseline). Like `train.max_seconds` it budgets the whole run: `--resume` counts "
+        "on from the time the checkpoint recorded, and may raise it to train on."
     )
     eval_every: int = Field(0, ge=0, description="Evaluate on the held-out prompts every N steps with the reward (0 = at the end only).")
     stop_when: SFTStopConfig | None = Field(

@@ -44,8 +44,9 @@ class ProgressDisplay:
 
     def __init__(self, total: int, start: int = 0, *, enabled: bool = True, log_every: int = 1,
                  console: Console | None = None, fields: tuple[tuple[str, str, str], ...] | None = None,
-                 max_seconds: float | None = None):
+                 max_seconds: float | None = None, spent: float = 0.0):
         self.max_seconds = max_seconds  # a time limit ends the work first when it is the nearer end
+        self.spent = spent  # of max_seconds, before this display (a resumed run's training time so far)
         self._last_eval = ""
         self.fields = fields or self.FIELDS
         self.console = console or Console(stderr=True)
@@ -96,7 +97,7 @@ class ProgressDisplay:
             # nothing done yet (the first line, or a resume at its last step) measures no speed
             eta = 0.0 if step >= self.total else elapsed / done * (self.total - step) if done > 0 else math.inf
             if self.max_seconds is not None:
-                eta = min(eta, max(0.0, self.max_seconds - elapsed))
+                eta = min(eta, max(0.0, self.max_seconds - self.spent - elapsed))
             # one line per step whatever the width (a log file is read, and grepped, by line); no
             # markup: source names are the user's, and "[hard]" would vanish as a style tag
             eta_text = f"{eta:.0f}s" if math.isfinite(eta) else "-"

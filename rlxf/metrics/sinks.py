@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -198,13 +199,49 @@ class TensorBoardSink:
             self._writer = None
 
 
+# next to metrics.jsonl: the W&B and MLflow runs a run directory logs to, so `--resume` continues
+# the same one (``{"wandb": id, "mlflow": run_id}``); without it every resume started a new run
+SINK_RUNS = "sink_runs.json"
+
+
+def _sink_runs(path: Path) -> dict[str, str]:
+    """``SINK_RUNS``'s ``{sink: run id}``; a damaged file is an error naming it."""
+    if not path.exists():
+        return {}
+    try:
+        ids = json.loads(path.read_text())
+    except ValueError as e:
+        ids = e
+    if not isinstance(ids, dict) or not all(isinstance(v, str) for v in ids.values()):
+        raise DamagedFileError(f"{path}: not a JSON object of run ids ({ids}); it names the W&B / MLflow run "
+                               f"this run logs to: repair it, or delete it to log to a new run")
+    return ids
+
+
+def saved_run_id(run_dir: Path, sink: str) -> str | None:
+    """The id of the ``sink`` run that the run in ``run_dir`` logged to before, if any."""
+    return _sink_runs(run_dir / SINK_RUNS).get(sink)
+
+
+def save_run_id(run_dir: Path, sink: str, run_id: str) -> None:
+    path = run_dir / SINK_RUNS
+    write_atomically(path, (json.dumps({**_sink_runs(path), sink: run_id}, indent=1) + "\n").encode())
+
+
 class WandbSink:
+    """A W&B run; a resumed rlxf run continues the one it logged to (its id is in ``SINK_RUNS``)."""
+
     def __init__(self, project: str, name: str, config: dict[str, Any], run_dir: Path):
         try:
             import wandb
         except ImportError as e:
             raise MissingExtraError("logging.sinks has 'wandb': pip install 'rlxf[wandb]'") from e
-        self._run = wandb.init(project=project, name=name, config=config, dir=str(run_dir), resume="allow")
+        run_id = saved_run_id(run_dir, "wandb")
+        if run_id is None:  # saved before the run starts: a kill in between still leaves its id
+            run_id = os.environ.get("WANDB_RUN_ID") or secrets.token_hex(8)
+            save_run_id(run_dir, "wandb", run_id)
+        self._run = wandb.init(project=project, name=name, config=config, dir=str(run_dir), id=run_id,
+                               resume="allow")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self._run.log(metrics, step=step)
@@ -214,14 +251,22 @@ class WandbSink:
 
 
 class MlflowSink:
-    def __init__(self, project: str, name: str, config: dict[str, Any]):
+    """An MLflow run; a resumed rlxf run continues the one it logged to (its id is in ``SINK_RUNS``)."""
+
+    def __init__(self, project: str, name: str, config: dict[str, Any], run_dir: Path):
         try:
             import mlflow
         except ImportError as e:
             raise MissingExtraError("logging.sinks has 'mlflow': pip install 'rlxf[mlflow]'") from e
         self._mlflow = mlflow
         mlflow.set_experiment(project)
-        mlflow.start_run(run_name=name)
+        run_id = saved_run_id(run_dir, "mlflow")
+        if run_id is not None:
+            # the params were logged at the first start: MLflow refuses to change one, and a resume
+            # may change some (train.steps, ...); config.yaml holds what this resume runs with
+            mlflow.start_run(run_id=run_id)
+            return
+        save_run_id(run_dir, "mlflow", mlflow.start_run(run_name=name).info.run_id)
         flat = _flatten(config)
         mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
 
@@ -263,7 +308,7 @@ class MultiSink:
 SINKS: dict[str, Callable[[Path, str, str, dict[str, Any]], MetricsSink]] = {
     "tensorboard": lambda run_dir, project, name, config: TensorBoardSink(run_dir / "tensorboard"),
     "wandb": lambda run_dir, project, name, config: WandbSink(project, name, config, run_dir),
-    "mlflow": lambda run_dir, project, name, config: MlflowSink(project, name, config),
+    "mlflow": lambda run_dir, project, name, config: MlflowSink(project, name, config, run_dir),
 }
 
 

@@ -4,7 +4,8 @@
       model/              HF format (safetensors + config + tokenizer): from_pretrained-loadable
       critic/             PPO only
       learner_state.pt    optimizers, schedules, KL controller, ... (the placement's, see trainer.learner)
-      trainer_state.pt    the loop's: step, data-sampler position, RNG states; written last
+      trainer_state.pt    the loop's: step, data-sampler position, RNG states, training time so far
+                          (what train.max_seconds / sft.max_seconds budget across resumes); written last
 
 A checkpoint is written to a hidden temporary directory, fsynced, then renamed into place in
 one ``rename(2)``: a reader sees either the whole checkpoint or none. Deleting one (``keep_last``)

@@ -70,9 +70,14 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     extra = {name: obj for name, obj in (("curriculum", curriculum), ("ptx", demos), ("in_flight", batches.in_flight))
              if obj is not None}
     state = restore(run, cfg, placement, sampler, extra) if resume else RunState.fresh(run, cfg)
+    end = cfg.train.steps  # the last step to take; a resumed run that ended by its time budget takes none
     if state.step >= cfg.train.steps:
         log.warning("--resume: the run has done %d steps and train.steps is %d: nothing to train; raise "
                     "train.steps to train on", state.step, cfg.train.steps)
+    elif state.clock.spent(cfg.train.max_seconds):
+        end = state.step
+        log.warning("--resume: the run has trained %.1f s and train.max_seconds is %g: nothing to train; raise "
+                    "train.max_seconds to train on", state.clock.checked, cfg.train.max_seconds)
     last: dict[str, float] = {}
     diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
     if resume:  # as if never interrupted: the steps done count (restore cut metrics.jsonl back to them)
@@ -89,12 +94,13 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                 diagnostics.observe(0, start)  # the accuracy later evaluations are compared with
                 if stop.signum is not None:  # nothing trained yet, so nothing to save
                     raise TrainingInterrupted(stop.signum, 0, None)
-            began = time.perf_counter()
+            state.clock.start()  # training time, counted on from the checkpoint's on resume
             with state.progress(cfg.train.steps) as progress:
-                for step in range(state.step + 1, cfg.train.steps + 1):
+                for step in range(state.step + 1, end + 1):
                     timer = PhaseTimer()
                     # the last step: train.steps, or the first to end past train.max_seconds (the
-                    # clock is read before the step's eval, which a last step always has)
+                    # clock, the run's training time so far, is read before the step's eval, which a
+                    # last step always has)
                     final = step == cfg.train.steps
 
                     # rollout + reward: a group of n scored responses per prompt
@@ -117,8 +123,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                     with timer("sync"):
                         placement.sync_weights(step)
 
-                    out_of_time = (cfg.train.max_seconds is not None
-                                   and time.perf_counter() - began >= cfg.train.max_seconds)
+                    out_of_time = state.clock.out_of(cfg.train.max_seconds)
                     final = final or out_of_time
 
                     # eval: held-out accuracy every eval.every steps

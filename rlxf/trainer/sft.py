@@ -21,21 +21,23 @@ from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks, read_jsonl
 from rlxf.models import load_from_config
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint
+from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import nll_shares
-from rlxf.trainer.trainable import TrainableModel, checkpoint_trainable, resume_trainable
+from rlxf.trainer.state import TrainClock
+from rlxf.trainer.trainable import TrainableModel, resume_trainable
 
 log = logging.getLogger("rlxf")
 
 
 def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig,
               on_step: Callable[[int, dict[str, float], bool], bool | None] | None = None, *,
-              core: TrainableModel | None = None, start: int = 0) -> int:
+              core: TrainableModel | None = None, start: int = 0, clock: TrainClock | None = None) -> int:
     """Train ``model`` up to step ``cfg.steps``, or until ``cfg.max_seconds`` pass.
 
     ``core``: the model's optimizer core (a new one by default); a resumed run passes the one
-    it restored from a checkpoint with ``start``, the step that checkpoint was taken at.
+    it restored from a checkpoint with ``start``, the step that checkpoint was taken at, and
+    ``clock``, the training time that checkpoint recorded (``cfg.max_seconds`` budgets the whole run).
 
     ``batches()`` gives the next batch of ``cfg.batch_size`` examples. ``on_step(step, metrics,
     last)`` (1-based step) sees sft/loss (mean NLL per response token), lr, grad_norm, skipped (1
@@ -44,7 +46,8 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
     (``sft.stop_when``). Returns the last step taken.
     """
     core = core if core is not None else TrainableModel(model, cfg.optim, cfg.steps, cfg.micro_batch_size)
-    began = time.perf_counter()
+    clock = clock if clock is not None else TrainClock()
+    clock.start()
     step = start
     while step < cfg.steps:
         t0 = time.perf_counter()
@@ -53,7 +56,7 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         nlls: list[float] = []
         step_metrics = core.train_step(nll_shares(core.run, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
-        last = step >= cfg.steps or (cfg.max_seconds is not None and time.perf_counter() - began >= cfg.max_seconds)
+        last = clock.out_of(cfg.max_seconds) or step >= cfg.steps
         if on_step is not None:
             dt = time.perf_counter() - t0
             if on_step(step, {"sft/loss": sum(nlls), **step_metrics,
@@ -65,17 +68,23 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
     return step
 
 
+def _record(run: RunDir, step: int) -> dict[str, float]:
+    """The numbers metrics.jsonl holds for step ``step``."""
+    record = next((r for r in read_jsonl(run.metrics) if r.get("step") == step), {})
+    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, int | float)}
+
+
 def _stopped_at(cfg: Config, run: RunDir, step: int) -> dict[str, float] | None:
     """The metrics of step ``step`` if the run stopped there by ``sft.stop_when`` (its scheduled
     evaluation reached the level), else None."""
     target = cfg.sft.stop_when
     if target is None or not step or not cfg.sft.eval_every or step % cfg.sft.eval_every or step >= cfg.sft.steps:
         return None
-    record = next((r for r in read_jsonl(run.metrics) if r.get("step") == step), {})
+    record = _record(run, step)
     value = record.get(target.metric)
-    if not isinstance(value, int | float) or not value >= target.at_least:   # NaN is written as a string
+    if value is None or not value >= target.at_least:   # NaN is written as a string, so not a number here
         return None
-    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, int | float)}
+    return record
 
 
 def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, float]:
@@ -94,11 +103,18 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
     start = resume_trainable(run, core, sampler) if resume else 0
+    # the training time so far, which sft.max_seconds budgets (restarted, a resume got a whole budget more)
+    resumed_from = run.checkpoints / f"step_{start}"
+    clock = TrainClock.restored(load_trainer_state(resumed_from), resumed_from) if start else TrainClock()
     stopped = _stopped_at(cfg, run, start) if resume else None
     if stopped is not None:   # the run ended there by sft.stop_when: resuming it trains no further
         log.info("--resume: the run stopped at step %d, where %s reached sft.stop_when; nothing to train "
                  "(start a new run from its model to train on)", start, cfg.sft.stop_when.metric)
         return stopped
+    if start < cfg.sft.steps and clock.spent(cfg.sft.max_seconds):   # it ended there by its time budget
+        log.warning("--resume: the run has trained %.1f s and sft.max_seconds is %g: nothing to train; raise "
+                    "sft.max_seconds to train on", clock.checked, cfg.sft.max_seconds)
+        return _record(run, start)
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
     prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)
     if not prompts:   # nothing to measure: say so now, not with a missing metric at the first evaluation
@@ -120,7 +136,10 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                                 seed=cfg.seeds.sampling)
 
     def checkpoint(step: int) -> Path:
-        return checkpoint_trainable(run, step, core, tokenizer, sampler, keep_last=cfg.checkpoint.keep_last)
+        # checkpoint_trainable's layout, with the clock in the trainer state
+        return save_checkpoint(run.checkpoints, step, write=lambda directory: core.save(directory, tokenizer),
+                               state={"sampler": sampler.state_dict(), "clock": clock.state_dict()},
+                               keep_last=cfg.checkpoint.keep_last)
 
     def reached(step: int, metrics: dict[str, float]) -> bool:
         """Whether ``sft.stop_when`` holds at this evaluation."""
@@ -142,7 +161,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     stop = StopRequest()
     try:
         with stop, ProgressDisplay(cfg.sft.steps, start, enabled=cfg.logging.progress,
-                                   log_every=cfg.logging.log_every, max_seconds=cfg.sft.max_seconds,
+                                   log_every=cfg.logging.log_every, max_seconds=cfg.sft.max_seconds, spent=clock.before,
                                    fields=ProgressDisplay.SFT_FIELDS) as progress:
             def on_step(step: int, metrics: dict[str, float], final_step: bool) -> bool:
                 nonlocal last, evaluated_at
@@ -167,7 +186,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                 return done
 
             steps = sft_steps(model, lambda: sampler.next_batch(cfg.sft.batch_size), cfg.sft, on_step,
-                              core=core, start=start)
+                              core=core, start=start, clock=clock)
             # still under `stop`: a signal from here on lets the last evaluation and checkpoint finish;
             # the loop evaluated its last step, unless there was none to take (a finished run resumed)
             final = evaluate() if evaluated_at != steps and steps > start else {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,6 +39,25 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+STORED_OBSERVATION_CHARS = 10_000  # of an observation that ended its episode unappended (it can be megabytes)
+
+
+def _stored_episode(episode: dict[str, Any]) -> dict[str, Any]:
+    """``episode`` as samples.jsonl keeps it: the text of an observation the episode ended
+    without appending (``final_observation``: one a token limit refused can be a tool's megabyte
+    of output) is cut to ``STORED_OBSERVATION_CHARS``, saying how much was left out."""
+    final = episode.get("final_observation") or []
+
+    def cut(message: Any) -> Any:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str) or len(content) <= STORED_OBSERVATION_CHARS:
+            return message
+        left = len(content) - STORED_OBSERVATION_CHARS
+        return {**message, "content": content[:STORED_OBSERVATION_CHARS] + f"... [{left} more characters not kept]"}
+
+    return {**episode, "final_observation": [cut(m) for m in final]} if final else episode
+
+
 class SampleWriter:
     """samples.jsonl: a seeded ``fraction`` of each step's rollouts, with rewards and scores."""
 
@@ -58,12 +78,53 @@ class SampleWriter:
                 "response": t.response_text, "reward": t.reward, "scores": t.scores, "correct": t.correct,
                 "finish_reason": t.finish_reason, "response_tokens": len(t.response_ids),
                 "reward_error": t.reward_error,
-                **({"episode": t.episode} if t.episode is not None else {}),  # turns, rewards, error, conversation
+                # turns, rewards, error, conversation
+                **({"episode": _stored_episode(t.episode)} if t.episode is not None else {}),
             })
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+class TrainClock:
+    """The run's training time across restarts, what ``train.max_seconds`` / ``sft.max_seconds``
+    budget: the seconds the checkpoint resumed from had trained, plus this process's since
+    ``start``. Restarting the clock on every ``--resume`` gave a resumed run a whole budget more."""
+
+    def __init__(self, before: float = 0.0, checked: float = 0.0):
+        self.before = before    # trained before this process (the checkpoint's)
+        self.checked = checked  # the reading the last step's time check saw
+        self._began = time.perf_counter()
+
+    def start(self) -> None:
+        self._began = time.perf_counter()
+
+    def seconds(self) -> float:
+        return self.before + time.perf_counter() - self._began
+
+    def out_of(self, budget: float | None) -> bool:
+        """Whether ``budget`` is spent; read once per step, after its training."""
+        self.checked = self.seconds()
+        return budget is not None and self.checked >= budget
+
+    def spent(self, budget: float | None) -> bool:
+        """Whether the step checked last (the checkpoint's, on resume) ended the run by ``budget``:
+        then the run stopped there, as a finished one stops at its last step."""
+        return budget is not None and self.checked >= budget
+
+    def state_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds(), "checked": self.checked}
+
+    @classmethod
+    def restored(cls, trainer_state: dict[str, Any], ckpt: Path) -> TrainClock:
+        """The clock saved in a checkpoint's trainer state; 0 for one saved before clocks were."""
+        if "clock" not in trainer_state:
+            log.info("%s has no training time (saved by an older rlxf): train.max_seconds and "
+                     "sft.max_seconds count this run's time from 0 at this resume", ckpt)
+            return cls()
+        saved = trainer_state["clock"]
+        return cls(float(saved["seconds"]), float(saved["checked"]))
 
 
 @dataclass
@@ -76,6 +137,7 @@ class RunState:
     samples: SampleWriter
     step: int = 0
     skipped: int = 0
+    clock: TrainClock = field(default_factory=TrainClock)
     _progress: ProgressDisplay | None = field(default=None, repr=False)
 
     @classmethod
@@ -94,7 +156,7 @@ class RunState:
     def progress(self, total: int) -> ProgressDisplay:
         self._progress = ProgressDisplay(total, start=self.step, enabled=self.cfg.logging.progress,
                                          log_every=self.cfg.logging.log_every,
-                                         max_seconds=self.cfg.train.max_seconds)
+                                         max_seconds=self.cfg.train.max_seconds, spent=self.clock.before)
         return self._progress
 
     def close(self) -> None:
@@ -106,8 +168,9 @@ def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, s
          extra: dict[str, Stateful] | None = None) -> Path:
     """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
     state, and the loop's own (data position, counters, RNG, and each of ``extra``'s states:
-    the curriculum's records, the PPO-ptx demonstrations' position, async mode's prompts in flight)."""
-    loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped,
+    the curriculum's records, the PPO-ptx demonstrations' position, async mode's prompts in flight),
+    and the training time so far, which ``train.max_seconds`` budgets across resumes."""
+    loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped, "clock": state.clock.state_dict(),
                   **{name: obj.state_dict() for name, obj in (extra or {}).items()}}
     path = save_checkpoint(run.checkpoints, step, write=placement.save, state=loop_state,
                            keep_last=state.cfg.checkpoint.keep_last)
@@ -139,4 +202,5 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
     log.info("resumed from %s (step %d); dropped %d records written after it", ckpt, step, dropped)
     state = RunState.fresh(run, cfg, step=step)
     state.skipped = int(trainer_state["skipped"])
+    state.clock = TrainClock.restored(trainer_state, ckpt)
     return state
