@@ -201,7 +201,8 @@ class DataConfig(SourceFields):
     max_response_len: int | None = Field(
         None, ge=1,
         description="SFT / preference data: longest target response in tokens (eos included); "
-        "null = no limit. Longer ones follow `overlong_prompt` (truncate keeps the first tokens).",
+        "null = no limit. Longer ones follow `overlong_prompt` (truncate keeps the first tokens; `rlxf rm` "
+        "keeps the last, eos included, where the reward model reads its score, as its verifier does).",
     )
     overlong_prompt: Literal["drop", "truncate", "error"] = Field(
         "drop",

@@ -13,9 +13,10 @@ import importlib
 import importlib.util
 import re
 import sys
+import sysconfig
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -435,10 +436,63 @@ def _import_failure(module: str, e: Exception, where: str) -> str:
     return f"{module!r}{found} was found, but its own import failed: {e}. {fix}"
 
 
-def import_user_module(module: str, what: str, where: str) -> str | None:
+def _shadowed(module: str, folders: Sequence[Path]) -> str | None:
+    """Why importing ``module`` would not give the user's own module, or None.
+
+    The working directory and the config's folder come last on ``sys.path``, and a name already
+    in ``sys.modules`` is never looked up again: so a ``calendar.py`` there loses to the standard
+    library's ``calendar``, and a second run from another folder with its own ``my_module.py``
+    would get the first folder's. Pool workers and Ray actors import by name along the same
+    path, so the module cannot be swapped here: the user renames it.
+    """
+    top = module.partition(".")[0]
+    if top == "__main__":
+        return None
+    loaded = sys.modules.get(top)
+    try:
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None  # nowhere to be found: the import says so
+    places = [Path(p) for p in spec.submodule_search_locations or ()]
+    if spec.origin and spec.has_location:
+        places.append(Path(spec.origin).parent if Path(spec.origin).name == "__init__.py" else Path(spec.origin))
+    found = places[-1] if places else f"built into Python ({spec.origin})"
+    mine = [p for folder in folders for p in (Path(folder) / f"{top}.py", Path(folder) / top)
+            if p.is_file() or p.is_dir()]
+    if {m.resolve() for m in mine} & {p.resolve() for p in places}:
+        return None  # the user's own, as meant
+    libs = {Path(sysconfig.get_path(k)).resolve() for k in ("stdlib", "platstdlib")}
+    installed = {"site-packages", "dist-packages"} & set(Path(str(found)).parts)
+    stdlib = top in sys.stdlib_module_names and not installed and (not places or any(
+        lib in p.resolve().parents for p in places for lib in libs))
+    if mine and installed and not stdlib:
+        return None  # an installed copy of the user's package (run from its source folder): theirs too
+    if mine:
+        rename = f"Rename {mine[0].name} (and {top!r} in the config)"
+        if stdlib:
+            why = f"the standard library's, which Python finds first. {rename}"
+        else:
+            why = (f"from a folder that comes first on sys.path (put there by an earlier run in this process, or "
+                   f"PYTHONPATH), and Python imports a name once per process. {rename}, or run this config in a "
+                   f"new Python process")
+        return f"{mine[0]} is not the module Python imports as {top!r}: that is {found}, {why}"
+    if stdlib:
+        return (f"{top!r} is the standard library's module ({found}), not one of yours: Python imports it before "
+                f"any module of yours by that name. Name your module differently (e.g. my_{top}) and use that name")
+    return None
+
+
+def import_user_module(module: str, what: str, where: str, folders: Sequence[Path] = ()) -> str | None:
     """Import ``module`` (a plugin, a reward function's or an environment's module); None, or why
     it failed and what to do (``_import_failure``). Whatever the module raises while it is
-    imported is reported, not only ImportError: a NameError, a registry name already taken."""
+    imported is reported, not only ImportError: a NameError, a registry name already taken.
+    ``folders``: the user's own (working directory, config folder); a module of theirs that
+    another of that name would stand in for is refused (``_shadowed``)."""
+    shadowed = _shadowed(module, folders)
+    if shadowed:
+        return f"{what}: {shadowed}"
     try:
         importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - any failure of the user's module is a config problem
@@ -476,12 +530,13 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     # an environment, tool or agent program of one's own (`package.module:name`) imports the same way
     own_env = cfg.env is not None and any(":" in spec for spec in (cfg.env.name or "", cfg.env.agent or "",
                                                                    *cfg.env.tools))
-    for extra in (Path.cwd(), config_dir):
-        if (cfg.plugins or custom or own_env) and extra is not None and str(extra) not in sys.path:
+    folders = [p for p in (Path.cwd(), config_dir) if p is not None]
+    for extra in folders:
+        if (cfg.plugins or custom or own_env) and str(extra) not in sys.path:
             sys.path.append(str(extra))
     where = f"the working directory or {config_dir}" if config_dir else "the working directory"
     for i, module in enumerate(cfg.plugins):
-        failure = import_user_module(module, f"plugin {module!r}", where)
+        failure = import_user_module(module, f"plugin {module!r}", where, folders)
         if failure:
             raise origins.error([(("plugins", i), failure)])
     # a reward function, environment, tool or agent program whose module cannot be imported is a
@@ -489,7 +544,7 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     from rlxf.rewards.custom import load_function  # noqa: PLC0415 - lazy, like the registries
 
     for i, spec in custom:
-        failure = import_user_module(spec.partition(":")[0], f"custom verifier {spec!r}", where)
+        failure = import_user_module(spec.partition(":")[0], f"custom verifier {spec!r}", where, folders)
         if failure:
             raise origins.error([(("reward", "verifiers", i, "function"), failure)])
         try:
@@ -506,7 +561,8 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
                  *((("env", "tools", i), tool) for i, tool in enumerate(cfg.env.tools))]
         for loc, spec in specs:
             if spec and ":" in spec and spec.partition(":")[0]:
-                failure = import_user_module(spec.partition(":")[0], f"{'.'.join(map(str, loc))}={spec!r}", where)
+                failure = import_user_module(spec.partition(":")[0], f"{'.'.join(map(str, loc))}={spec!r}", where,
+                                             folders)
                 if failure:
                     raise origins.error([(loc, failure)])
     from rlxf.algorithms import registry  # noqa: PLC0415 - lazy on purpose

@@ -8,6 +8,11 @@ messages ending with the assistant's answer). The prompt comes from ``fields.pro
 ``fields.messages`` when the record has it, else from the conversation before the answer
 (which must then be the same in chosen and rejected).
 
+An over-long response (``data.max_response_len`` with ``data.overlong_prompt: truncate``) keeps
+its first tokens for DPO, whose policy continues the prompt, and its last for a reward model
+(``keep_response="last"``): the RM's score is read at the eos that ends the response, and its
+verifier cuts an over-long response the same way when it scores (``rlxf.rewards.reward_model``).
+
 A pair whose chosen and rejected responses are the same tokens (after truncation to
 ``data.max_response_len``) states no preference: the DPO loss is log 2 whatever the policy, and
 a reward model's accuracy on it is noise. Such pairs are dropped with a warning that counts
@@ -23,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
@@ -92,7 +97,7 @@ def _after_truncation(cfg: DataConfig) -> str:
 
 
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
-              counts: Counter, keys: dict[str, str]) -> list[PreferenceExample]:
+              counts: Counter, keys: dict[str, str], keep_response: str) -> list[PreferenceExample]:
     """The pairs of ``records``; each one's prompt ``content_key`` goes into ``keys`` by uid."""
     counts[f"{split}_read"] = len(records)
     triples = [record_triple(rec, where, cfg) for where, rec in records]
@@ -104,9 +109,9 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
         keys[f"{name}:{split}:{i}"] = content_key(prompt)
         kept_p = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
         kept_c = fit_length(encode_response(tokenizer, chosen), cfg.max_response_len, cfg.overlong_prompt, where,
-                            f"{split}_response", "first", counts)
+                            f"{split}_response", keep_response, counts)
         kept_r = fit_length(encode_response(tokenizer, rejected), cfg.max_response_len, cfg.overlong_prompt,
-                            where, f"{split}_response", "first", counts)
+                            where, f"{split}_response", keep_response, counts)
         if kept_p is None or kept_c is None or kept_r is None:
             continue
         if kept_c == kept_r:
@@ -121,8 +126,15 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
     return out
 
 
-def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceData:
-    """Train/test preference pairs from files or a HF dataset (tasks have no preferences)."""
+def build_preference_data(cfg: DataConfig, tokenizer, seed: int, *,
+                          keep_response: Literal["first", "last"] = "first") -> PreferenceData:
+    """Train/test preference pairs from files or a HF dataset (tasks have no preferences).
+
+    ``keep_response``: the end of an over-long response that truncation keeps, ``first`` (DPO)
+    or ``last`` (a reward model, whose score is read at the final eos).
+    """
+    if keep_response not in ("first", "last"):
+        raise ValueError(f"keep_response must be 'first' or 'last', got {keep_response!r}")
     del seed  # file order is the data's own; shuffling is the trainer's sampler's job
     if cfg.source == "task":
         raise DataError("preference data comes from files or a HF dataset (data.source=jsonl|json|parquet|csv|hf), "
@@ -133,7 +145,7 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceDa
     for split in ("train", "test"):
         found = split_records(cfg, split)
         if found is not None:
-            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts, keys)
+            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts, keys, keep_response)
     # held-out prompts are never trained on (data.test_path: its prompts are removed from training):
     # the test accuracy would otherwise measure pairs the model was fitted to
     splits["train"], removed = drop_held_out(splits["train"], keys, {keys[e.uid] for e in splits["test"]})
@@ -145,7 +157,7 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int) -> PreferenceDa
             f"no train pairs left ({detail}): {counts['train_dropped_identical']} have the same chosen and rejected "
             f"response{_after_truncation(cfg)}, so they state no preference. Check that data.fields.chosen "
             f"({cfg.fields.chosen!r}) and data.fields.rejected ({cfg.fields.rejected!r}) name different responses"
-            + (", or raise data.max_response_len if they differ only after it" if cfg.max_response_len else "")
+            + (", or raise data.max_response_len if they differ only in the tokens it cuts" if cfg.max_response_len else "")
         )
     require_some(len(splits["train"]), "train", counts, cfg)
     report = dict(sorted(counts.items()))

@@ -15,21 +15,32 @@ needs no normaliser state.
 The response is scored as the RM was trained: its tokens followed by eos
 (``rlxf.data.templates.encode_response``), the score read at that eos. Prompt and response are
 tokenised separately (the prompt text already holds the chat template) and the prompt is cut
-from the left when the pair exceeds ``max_length``. The prompt gets the tokenizer's special tokens
-(a BOS) exactly when ``rlxf.data.templates.encode_prompts`` gave them to the policy and to the
-RM's training prompts: when it is raw text, not when it ends with the chat template's generation
-prompt (the template holds its own). Special-token text in the response
+from the left when the pair exceeds ``max_length``; a response longer than that keeps its end,
+the eos included, as ``rlxf rm`` cuts an over-long training response. The prompt gets the
+tokenizer's special tokens (a BOS) exactly when ``rlxf.data.templates.encode_prompts`` gave them
+to the policy and to the RM's training prompts: when it is raw text, not when it ends with the
+chat template's generation prompt (the template holds its own). Special-token text in the response
 (``<|im_end|>`` spelled out by ordinary tokens, which is all a policy's decoded text can hold)
 stays ordinary text: parsed, it would let a policy end its turn early or forge a new one in
 what the RM reads.
+
+One forward runs at a time (the model is shared), on the verifier's own thread. A call the
+scorer gives up on (past ``reward.timeout_s``) starts no forward: one still queued never runs, and
+one running a batch larger than ``batch_size`` stops before its next chunk. The forward already
+running cannot be stopped (a torch forward is not interruptible from another thread): it finishes
+with its result unread, the caller is not held up by it (it is not on the event loop's executor,
+which ``asyncio.run`` joins), and the next call's forward waits for it, a wait that counts against
+that call's ``reward.timeout_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +125,8 @@ class RewardModelVerifier:
         self.normalize = normalize
         self.stats = stats
         self.clip = clip
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()         # held during a forward
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"rlxf-rm-{name}")
         from rlxf.data.templates import generation_prompt  # noqa: PLC0415 - the data layer's templates
 
         self._generation_prompt = generation_prompt(tokenizer) if getattr(tokenizer, "chat_template", None) else ""
@@ -149,27 +161,42 @@ class RewardModelVerifier:
         tok = self.tokenizer
         return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
 
-    def score_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
-        """Scores of ``inputs`` (one forward per ``batch_size`` chunk); blocking."""
+    def score_batch(self, inputs: list[RewardInput], *,
+                    abandoned: threading.Event | None = None) -> list[RewardResult]:
+        """Scores of ``inputs`` (one forward per ``batch_size`` chunk); blocking.
+
+        ``abandoned``: set by a caller that gave up waiting; no forward starts after it is set,
+        and the results so far (which nobody reads) are returned.
+        """
         import torch  # noqa: PLC0415
 
         from rlxf.models import sequence_scores  # noqa: PLC0415
 
         out: list[RewardResult] = []
-        with self._lock, torch.no_grad():
-            for k in range(0, len(inputs), self.batch_size):
-                pairs = [self._ids(x) for x in inputs[k:k + self.batch_size]]
+        for k in range(0, len(inputs), self.batch_size):
+            pairs = [self._ids(x) for x in inputs[k:k + self.batch_size]]
+            with self._lock, torch.no_grad():
+                if abandoned is not None and abandoned.is_set():
+                    return out
                 scores = sequence_scores(self.model, [p for p, _ in pairs], [r for _, r in pairs])
-                for raw in scores.tolist():
-                    value = score_transform(raw, self.normalize, self.stats, self.clip)
-                    out.append(RewardResult(value, {"raw": raw}))
+            for raw in scores.tolist():
+                value = score_transform(raw, self.normalize, self.stats, self.clip)
+                out.append(RewardResult(value, {"raw": raw}))
         return out
 
     async def ascore_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
-        return await asyncio.to_thread(self.score_batch, inputs)  # the forward must not block the loop
+        """``score_batch`` on the verifier's thread (the forward must not block the event loop);
+        cancelled (``reward.timeout_s``), it starts no further forward."""
+        abandoned = threading.Event()
+        call = functools.partial(self.score_batch, inputs, abandoned=abandoned)
+        try:  # cancelling the future also drops the call from the thread's queue if it has not started
+            return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
 
     def score(self, x: RewardInput) -> RewardResult:
         return run_sync(self.ascore_batch([x]))[0]
 
     def close(self) -> None:
-        pass
+        self._thread.shutdown(wait=True, cancel_futures=True)  # a running forward still uses the model

@@ -85,7 +85,8 @@ def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[
                                        gradient_checkpointing=m.gradient_checkpointing,
                                        trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
                                        linear_kernels=m.linear_kernels, lora=m.lora)
-    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data)
+    # an over-long response keeps its end, the eos the score is read at, as the verifier cuts it
+    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data, keep_response="last")
     core = TrainableModel(model, cfg.rm.optim, cfg.rm.steps, cfg.rm.micro_batch_size)
     objective = BradleyTerryObjective(model, cfg.rm.margin, cfg.rm.micro_batch_size)
     stats_pairs = data.train[: cfg.rm.stats_pairs]
