@@ -56,11 +56,13 @@ class EnvConfig(Section):
         "line per tool (the calculator: 92 prompt tokens instead of 260 with rlxf's built-in tokenizer), for "
         "models so small that prompt length is most of their compute. The `<tool_call>` format is the same.",
     )
-    max_turns: int = Field(8, ge=1, description="Most model turns in one episode.")
+    max_turns: int = Field(8, ge=1, description="Most model turns in one episode; an episode still going after "
+                           "them ends as `max_turns` (the share of each step's episodes: env/end/max_turns).")
     max_total_tokens: int = Field(
         1024, ge=2,
-        description="Most tokens in one episode (first observation + every turn); an episode reaching it ends "
-        "(truncated). Each turn may generate up to min(rollout.max_new_tokens, what is left).",
+        description="Most tokens in one episode (first observation + every turn); an observation that would leave "
+        "no room for another model token ends the episode unappended, as `max_total_tokens` (env/end/max_total_tokens; "
+        "`truncated` is the environment's own cut). Each turn may generate up to min(rollout.max_new_tokens, what is left).",
     )
     step_timeout_s: float = Field(
         30.0, gt=0, description="Longest an environment's reset or step (tool calls included) may take; "

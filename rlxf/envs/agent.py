@@ -6,8 +6,13 @@ Every prompt gets ``sampling.n`` episodes (a GRPO group), each with its own envi
 live episodes advance together: one engine call samples the next model turn of every episode
 (batched, each request with its own seed), then the environments step concurrently, each in its
 own thread under ``limits.step_timeout_s``. The token sequence of an episode is built by
-appending (``rlxf.envs.tokens``): the engine's ids with loss_mask 1, log-probs and policy
-version; the template's and the environment's ids with loss_mask 0.
+appending (``rlxf.envs.tokens``): the engine's ids with loss_mask 1, log-probs and the policy
+version of each token (``Completion.versions()``: turns sampled under different weights keep
+their own); the template's and the environment's ids with loss_mask 0 (and version -1).
+
+How each episode ended is ``episode["end"]`` (``ENDS``), and each step logs the share of each
+(``env/end/terminated``, ``.../truncated``, ``.../max_turns``, ``.../max_total_tokens``,
+``.../error``; ``turn_metrics``).
 
 ``limits.max_total_tokens`` bounds the whole sequence: a model turn samples at most what is left,
 and an observation that would leave no room for another model token ends the episode
@@ -150,6 +155,11 @@ def finite_reward(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _is_flag(value: Any) -> bool:
+    """True, False, numpy's bools, or the integers 0 and 1."""
+    return isinstance(value, (bool, np.bool_)) or isinstance(value, numbers.Integral) and value in (0, 1)
+
+
 def _check_step(result: Any) -> str | None:
     if not isinstance(result, StepResult):
         return f"step() must return rlxf.envs.StepResult, got {type(result).__name__}: {result!r:.120}"
@@ -157,10 +167,15 @@ def _check_step(result: Any) -> str | None:
         return f"step() returned reward {result.reward!r:.80} ({type(result.reward).__name__}); it must be a finite number"
     for name in ("terminated", "truncated"):
         flag = getattr(result, name)
-        if not (isinstance(flag, (bool, np.bool_)) or isinstance(flag, numbers.Integral) and flag in (0, 1)):
+        if not _is_flag(flag):
             return f"step() returned {name}={flag!r:.80} ({type(flag).__name__}); it must be True or False"
     if not isinstance(result.info, dict):
         return f"step() returned info {result.info!r:.80} ({type(result.info).__name__}); it must be a dict"
+    # the episode's verdict (accuracy): "false" or "no" would read as true
+    if "success" in result.info and result.info["success"] is not None and not _is_flag(result.info["success"]):
+        success = result.info["success"]
+        return (f"step() returned info['success']={success!r:.80} ({type(success).__name__}); it must be True, "
+                f"False or None (no verdict)")
     return _check_messages(result.observation, "step() observation")
 
 
@@ -171,9 +186,11 @@ def episode_task(prompt: Prompt, seed: int) -> EnvTask:
                    ground_truth=prompt.ground_truth, metadata=dict(prompt.metadata), seed=seed)
 
 
-def _reset(make_env: Callable[[], Env], task: EnvTask) -> tuple[Env, list]:
-    env = make_env()
-    return env, env.reset(task)
+def _reset(make_env: Callable[[], Env], e: _Episode) -> list:
+    """Make the episode's environment and reset it. The environment is the episode's as soon as it
+    is made, so it is closed when its reset raises or hangs too (what its constructor started)."""
+    e.env = make_env()
+    return e.env.reset(e.task)
 
 
 def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[Prompt], seeds: list[int],
@@ -185,12 +202,11 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
     """
     episodes = [_Episode(prompt=p, group=first_group + i, task=episode_task(p, derive_seed(seed, j)))
                 for i, (p, seed) in enumerate(zip(prompts, seeds, strict=True)) for j in range(sampling.n)]
-    for e, (ok, value) in zip(episodes, call_all([lambda e=e: _reset(make_env, e.task) for e in episodes],
+    for e, (ok, first) in zip(episodes, call_all([lambda e=e: _reset(make_env, e) for e in episodes],
                                                   limits.step_timeout_s)):
         if not ok:
-            e.fail(f"reset: {value}")
+            e.fail(f"reset: {first}")
             continue
-        e.env, first = value
         problem = _check_messages(first, "reset() observation", history=True)
         if problem is not None:
             e.fail(problem)
@@ -218,14 +234,14 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
             for e, (ok, result) in zip(stepping, outcomes):
                 _apply_step(e, ok, result, turn, limits)
     finally:
-        _close_envs([e.env for e in episodes if e.env is not None], limits.step_timeout_s)
+        close_envs([e.env for e in episodes if e.env is not None], limits.step_timeout_s)
     return [_trajectory(e, tokenizer, limits.credit) for e in episodes]
 
 
-def _close_envs(envs: list[Env], timeout: float) -> None:
+def close_envs(envs: list[Env], timeout: float) -> None:
     """Call each environment's optional ``close()`` once its episode is over (a process, a
-    browser or a container it holds is released per episode, not at exit). A close that raises or
-    hangs is logged: the episode's result already stands."""
+    browser or a container it holds is released per episode, not at exit), its reset failed
+    included. A close that raises or hangs is logged: the episode's result already stands."""
     closing = [env for env in envs if callable(getattr(env, "close", None))]
     for env, (ok, why) in zip(closing, call_all([env.close for env in closing], timeout)):
         if not ok:
@@ -245,7 +261,7 @@ def _model_turns(engine, live: list[_Episode], sampling: SamplingParams, limits:
             if c.finish_reason == "error":
                 e.fail(f"engine: {c.error}")
                 continue
-            e.conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
+            e.conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.versions(),
                                   stopped=c.finish_reason == "stop")
             e.turns += 1
 
@@ -326,15 +342,26 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
     )
 
 
+# how an episode ends (``episode["end"]``): the environment said so (``terminated``, solved or lost;
+# ``truncated``, a limit it keeps), env.max_turns, env.max_total_tokens, or an error of the
+# environment, its tools, an agent program or the engine
+ENDS = ("terminated", "truncated", "max_turns", "max_total_tokens", "error")
+
+
 def turn_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """``env/turns_mean`` and ``env/turn_reward/K``: the mean reward of turn K (1-based) over the
-    episodes that played it, i.e. where in an episode its return is earned (the report plots it)."""
+    """``env/turns_mean``; ``env/turn_reward/K``: the mean reward of turn K (1-based) over the
+    episodes that played it, i.e. where in an episode its return is earned (the report plots it);
+    ``env/end/E``: the share of episodes that ended by E (``ENDS``; the shares sum to 1), e.g. how
+    many a turn or token limit cuts off before the environment is done."""
     by_turn: dict[int, list[float]] = {}
     for t in trajs:
         for k, r in enumerate(t.episode["turn_rewards"], start=1):
             by_turn.setdefault(k, []).append(r)
     out = {"env/turns_mean": sum(t.episode["turns"] for t in trajs) / max(1, len(trajs))}
     out |= {f"env/turn_reward/{k}": sum(rs) / len(rs) for k, rs in sorted(by_turn.items())}
+    if trajs:
+        ends = [t.episode["end"] for t in trajs]
+        out |= {f"env/end/{end}": ends.count(end) / len(ends) for end in ENDS}
     return out
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlxf.envs.tools import TOOL_CALL, call_id
+from rlxf.envs.tools import TOOL_CALL, call_id, parse_call
 
 # Fields an OpenAI client may send that change nothing the model sees or samples.
 HARMLESS = frozenset({"metadata", "store", "parallel_tool_calls", "service_tier", "prompt_cache_key",
@@ -136,16 +136,18 @@ def tools_change(first: list[dict[str, Any]] | None, now: list[dict[str, Any]] |
 
 def tool_calls(text: str, turn: int) -> list[dict[str, Any]]:
     """The ``<tool_call>`` blocks of model turn ``turn`` (from 0) as OpenAI tool_calls, malformed
-    blocks left out; each call's id is the one the built-in tool environments give the block
-    (``rlxf.envs.tools.call_id``)."""
+    blocks left out (those the built-in tool environments answer with an error: not JSON, no string
+    ``name``, ``arguments`` not an object), so every call's ``arguments`` decode to an object; each
+    call's id is the one the built-in tool environments give the block (``rlxf.envs.tools.call_id``)."""
     calls = []
     for index, block in enumerate(TOOL_CALL.findall(text)):
         try:
-            call = json.loads(block)
-            calls.append({"id": call_id(turn, index), "type": "function",
-                          "function": {"name": str(call["name"]), "arguments": json.dumps(call.get("arguments", {}))}})
-        except (ValueError, KeyError, TypeError):
+            name, args = parse_call(block)
+        except ValueError:
             continue
+        if name is not None and args is not None:
+            calls.append({"id": call_id(turn, index), "type": "function",
+                          "function": {"name": name, "arguments": json.dumps(args)}})
     return calls
 
 

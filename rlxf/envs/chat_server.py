@@ -239,7 +239,7 @@ class EpisodeRecorder:
         if c.finish_reason == "error":
             raise RuntimeError(f"engine: {c.error}")
         with self._lock:
-            text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.policy_version,
+            text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.versions(),
                                        stopped=c.finish_reason == "stop")
             return ModelTurn(index=turn, text=text, finish_reason=c.finish_reason,
                              token_ids=list(c.response_ids),

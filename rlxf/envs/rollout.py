@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from rlxf.config.env import EnvConfig
-from rlxf.envs.agent import EpisodeLimits, run_episodes
+from rlxf.envs.agent import EpisodeLimits, close_envs, run_episodes
 from rlxf.envs.base import EnvError, build_env, env_factory
 from rlxf.envs.programs import ProgramEpisodes, load_agent
 from rlxf.envs.tools import ToolSet
@@ -51,7 +51,8 @@ class EnvRollout:
                 raise EnvError(f"env.tools is set but environment {cfg.name!r} takes no tools")
             options["tools"] = self.tools
         self.make_env = partial(build_env, cfg.name, options)
-        self.make_env()   # bad names and options fail here, before any rollout
+        # bad names and options fail here, before any rollout; what the probe holds is released
+        close_envs([self.make_env()], cfg.step_timeout_s)
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:

@@ -2,7 +2,7 @@
 
     conv = Conversation.start(tokenizer, [{"role": "user", "content": "Guess a number"}])
     conv.ids                                   # the prompt ids (chat template, generation prompt)
-    conv.add_model_turn(completion_ids, logprobs, version)   # the engine's ids, never re-tokenized
+    conv.add_model_turn(completion_ids, logprobs, versions)  # the engine's ids, never re-tokenized
     conv.add_messages([{"role": "user", "content": "higher"}])  # template text between the turns
 
 The model's ids are kept as sampled. What the environment says is appended as the *difference*
@@ -32,6 +32,9 @@ environments write them (``rlxf.envs.tools.with_tools_described``), so the model
 
 from __future__ import annotations
 
+import math
+import numbers
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +76,19 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+_LONGEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def longest_token(tokenizer) -> int:
+    """The most characters one token of ``tokenizer`` stands for (its longest vocabulary entry), so
+    text of n characters is at least n / longest_token tokens: an observation far past a limit is
+    refused before it is tokenized (megabytes of tool output take seconds to tokenize)."""
+    longest = _LONGEST.get(tokenizer)
+    if longest is None:
+        longest = _LONGEST[tokenizer] = max(map(len, tokenizer.get_vocab()), default=1)
+    return longest
+
+
 def encode_text(tokenizer, text: str) -> list[int]:
     problem = text_problem(text)
     if problem is not None:
@@ -87,8 +103,9 @@ class Conversation:
 
     ``ids[:prompt_len]`` are the first observation's prompt (``messages[:prompt_messages]``, which
     may hold few-shot assistant messages: template tokens like the rest); after it every token is
-    either the model's (``loss_mask`` 1, its engine log-prob and policy version) or the template's /
-    the environment's (``loss_mask`` 0, log-prob 0, version -1).
+    either the model's (``loss_mask`` 1, its engine log-prob and the policy version that sampled
+    it) or the template's / the environment's (``loss_mask`` 0, log-prob 0, version -1: a consumer
+    of versions, such as a staleness bound, reads them where ``loss_mask`` is 1).
     """
 
     tokenizer: Any
@@ -143,18 +160,24 @@ class Conversation:
             return render(self.tokenizer, with_tools_described(messages, self.tools), generation_prompt=generation_prompt)
         return render(self.tokenizer, messages, generation_prompt=generation_prompt, tools=self.tools)
 
-    def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int, *, stopped: bool = True) -> str:
+    def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int | list[int], *,
+                       stopped: bool = True) -> str:
         """Append the engine's ids as they are; returns the turn's text (special tokens removed).
 
+        ``version``: the policy version of each token (``Completion.versions()``: the weights may
+        change while one turn is decoded), or one version for the whole turn.
         ``stopped``: the turn ended on a stop token (the engine's ``finish_reason == "stop"``); its
         last token then stands for the template's end-of-turn text where the two agree."""
         if len(token_ids) != len(logprobs):
             raise ValueError(f"model turn: {len(token_ids)} ids but {len(logprobs)} log-probs")
+        versions = [version] * len(token_ids) if isinstance(version, numbers.Integral) else list(version)
+        if len(versions) != len(token_ids):
+            raise ValueError(f"model turn: {len(token_ids)} ids but {len(versions)} policy versions")
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
         self.ids += list(token_ids)
         self.loss_mask += [1] * len(token_ids)
         self.logprobs += [float(x) for x in logprobs]
-        self.versions += [int(version)] * len(token_ids)
+        self.versions += [int(v) for v in versions]
         if token_ids:
             self.turn_ends.append(len(self.loss_mask) - 1)
         self.messages.append({"role": "assistant", "content": text})
@@ -200,7 +223,14 @@ class Conversation:
                 closing = closing[len(stop):]
                 break
         appended = closing + full[len(closed):]
+        if max_len is not None and len(appended) > (max_len - len(self.ids)) * longest_token(self.tokenizer):
+            least = math.ceil(len(appended) / longest_token(self.tokenizer))
+            raise TokenLimitError(f"the messages add {len(appended)} characters, at least {least} tokens, to the "
+                                  f"conversation's {len(self.ids)}, past its limit of {max_len}", len(self.ids) + least)
         new_ids = encode_text(self.tokenizer, appended)
+        if max_len is not None and len(self.ids) + len(new_ids) > max_len:
+            raise TokenLimitError(f"the messages add {len(new_ids)} tokens to the conversation's {len(self.ids)}, "
+                                  f"past its limit of {max_len}", len(self.ids) + len(new_ids))
         # the appended text must start at a token boundary of the whole conversation
         whole = encode_text(self.tokenizer, full)
         if new_ids and whole[len(whole) - len(new_ids):] != new_ids:
@@ -208,9 +238,6 @@ class Conversation:
                 f"the text the template appends after the model's turn ({appended[:30]!r}) merges with the "
                 f"model's last tokens when the conversation is tokenized whole; the episode's ids would "
                 f"differ from a fresh templating")
-        if max_len is not None and len(self.ids) + len(new_ids) > max_len:
-            raise TokenLimitError(f"the messages add {len(new_ids)} tokens to the conversation's {len(self.ids)}, "
-                                  f"past its limit of {max_len}", len(self.ids) + len(new_ids))
         self.messages += [dict(m) for m in new]
         self.ids += new_ids
         self.loss_mask += [0] * len(new_ids)

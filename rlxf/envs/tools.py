@@ -52,6 +52,21 @@ def call_id(turn: int, index: int) -> str:
     return f"call_{turn}_{index}"
 
 
+def parse_call(block: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The name and arguments of one ``<tool_call>`` block, each None where the block has no valid
+    one (a string ``name``; an object of ``arguments``, ``{}`` when left out). The one reading of a
+    call: the tool environments run it, the chat endpoint returns it as an OpenAI tool call. A
+    block that is not JSON raises ValueError saying where (nesting too deep for the parser too)."""
+    try:
+        call = json.loads(block)
+    except RecursionError:
+        raise ValueError("the call's JSON is nested too deeply to parse") from None
+    if not isinstance(call, dict):
+        return None, None
+    name, args = call.get("name"), call.get("arguments", {})
+    return name if isinstance(name, str) else None, args if isinstance(args, dict) else None
+
+
 @dataclass
 class ToolResult:
     """The tool messages answering one model turn, and how many calls failed."""
@@ -236,12 +251,9 @@ class ToolSet:
             out.calls += 1
             name, args, error, result = None, None, None, None
             try:
-                call = json.loads(block)
-                if isinstance(call, dict) and isinstance(call.get("name"), str):
-                    name = call["name"]
-                if name is None or not isinstance(call.get("arguments", {}), dict):
+                name, args = parse_call(block)
+                if name is None or args is None:
                     raise ValueError('a call is {"name": string, "arguments": object}')
-                args = call.get("arguments", {})
                 if name not in self.functions:
                     raise ValueError(f"unknown tool {name!r}; tools: {', '.join(self.functions)}")
                 value = self.functions[name](**args)

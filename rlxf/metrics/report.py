@@ -42,6 +42,11 @@ PLOTS = (
     Plot("Learning rate", ("lr",), "lr"),
     Plot("Advantages", ("advantage/mean", "advantage/abs_mean"), "advantage"),
     Plot("Kept fraction (dynamic sampling)", ("sampling/kept_frac",), "fraction of samples"),
+    Plot("Truncated responses", ("response/truncated_frac", "response/truncated_masked_frac"),
+         "fraction of samples (cut off at max_new_tokens / of those, masked: algorithm.mask_truncated)"),
+    Plot("How episodes ended (env)", tuple(f"env/end/{end}" for end in
+                                          ("terminated", "truncated", "max_turns", "max_total_tokens", "error")),
+         "fraction of episodes"),
     Plot("Critic", ("critic/loss", "critic/value_mean", "critic/vf_clipfrac"), "value"),
     Plot("Engine vs trainer log-prob gap", ("rollout/logprob_gap_mean", "rollout/logprob_gap_max",
                                              "rollout/stale_logprob_gap_mean"), "nats"),

@@ -73,6 +73,9 @@ def test_grpo_on_a_user_environment_trains(tmp_path, nano_model_dir):
     run = tmp_path / "runs" / "t"
     m = metrics(run)
     assert len(m) == 3 and all(x["env/episode_errors"] == 0 for x in m)
+    # how episodes ended, each step: DigitsEnv ends every one itself, within the turn and token limits
+    assert all((x["env/end/terminated"], x["env/end/truncated"], x["env/end/max_turns"],
+                x["env/end/max_total_tokens"], x["env/end/error"]) == (1.0, 0.0, 0.0, 0.0, 0.0) for x in m)
     assert "eval/accuracy" in m[-1] and "reward/upper" in m[-1]
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert samples and all(s["episode"]["turns"] == 2 and len(s["episode"]["turn_rewards"]) == 2 for s in samples)

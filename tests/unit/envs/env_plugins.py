@@ -48,3 +48,27 @@ def hang(x: int) -> int:
 def undocumented(x):
     return x
 
+
+
+OPEN: list[object] = []   # the HoldingEnv objects made and not yet closed
+
+
+class HoldingEnv:
+    """Holds something from its constructor on (a process, a browser) until ``close()``; its reset
+    raises for the ground truth "bad"."""
+
+    def __init__(self):
+        OPEN.append(self)
+
+    def reset(self, task):
+        if task.ground_truth == "bad":
+            raise RuntimeError("no such level")
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, action):
+        from rlxf.envs import StepResult
+
+        return StepResult([], reward=1.0, terminated=True)
+
+    def close(self):
+        OPEN.remove(self)

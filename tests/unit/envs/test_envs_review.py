@@ -192,11 +192,34 @@ def test_every_environment_is_closed_when_its_episode_ends(tokenizer_for_tests, 
     trajs = run_episodes(FixedEngine(tokenizer_for_tests, "ok"), tokenizer_for_tests, ClosingEnv, ps,
                          list(range(len(ps))), SamplingParams(n=1, max_new_tokens=4), EpisodeLimits(max_turns=2))
     by = {t.prompt.uid: t for t in trajs}
-    # one close per environment that was made (reset raising leaves none), failed episodes included
-    assert sorted(ClosingEnv.closed) == sorted(["terminated_str", "terminated_np", "max_turns", "close_raises"])
+    # one close per environment that was made, failed episodes (a reset that raised) included
+    assert sorted(ClosingEnv.closed) == sorted(["terminated_str", "terminated_np", "max_turns", "close_raises",
+                                                "reset_raises"])
     assert "close() failed: OSError: already gone" in caplog.text
     # a close that raises changes nothing of its episode
     assert by["close_raises"].episode["error"] is None and by["close_raises"].episode["end"] == "max_turns"
     # terminated must be a bool: "no" would have ended the episode as solved
     assert "terminated='no' (str); it must be True or False" in by["terminated_str"].episode["error"]
     assert by["terminated_np"].episode["end"] == "terminated" and by["terminated_np"].episode["error"] is None
+
+
+class SuccessEnv:
+    """One turn; its ground truth is the ``info["success"]`` it reports."""
+
+    def reset(self, task):
+        self.success = {"str": "false", "none": None, "np": np.bool_(False), "one": 1}[task.ground_truth]
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, action):
+        return StepResult([], reward=0.0, terminated=True, info={"success": self.success})
+
+
+def test_an_episode_verdict_must_be_a_bool_not_text(tokenizer_for_tests):
+    """info["success"] is the episode's accuracy: the string "false" read as true."""
+    modes = ["str", "none", "np", "one"]
+    ps = [Prompt(uid=m, prompt_ids=[1], prompt_text="", ground_truth=m) for m in modes]
+    trajs = run_episodes(FixedEngine(tokenizer_for_tests, "ok"), tokenizer_for_tests, SuccessEnv, ps,
+                         list(range(len(ps))), SamplingParams(n=1, max_new_tokens=4), EpisodeLimits(max_turns=2))
+    by = {t.prompt.uid: t for t in trajs}
+    assert "info['success']='false' (str); it must be True, False or None" in by["str"].episode["error"]
+    assert all(by[m].episode["error"] is None for m in ("none", "np", "one"))
