@@ -42,9 +42,14 @@ def _union_members(ann: Any) -> list[type[BaseModel]]:
 
 
 def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(path, type, default, description) for every leaf field under ``model``."""
+    """(path, type, default, description) for every leaf field under ``model``: a model's own
+    fields first, then its sub-sections (printed under their headings, a field after one would
+    read as the sub-section's)."""
     rows = []
-    for name, field in model.model_fields.items():
+    fields = model.model_fields.items()
+    nested = [(n, f) for n, f in fields if _sub_model(f.annotation) is not None
+              or len(_union_members(f.annotation) if typing.get_origin(f.annotation) is list else []) > 1]
+    for name, field in [(n, f) for n, f in fields if (n, f) not in nested] + nested:
         path = f"{prefix}{name}"
         sub = _sub_model(field.annotation)
         is_list = typing.get_origin(field.annotation) is list
