@@ -17,7 +17,7 @@ from rlxf.config.env import EnvConfig
 from rlxf.data import SFTExample
 from rlxf.models import load_from_config, load_model
 from rlxf.models.loading import prepare_model
-from rlxf.placement.base import Placement
+from rlxf.placement.base import Placement, close_all, close_during
 from rlxf.rewards import build_run_reward
 from rlxf.rollout import SamplingParams, build_engine_from_config
 from rlxf.rollout.stream import EngineStream, GroupStream
@@ -131,18 +131,29 @@ class LocalPlacement(Placement):
             copies = in_memory_copies(cfg, model)
             model = prepare_model(model, cfg.model)
         param = next(model.parameters())
-        if cfg.rollout.mode == "async":  # the engine decodes in its own process while the learner trains
-            from rlxf.rollout.process import EngineProcess, EngineRecipe
+        started: list = []  # what this call started: closed again when a later part fails to build
+        try:
+            if cfg.rollout.mode == "async":  # the engine decodes in its own process while the learner trains
+                from rlxf.rollout.process import EngineProcess, EngineRecipe
 
-            learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
-            engine = EngineProcess(EngineRecipe.of(model, tokenizer, cfg.rollout, cfg.seeds.sampling),
-                                   learner.named_parameters(), version=0)
-        else:  # the engine first: it takes the model's full weights, which FSDP then shards (dp)
-            engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device, dtype=param.dtype,
-                                              seed=cfg.seeds.sampling)
-            learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
-        reward = reward if reward is not None else build_run_reward(cfg)
-        return cls(learner, engine, reward, env=cfg.env)
+                learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
+                engine = EngineProcess(EngineRecipe.of(model, tokenizer, cfg.rollout, cfg.seeds.sampling),
+                                       learner.named_parameters(), version=0)
+                started.append(engine)
+            else:  # the engine first: it takes the model's full weights, which FSDP then shards (dp)
+                engine = build_engine_from_config(cfg.rollout, model, tokenizer, device=param.device,
+                                                  dtype=param.dtype, seed=cfg.seeds.sampling)
+                started.append(engine)
+                learner = build_learner(cfg, model, tokenizer, dp=dp, **copies)
+            if reward is None:
+                reward = build_run_reward(cfg)
+                started.append(reward)
+            return cls(learner, engine, reward, env=cfg.env)
+        except BaseException as e:  # an engine process or a verifier pool left running after a failed start
+            close_during(e, lambda: close_all(close for holder in reversed(started)
+                                              if (close := getattr(holder, "close", None)) is not None),
+                         "closing what the placement had started")
+            raise
 
     def generate(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
                  first_group: int = 0) -> list[Trajectory]:
@@ -172,7 +183,5 @@ class LocalPlacement(Placement):
         self.learner.load(directory)
 
     def close(self) -> None:
-        for holder in (self.reward, self._rollout, self.engine):
-            close = getattr(holder, "close", None)
-            if close is not None:
-                close()
+        close_all(close for holder in (self.reward, self._rollout, self.engine)
+                  if (close := getattr(holder, "close", None)) is not None)

@@ -43,7 +43,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 
 from rlxf.config import Config
 from rlxf.errors import UserInputError
-from rlxf.placement.base import LearnerLost, Placement
+from rlxf.placement.base import LearnerLost, Placement, close_all, close_during
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupRequest, GroupStream
 from rlxf.types import Experience, Prompt, Trajectory
@@ -89,18 +89,35 @@ def _get(refs, **kwargs):
         raise own from e
 
 
+def _closer(method, *args):
+    """A closer calling the remote ``method``: an actor already dead, or not answering within
+    CLOSE_TIMEOUT_S (never placed, stuck), has nothing more to close (it is killed next)."""
+    def close() -> None:
+        try:
+            _get(method.remote(*args), timeout=CLOSE_TIMEOUT_S)
+        except _NOT_CLOSED:
+            pass
+    return close
+
+
 @contextlib.contextmanager
-def _uninterrupted():
-    """Ctrl-C held back until the block ends (main thread): a second Ctrl-C landing inside
-    ``close`` left Ray's own processes running and exited 1; it now takes effect after it."""
+def _held_back(*signums: int):
+    """``signums`` blocked until the block ends (main thread), then delivered if they came.
+    Processes started inside inherit the block, and keep it after exec."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = set(signums) - signal.pthread_sigmask(signal.SIG_BLOCK, signums)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+def _uninterrupted():
+    """Ctrl-C held back until the block ends (main thread): a second Ctrl-C landing inside
+    ``close`` left Ray's own processes running and exited 1; it now takes effect after it."""
+    return _held_back(signal.SIGINT)
 
 
 def _threads(cpus: float, seed: int) -> None:
@@ -126,9 +143,11 @@ class _Rank(ABC):
         self.engines = None  # the broadcast group to the engines (rank 0, weight_sync=collective)
 
     def address(self) -> tuple[str, int]:
+        """This node's address as Ray knows it (the one the other nodes reach it by: the host
+        name may resolve to a loopback address, 127.0.1.1 on Debian), and a free port on it."""
         from rlxf.trainer.distributed import free_address
 
-        return free_address()
+        return free_address(ray.util.get_node_ip_address())
 
     def start(self, rank: int, world: int, address: str | None, port: int | None) -> None:
         from rlxf.trainer.distributed import init_data_parallel
@@ -303,11 +322,7 @@ class _ActorReward:
                           lambda i, err: p._replace_actor("reward", i, err))
 
     def close(self) -> None:
-        for scorer in self.placement._scorers:
-            try:
-                _get(scorer.close.remote(), timeout=CLOSE_TIMEOUT_S)
-            except _NOT_CLOSED:
-                pass
+        close_all(_closer(scorer.close) for scorer in self.placement._scorers)
 
 
 class RayPlacement(Placement):
@@ -318,7 +333,12 @@ class RayPlacement(Placement):
         rc = cfg.ray
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
-            ray.init(address=rc.address, include_dashboard=False)
+            # Ray's processes (GCS, raylet, and through it every actor) start with SIGTERM blocked, as
+            # Ray starts them with SIGINT blocked: a scheduler's SIGTERM to the whole process group
+            # killed them all at once, so the run could neither finish its step nor checkpoint it.
+            # The driver alone stops on it (``rlxf.trainer.interrupt``), then stops them (``close``).
+            with _held_back(signal.SIGTERM):
+                ray.init(address=rc.address, include_dashboard=False)
         # actors on this machine import what the driver imports (rlxf, plugins next to the config);
         # on a cluster, ship code with the cluster's own means (an installed package, working_dir)
         self._options = {"runtime_env": {"env_vars": {"PYTHONPATH": _pythonpath()}}} if rc.address is None else {}
@@ -353,9 +373,9 @@ class RayPlacement(Placement):
                 self._wait_placed("engine and reward", [*self._engines, *self._scorers])
                 self.reward = _ActorReward(self) if self._scorers else build_run_reward(cfg)
             self.sync_weights(0)
-        except BaseException:  # a start that fails (a bad model, ActorsNotPlaced) leaves no actor holding
-            self._abandon()     # CPUs: a retry in this process would wait for them, then not be placed
-            raise
+        except BaseException as e:  # a start that fails (a bad model, ActorsNotPlaced) leaves no actor
+            close_during(e, self._abandon, "stopping the Ray placement's actors")  # holding CPUs: a retry
+            raise                                                                  # would wait for them
 
     def _wait_placed(self, role: str, handles: list[Any]) -> None:
         """Raise ActorsNotPlaced, naming what was asked and what the cluster has, when ``handles``
@@ -377,15 +397,8 @@ class RayPlacement(Placement):
     def _abandon(self) -> None:
         """Kill every actor of a start that failed (none has anything to save yet), close the
         driver's reward, stop the Ray this placement started."""
-        with _uninterrupted():
-            try:
-                if self.reward is not None and not isinstance(self.reward, _ActorReward):
-                    self.reward.close()
-            finally:
-                for handle in [*self._learners, *self._engines, *self._scorers]:
-                    ray.kill(handle)
-                if self._started_ray:
-                    ray.shutdown()
+        self._close_then_stop([self.reward.close] if self.reward is not None
+                              and not isinstance(self.reward, _ActorReward) else [])
 
     @property
     def _colocated(self):
@@ -471,25 +484,24 @@ class RayPlacement(Placement):
         self._on_learners("load", directory)
 
     def close(self) -> None:
+        """Close every role, each even when another fails, then kill the actors and stop the Ray
+        this placement started; the first failure is raised after all of it."""
+        self._close_then_stop([*([_closer(self._colocated.call, "close")] if self._colocated is not None else []),
+                               *([self.reward.close] if self.reward is not None else []),
+                               *(_closer(engine.close) for engine in self._engines)])
+
+    def _close_then_stop(self, closers: list) -> None:
+        """Run ``closers`` (each, even after one fails), then kill every actor and stop the Ray this
+        placement started, whatever the closers raised; the first failure is raised after all of it."""
+        kills = [lambda h=handle: ray.kill(h) for handle in [*self._learners, *self._engines, *self._scorers]]
+        stop = [*kills, *([ray.shutdown] if self._started_ray else [])]
         with _uninterrupted():
             try:
-                if self._colocated is not None:
-                    try:
-                        _get(self._colocated.call.remote("close"), timeout=CLOSE_TIMEOUT_S)
-                    except _NOT_CLOSED:
-                        pass
-                if self.reward is not None:
-                    self.reward.close()
-                for engine in self._engines:
-                    try:
-                        _get(engine.close.remote(), timeout=CLOSE_TIMEOUT_S)
-                    except _NOT_CLOSED:
-                        pass
-            finally:
-                for handle in [*self._learners, *self._engines, *self._scorers]:
-                    ray.kill(handle)
-                if self._started_ray:
-                    ray.shutdown()
+                close_all(closers)
+            except BaseException as e:
+                close_during(e, lambda: close_all(stop), "stopping the Ray actors")
+                raise
+            close_all(stop)
 
     # -- learners ---------------------------------------------------------------------------
 

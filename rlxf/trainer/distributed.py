@@ -282,15 +282,17 @@ def _comm_device() -> torch.device:
         else torch.device("cpu")
 
 
-def free_address() -> tuple[str, int]:
-    """This host's address and a free TCP port, for rank 0 to host the process group's store."""
+def free_address(host: str | None = None) -> tuple[str, int]:
+    """``host`` (by default this host's name, resolved) and a free TCP port, for rank 0 to host
+    the process group's store. Across machines pass the address the others reach this one by."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    try:
-        host = socket.gethostbyname(socket.gethostname())
-    except OSError:
-        host = "127.0.0.1"
+    if host is None:
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = "127.0.0.1"
     return host, port
 
 

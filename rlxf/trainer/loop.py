@@ -30,6 +30,7 @@ from rlxf.data import build_prompt_data, build_sampler
 from rlxf.data.curriculum import Curriculum
 from rlxf.data.demos import build_demonstrations
 from rlxf.metrics.sinks import read_jsonl
+from rlxf.placement.base import close_during
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import step_metrics
@@ -158,8 +159,10 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                     if out_of_time:
                         log.info("step %d: train.max_seconds=%g reached; stopping", step, cfg.train.max_seconds)
                         break
-    finally:
-        state.close()
+    except BaseException as e:  # closing the outputs must not hide why the run stopped
+        close_during(e, state.close, "closing the run's metrics and samples")
+        raise
+    state.close()
     return last
 
 

@@ -222,3 +222,21 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path, tokeni
     assert train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name, resume=True), FallingAccuracy(tokenizer_for_tests),
                  resume=True) == {}
     assert any("has done 2 steps and train.steps is 1: nothing to train" in m for m in warnings)
+
+
+class FailingUpdate(FallingAccuracy):
+    def update(self, exp, step: int) -> dict[str, float]:
+        raise ValueError("the step's own error")
+
+
+def test_a_failing_close_of_the_outputs_does_not_hide_the_steps_error(tmp_path, tokenizer_for_tests, monkeypatch):
+    from rlxf.trainer.state import RunState
+
+    def broken_close(self):
+        raise OSError("disk gone while closing")
+
+    monkeypatch.setattr(RunState, "close", broken_close)
+    cfg = _config(tmp_path, 2)
+    with pytest.raises(ValueError, match="the step's own error") as caught:
+        train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), FailingUpdate(tokenizer_for_tests))
+    assert any("disk gone while closing" in note for note in caught.value.__notes__)
