@@ -15,6 +15,9 @@ and 0 for t >= R_i (T = the longest response). What keeps it cheap:
   position ids (``masking_utils.find_packed_sequence_indices``; flash-attention uses the same
   position ids), so attention never crosses a sequence border and no compute goes to padding.
   ``packed=False`` runs the right-padded batch instead (the reference the tests compare with).
+  Not every architecture does this: OPT takes its learned positions from the attention mask,
+  Bloom and MPT build their ALiBi mask from it, so packed sequences would see each other. A
+  probe (``packing_isolates``) checks each trunk once and turns packing off where it fails.
 * **Only response positions reach the head.** The trunk's hidden states are gathered at the
   positions that predict response tokens before the (tokens x vocab) output projection.
 * **Chunks.** The head + log-softmax run on ``chunk_size`` positions at a time, so the logits
@@ -37,12 +40,16 @@ and 0 for t >= R_i (T = the longest response). What keeps it cheap:
   to the longest one, so ``auto`` picks this path only when it runs fewer trunk tokens than
   packing: distinct prompts x longest prompt + sequences x longest response (inputs) against
   the sum of all sequence lengths. 8 samples of 16-token prompts with 32-token responses: 2112
-  against 3008 tokens.
+  against 3008 tokens. A probe (``prompt_sharing_matches``) checks each trunk once against the
+  padded path (MPT's ALiBi counts a shorter prompt's padding columns as distance) and turns
+  sharing off where it fails.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -53,6 +60,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from rlxf.models.loading import unwrap_model
+
+log = logging.getLogger("rlxf")
 
 
 @dataclass
@@ -133,10 +142,13 @@ def hidden_states_at(
     """Run the decoder trunk over ``sequences``; return the last hidden states at ``positions``.
 
     ``positions[i]`` are indices into sequence i. Returns (sum_i len(positions[i]), H), in
-    order of i then position. Works under no_grad and with autograd.
+    order of i then position. Works under no_grad and with autograd. ``packed`` runs padded
+    where ``packing_isolates`` says the trunk cannot pack.
     """
     device = next(trunk.parameters()).device
     lengths = [len(s) for s in sequences]
+    if packed and not packing_isolates(trunk):
+        packed = False
     if packed:
         rows = pack_rows(lengths, max_tokens_per_row)
         width = max(sum(lengths[i] for i in row) for row in rows)
@@ -155,7 +167,7 @@ def hidden_states_at(
             # cannot change any real token, and it does not look like a new sequence.
             last = pos[r, col - 1] if col else -1
             pos[r, col:] = torch.arange(1, width - col + 1) + last
-        out = trunk(input_ids=ids.to(device), position_ids=pos.to(device), attention_mask=None, use_cache=False)
+        hidden = _packed_forward(trunk, ids.to(device), pos.to(device))
     else:
         width = max(lengths)
         ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -165,7 +177,7 @@ def hidden_states_at(
             attn[i, :len(s)] = 1
         flat_start = [i * width for i in range(len(sequences))]
         out = trunk(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=False)
-    hidden = out.last_hidden_state
+        hidden = out.last_hidden_state
     hidden = hidden.reshape(-1, hidden.shape[-1])
     index = torch.cat([p.to(torch.long) + s for p, s in zip(positions, flat_start, strict=True)])
     return hidden.index_select(0, index.to(device))
@@ -266,6 +278,128 @@ def shared_prompt_hidden(trunk: torch.nn.Module, prompt_ids: list[list[int]], re
     t = torch.arange(int(n_tok.sum())) - torch.repeat_interleave(torch.cumsum(n_tok, 0) - n_tok, n_tok)
     index = torch.where(t == 0, (slots * p_max + seq_p_len - 1)[seq], len(prompts) * p_max + seq * width + t - 1)
     return hidden.index_select(0, index.to(device))
+
+
+def _packed_forward(trunk: torch.nn.Module, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """(rows, width, H) last hidden states of packed rows: position ids restart per sequence, no mask."""
+    return trunk(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).last_hidden_state
+
+
+@dataclass
+class FastPaths:
+    """What the probes found on one trunk: whether packing and prompt sharing give the padded
+    path's hidden states (None: not probed yet). Kept on the trunk object itself, so each probe
+    runs once per model and goes away with it."""
+
+    packed: bool | None = None
+    shared: bool | None = None
+
+
+_FAST_PATHS_ATTR = "_rlxf_fast_paths"
+
+
+def fast_paths(trunk: torch.nn.Module) -> FastPaths:
+    """The trunk's ``FastPaths`` record, created empty on first use."""
+    state = vars(trunk).get(_FAST_PATHS_ATTR)
+    if state is None:
+        state = FastPaths()
+        setattr(trunk, _FAST_PATHS_ATTR, state)
+    return state
+
+
+def _probe_tolerance(h: torch.Tensor) -> float:
+    """Largest per-token ||h' - h|| / ||h|| two correct runs in a different arithmetic order reach:
+    ~1e-7 in fp32, up to ~1e-2 in bf16 (ALiBi biases at shifted positions, 8 layers), and fp32
+    matmuls in TF32 round like fp16. Broken trunks differ by 1e-2 (random-init Bloom) to 1 (OPT,
+    MPT); a false alarm only costs speed."""
+    tf32 = h.device.type == "cuda" and torch.get_float32_matmul_precision() != "highest"
+    return 1e-4 if h.dtype.itemsize >= 4 and not tf32 else 0.1
+
+
+def _mismatch(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Largest per-token ||got_t - want_t|| / ||want_t|| of (N, H) hidden states; inf if not finite."""
+    got, want = got.float(), want.float()
+    err = ((got - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(torch.finfo(torch.float32).tiny)).max()
+    return err.item() if torch.isfinite(err) else math.inf
+
+
+def _probe_ids(trunk: torch.nn.Module, lengths: list[int]) -> list[list[int]]:
+    """Token ids from a fixed seed within the trunk's vocabulary (the global RNG is not touched)."""
+    vocab = trunk.get_input_embeddings().num_embeddings
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randint(3 if vocab > 3 else 0, vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
+@contextmanager
+def _probing(trunk: torch.nn.Module):
+    """No autograd and no dropout: a probe asks about the architecture, and its answer is kept
+    for every later forward in either mode. Every module's mode is put back."""
+    modes = [(m, m.training) for m in trunk.modules()]
+    trunk.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def _turned_off(trunk: torch.nn.Module, path: str, why: str, err: float) -> None:
+    log.warning("%s: %s (a probe's hidden states differ by %.2g of their norm); %s is off for this model, "
+                "and the padded path gives the exact numbers", type(unwrap_model(trunk)).__name__, why, err, path)
+
+
+def packing_isolates(trunk: torch.nn.Module) -> bool:
+    """Whether packed rows keep their sequences apart on this trunk, probed once per trunk object.
+    One forward of the rows [a, b], [b, a], [c, a] with |b| = |c|:
+
+    * a after b and a after c sit at the same columns with the same position ids, so with the
+      sequences apart they are computed alike, to the bit: a difference is attention crossing
+      the border (Bloom and MPT build their ALiBi mask from the attention mask, not positions);
+    * a (and b) at the start of a row and after the other differ only by rounding: a difference
+      is positions that do not restart (OPT's learned positions come from the attention mask).
+    """
+    state = fast_paths(trunk)
+    if state.packed is None:
+        a, b, c = _probe_ids(trunk, [5, 7, 7])
+        n = len(a)
+        device = next(trunk.parameters()).device
+        ids = torch.tensor([a + b, b + a, c + a], device=device)
+        pa, pb = list(range(len(a))), list(range(len(b)))
+        pos = torch.tensor([pa + pb, pb + pa, pb + pa], device=device)
+        with _probing(trunk):
+            h = _packed_forward(trunk, ids, pos)
+        tol = _probe_tolerance(h)
+        leak = _mismatch(h[2, -n:], h[1, -n:])
+        shift = max(_mismatch(h[1, -n:], h[0, :n]), _mismatch(h[0, n:], h[1, :-n]))
+        state.packed = leak <= tol / 20 and shift <= tol
+        if not state.packed:
+            _turned_off(trunk, "packing", "packed sequences see each other's tokens or positions",
+                        max(leak, shift))
+    return state.packed
+
+
+def prompt_sharing_matches(trunk: torch.nn.Module, pad_id: int = 0) -> bool:
+    """Whether ``shared_prompt_hidden`` gives the padded path's hidden states on this trunk, probed
+    once per trunk object (False where it cannot share at all): prompts of 2 and 12 tokens, the
+    longer one shared by two 4-token responses. The short prompt's padding columns must be
+    masked and not counted as distance (MPT's ALiBi counts them)."""
+    state = fast_paths(trunk)
+    if state.shared is None:
+        if _empty_prompt_cache(trunk) is None:
+            return False
+        short, long_, r1, r2 = _probe_ids(trunk, [2, 12, 4, 4])
+        prompts, responses = [short, long_, long_], [r1, r2, r1]
+        sequences, positions = trunk_inputs(prompts, responses)
+        with _probing(trunk):
+            want = hidden_states_at(trunk, sequences, positions, packed=False, pad_id=pad_id)
+            got = shared_prompt_hidden(trunk, prompts, responses, pad_id=pad_id)
+        err = _mismatch(got, want)
+        state.shared = err <= _probe_tolerance(want)
+        if not state.shared:
+            _turned_off(trunk, "prompt sharing", "a response does not see its padded prompt as the padded "
+                        "batch does", err)
+    return state.shared
 
 
 class TokenLogprobEntropy(torch.autograd.Function):
@@ -393,6 +527,15 @@ def causal_lm_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.M
     return trunk, head, base
 
 
+def trunk_inputs(prompt_ids: list[list[int]],
+                 response_ids: list[list[int]]) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """(sequences, positions) for ``hidden_states_at``: prompt + response without its last token
+    (nothing after it is predicted), and the positions P_i - 1 + t that predict response token t."""
+    sequences = [p + r[:-1] for p, r in zip(prompt_ids, response_ids, strict=True)]
+    positions = [torch.arange(len(p) - 1, len(p) - 1 + len(r)) for p, r in zip(prompt_ids, response_ids, strict=True)]
+    return sequences, positions
+
+
 def pad_ragged(flat: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     """(sum R_i,) -> (B, max R_i), right-padded with 0; differentiable."""
     width = max(lengths, default=0)
@@ -423,7 +566,8 @@ def sequence_logprobs(
     chooses by attention kernel (``auto_row_tokens``), None = one row. ``checkpoint_chunks``:
     None = when autograd is on and there is more than one chunk (see the module docstring).
     ``share_prompts`` (with ``packed``): run each distinct prompt once (``shared_prompt_hidden``);
-    ``auto`` = when that runs fewer trunk tokens than packing and the trunk allows it.
+    ``auto`` = when that runs fewer trunk tokens than packing and the trunk allows it. Either
+    fast path is used only where the trunk's probe finds it gives the padded path's numbers.
     """
     check_pairs(prompt_ids, response_ids)
     if temperature <= 0:
@@ -435,13 +579,14 @@ def sequence_logprobs(
     if sum(lengths) == 0:
         zeros = mask.clone()
         return LogprobOutput(zeros, zeros.clone() if with_entropy else None, mask)
-    # The last response token is never an input: nothing after it is predicted.
-    sequences = [p + r[:-1] for p, r in zip(prompt_ids, response_ids, strict=True)]
-    positions = [torch.arange(len(p) - 1, len(p) - 1 + len(r)) for p, r in zip(prompt_ids, response_ids, strict=True)]
+    sequences, positions = trunk_inputs(prompt_ids, response_ids)
     pad_id = getattr(unwrap_model(model).config, "pad_token_id", None) or 0
     if share_prompts == "auto":
         shared_tokens, packed_tokens = shared_prompt_tokens(prompt_ids, response_ids)
         share_prompts = shared_tokens < packed_tokens and can_share_prompts(trunk)
+    # (share_prompts=True on a trunk that cannot share at all: shared_prompt_hidden says why)
+    if packed and share_prompts and can_share_prompts(trunk) and not prompt_sharing_matches(trunk, pad_id):
+        share_prompts = False
     if packed and share_prompts:
         hidden = shared_prompt_hidden(trunk, prompt_ids, response_ids, pad_id=pad_id)
     else:

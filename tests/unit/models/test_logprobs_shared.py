@@ -11,6 +11,8 @@ from rlxf.models import load_model
 from rlxf.models.logprobs import (
     can_share_prompts,
     causal_lm_parts,
+    packing_isolates,
+    prompt_sharing_matches,
     sequence_logprobs,
     shared_prompt_tokens,
 )
@@ -27,6 +29,8 @@ def model(nano_model_dir):
     with torch.no_grad():  # sharpen the near-uniform random init so mistakes show
         for p in m.parameters():
             p.mul_(4.0)
+    trunk, _, _ = causal_lm_parts(m)  # probe the fast paths now: the forwards counted below are the real ones
+    assert packing_isolates(trunk) and prompt_sharing_matches(trunk)
     return m
 
 
