@@ -469,6 +469,9 @@ def _shadowed(module: str, folders: Sequence[Path]) -> str | None:
         lib in p.resolve().parents for p in places for lib in libs))
     if mine and installed and not stdlib:
         return None  # an installed copy of the user's package (run from its source folder): theirs too
+    if mine and isinstance(found, Path) and mine[0].is_file() and found.is_file() \
+            and mine[0].read_bytes() == found.read_bytes():
+        return None  # another folder's copy of the same file: the same code runs either way
     if mine:
         rename = f"Rename {mine[0].name} (and {top!r} in the config)"
         if stdlib:

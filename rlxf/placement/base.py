@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlxf.errors import close_all, close_during  # noqa: F401 - the placements' cleanup helpers
 from rlxf.rollout import SamplingParams
 from rlxf.rollout.stream import GroupStream, InlineStream
 from rlxf.types import Experience, Prompt, Trajectory
@@ -41,33 +41,6 @@ log = logging.getLogger("rlxf")
 class LearnerLost(RuntimeError):
     """The process holding the learner died: its optimizer state is gone, so the run must
     resume from a checkpoint (``rlxf train CONFIG --resume``)."""
-
-
-def close_all(closers: Iterable[Callable[[], object]]) -> None:
-    """Call every closer, also after one fails (a reward pool that fails to close must not leave
-    the engine's process running); then raise the first failure, the later ones noted on it."""
-    first: Exception | None = None
-    for close in closers:
-        try:
-            close()
-        except Exception as err:
-            if first is None:
-                first = err
-            else:
-                log.warning("closing failed too: %s: %s", type(err).__name__, err)
-                first.add_note(f"closing failed too: {type(err).__name__}: {err}")
-    if first is not None:
-        raise first
-
-
-def close_during(exc: BaseException, close: Callable[[], object], what: str) -> None:
-    """``close()`` while ``exc`` is in flight: a failure of the cleanup is logged and noted on
-    ``exc`` instead of replacing it, so the caller sees the cause, not a cleanup's symptom."""
-    try:
-        close()
-    except Exception as err:
-        log.warning("%s failed while handling %s: %s: %s", what, type(exc).__name__, type(err).__name__, err)
-        exc.add_note(f"{what} then failed too: {type(err).__name__}: {err}")
 
 
 class Placement(ABC):

@@ -29,8 +29,8 @@ from rlxf.config import Config
 from rlxf.data import build_prompt_data, build_sampler
 from rlxf.data.curriculum import Curriculum
 from rlxf.data.demos import build_demonstrations
+from rlxf.errors import close_during
 from rlxf.metrics.sinks import read_jsonl
-from rlxf.placement.base import close_during
 from rlxf.rollout import SamplingParams
 from rlxf.run_dir import RunDir
 from rlxf.trainer.collect import step_metrics
