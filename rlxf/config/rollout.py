@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -55,7 +55,7 @@ class RolloutConfig(Section):
         description="Stop a response once its decoded text contains one of these strings "
         "(the token that completes it is kept).",
     )
-    stop_token_ids: list[int] = Field(
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list,
         description="Extra token ids that end a response, besides the model's eos ids.",
     )

@@ -47,7 +47,7 @@ class ChatRequest(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, lt=2**63)   # the engines' seed range
     stop: str | list[str] | None = None
     n: int | None = None
     stream: bool | None = None

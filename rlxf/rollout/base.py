@@ -21,6 +21,7 @@ still the untruncated one, as in vLLM's default.)
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -72,6 +73,8 @@ class SamplingParams:
             problems.append(f"top_k must be >= 0, 0 = off (got {self.top_k})")
         if self.max_new_tokens < 1:
             problems.append(f"max_new_tokens must be >= 1 (got {self.max_new_tokens})")
+        if any(t < 0 for t in self.stop_token_ids):
+            problems.append(f"stop_token_ids must be token ids >= 0 (got {list(self.stop_token_ids)})")
         if any(s == "" for s in self.stop_strings):
             problems.append("stop_strings must not contain the empty string")
         if self.seed is not None and not 0 <= self.seed < 2**63:
@@ -109,6 +112,20 @@ class GenerationRequest:
 
     prompt_ids: Sequence[int]
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # the native engine hashes the seed as an unsigned 64-bit word and the hf engine seeds torch
+        # with it: one range both take alike, checked here rather than as a failure mid-call
+        if self.seed is None:
+            return
+        try:
+            seed = operator.index(self.seed)
+        except TypeError:
+            seed = None
+        if seed is None or not 0 <= seed < 2**63:
+            raise ValueError(f"GenerationRequest seed must be an integer in [0, 2**63), or None for one the "
+                             f"engine draws (got {self.seed!r})")
+        object.__setattr__(self, "seed", seed)
 
 
 RequestLike = GenerationRequest | Sequence[int]

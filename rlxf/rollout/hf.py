@@ -47,6 +47,22 @@ def _token_ids_only(config):
     return GenerationConfig(**{k: getattr(config, k, None) for k in keep if getattr(config, k, None) is not None})
 
 
+def _response_stop_criteria(matcher: StopStrings, prompt_width: int):
+    """A transformers stopping criterion ending a row when its response text (the tokens after
+    column ``prompt_width``) holds a stop string: the check the native engine makes."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class ResponseStopStrings(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            new = input_ids[:, prompt_width:].cpu()
+            done = torch.zeros(new.shape[0], dtype=torch.bool)
+            for i in matcher.candidates(new[:, -1]).nonzero().flatten().tolist():
+                done[i] = matcher.ends_here(new[i].tolist())
+            return done.to(input_ids.device)
+
+    return StoppingCriteriaList([ResponseStopStrings()])
+
+
 class HFEngine:
     """``transformers.generate`` behind the Engine interface."""
 
@@ -163,8 +179,11 @@ class HFEngine:
             kwargs.update(temperature=None, top_k=None, top_p=None)
         else:
             kwargs.update(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
-        if sp.stop_strings:
-            kwargs.update(stop_strings=list(sp.stop_strings), tokenizer=self.tokenizer)
+        matcher = self._stop_matcher(tuple(sp.stop_strings)) if sp.stop_strings else None
+        if matcher is not None:
+            # not transformers' own stop_strings: those also match text that begins in the prompt,
+            # ending a row that the response-only check below would then report as "length"
+            kwargs.update(stopping_criteria=_response_stop_criteria(matcher, width))
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(seed % 2**63)
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
@@ -173,7 +192,6 @@ class HFEngine:
         if not sp.greedy:
             logits = logits / sp.temperature
         lps = torch.log_softmax(logits, -1).gather(-1, new[..., None]).squeeze(-1)
-        matcher = self._stop_matcher(tuple(sp.stop_strings)) if sp.stop_strings else None
         stop_set = set(stops)
         results = []
         new_l, lps_l = new.tolist(), lps.tolist()

@@ -47,7 +47,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from rlxf.rollout.base import DecodeHooks, RequestLike, SamplingParams, as_requests
+from rlxf.rollout.base import DecodeHooks, GenerationRequest, RequestLike, SamplingParams, as_requests
+from rlxf.rollout.sampling import derive_seed
 from rlxf.types import Completion
 
 log = logging.getLogger("rlxf")
@@ -140,7 +141,7 @@ class EngineProcess:
 
     # -- the engine interface ------------------------------------------------------------------
     def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
-        ids = [self.submit(r, sampling) for r in as_requests(requests)]
+        ids = [self.submit(r, sampling, index=i) for i, r in enumerate(as_requests(requests))]
         self._wait(lambda: all(i in self._done for i in ids))
         return [self._done.pop(i) for i in ids]
 
@@ -156,9 +157,15 @@ class EngineProcess:
         self._commands.put(("weights", self.policy_version))
 
     # -- the stream interface ------------------------------------------------------------------
-    def submit(self, request: RequestLike, sampling: SamplingParams) -> int:
-        """Queue one request (n samples of one prompt); returns its id at once."""
+    def submit(self, request: RequestLike, sampling: SamplingParams, index: int = 0) -> int:
+        """Queue one request (n samples of one prompt); returns its id at once.
+
+        An unseeded request under ``sampling.seed`` gets its seed here, as request ``index`` of
+        the call: in the engine process it shares a batch with whatever else is waiting, and its
+        place there (or after a restart) must not choose its samples."""
         (request,) = as_requests([request])
+        if request.seed is None and sampling.seed is not None:
+            request = GenerationRequest(request.prompt_ids, seed=derive_seed(sampling.seed, index))
         rid = next(self._ids)
         self._inflight[rid] = (request, sampling)
         self._commands.put(("generate", rid, request, sampling))

@@ -80,9 +80,9 @@ def model_spec(model) -> ModelSpec:
         raise UnsupportedModel(f"model_type {mt!r} is not one of the native engine's {SUPPORTED_MODEL_TYPES}")
     if getattr(cfg, "hidden_act", "silu") != "silu":
         raise UnsupportedModel(f"hidden_act {cfg.hidden_act!r} (the native engine implements silu)")
-    layer_types = getattr(cfg, "layer_types", None) or []
-    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
-        raise UnsupportedModel("sliding-window attention layers (the native engine implements full attention)")
+    why = _not_full_attention(cfg)
+    if why is not None:
+        raise UnsupportedModel(f"{why}; the native engine implements full attention only")
     rope = getattr(cfg, "rope_parameters", None) or {}
     rope_type = rope.get("rope_type", "default")
     if rope_type not in STATIC_ROPE_TYPES:
@@ -104,6 +104,42 @@ def model_spec(model) -> ModelSpec:
         context_window=cfg.max_position_embeddings, tied=tied,
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias,
     )
+
+
+def _layer_types(cfg) -> list[str]:
+    """Each layer's attention kind, as transformers builds the model from ``cfg``.
+
+    ``layer_types`` when the config has it; else Qwen2's rule: layer i slides when
+    ``use_sliding_window`` is set, ``sliding_window`` is not None and i >= ``max_window_layers``.
+    """
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types:
+        return list(layer_types)
+    window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", False) else None
+    first = getattr(cfg, "max_window_layers", 0) or 0
+    return ["sliding_attention" if window is not None and i >= first else "full_attention"
+            for i in range(cfg.num_hidden_layers)]
+
+
+def _not_full_attention(cfg) -> str | None:
+    """Why some layer's attention differs from full causal attention on a sequence the model can
+    hold, or None when none does.
+
+    A sliding layer of window w lets query position q see keys k > q - w; with every position
+    below ``max_position_embeddings`` <= w that is every earlier key, i.e. full attention.
+    """
+    window = getattr(cfg, "sliding_window", None)
+    context = getattr(cfg, "max_position_embeddings", None)
+    kinds = _layer_types(cfg)
+    sliding = [i for i, k in enumerate(kinds) if k == "sliding_attention"
+               and not (window is not None and context is not None and window >= context)]
+    other = [i for i, k in enumerate(kinds) if k not in ("full_attention", "sliding_attention")]
+    if other:
+        return f"layers {other} use {sorted({kinds[i] for i in other})} attention"
+    if sliding:
+        return (f"layers {sliding} use sliding-window attention (sliding_window {window} < max_position_embeddings "
+                f"{context}; use_sliding_window and max_window_layers decide which layers slide)")
+    return None
 
 
 def rope_tables(model, spec: ModelSpec, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:

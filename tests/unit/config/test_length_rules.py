@@ -26,3 +26,8 @@ def test_masking_truncated_responses_when_every_response_is_truncated_is_refused
         _config({"mask_truncated": True}, {"ignore_eos": True})
     assert _config({"mask_truncated": True}, {"ignore_eos": True, "stop_strings": ["\n"]})
     assert _config({"mask_truncated": False}, {"ignore_eos": True})
+
+
+def test_a_negative_stop_token_id_is_refused_at_load_naming_the_field():
+    with pytest.raises(ValidationError, match=r"rollout.stop_token_ids.0"):
+        _config({}, {"stop_token_ids": [-1]})

@@ -223,3 +223,12 @@ def test_an_episode_verdict_must_be_a_bool_not_text(tokenizer_for_tests):
     by = {t.prompt.uid: t for t in trajs}
     assert "info['success']='false' (str); it must be True, False or None" in by["str"].episode["error"]
     assert all(by[m].episode["error"] is None for m in ("none", "np", "one"))
+
+
+def test_a_chat_request_seed_past_the_engines_range_is_a_field_error():
+    from pydantic import ValidationError
+
+    from rlxf.envs.chat_protocol import ChatRequest
+
+    with pytest.raises(ValidationError, match="seed"):
+        ChatRequest.model_validate({"messages": [{"role": "user", "content": "x"}], "seed": 2**63})

@@ -134,6 +134,7 @@ def test_unsupported_models_say_why():
     with pytest.raises(UnsupportedModel, match="model_type 'gpt2'"):
         model_spec(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16)))
     qwen = _tiny_qwen()
-    qwen.config.use_sliding_window = True
-    with pytest.raises(UnsupportedModel, match="sliding-window"):
+    # the layer types transformers builds the model from: layer 1 slides with a 16-token window
+    qwen.config.sliding_window, qwen.config.layer_types = 16, ["full_attention", "sliding_attention"]
+    with pytest.raises(UnsupportedModel, match=r"layers \[1\] use sliding-window"):
         model_spec(qwen)
