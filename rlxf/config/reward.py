@@ -93,7 +93,10 @@ class NumericVerifierConfig(_AnswerVerifier):
     )
     answer_tag: str = Field("answer", description="Tag name for `answer_tag` extraction.")
     rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance |a - b| <= rel_tol * max(|a|, |b|); two integers must be equal.")
-    abs_tol: float = Field(1e-9, ge=0, description="Absolute tolerance |a - b| <= abs_tol.")
+    abs_tol: float = Field(
+        0.0, ge=0,
+        description="Absolute tolerance |a - b| <= abs_tol. 0: none (a fixed one would accept 0 for any reference "
+        "smaller than it, such as 6.626e-34); set it where answers near 0 are rounded.")
 
 
 class FormatVerifierConfig(_Verifier):

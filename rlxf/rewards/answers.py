@@ -265,7 +265,7 @@ class NumericVerifier(SyncVerifier):
     ``abs_tol`` only: ``1234567.0`` and ``1.234567e6`` match 1234567, ``1234567.5`` does not."""
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
-                 answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
+                 answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 0.0,
                  ground_truth_marker: str | None = None):
         super().__init__(name)
         self.ground_truth_marker = ground_truth_marker

@@ -23,7 +23,9 @@ anything (no call but to a math function, no attribute, comprehension, lambda or
 compute something huge (no power of a power, no exponent above 1000, no repeated or formatted
 string): anything else scores 0 (metric ``unsafe``). An answer there that calls ``Integral``
 (which the integration scorers differentiate back into the integrand: the question restated)
-scores 0 too (``unevaluated``), unless the reference answer calls it. The arithmetic puzzles
+or another operator sympy keeps unevaluated (``unevaluated_operator``) scores 0 too
+(``unevaluated``), whatever the reference: a reference that calls one is sympy's failure to
+solve, not a solution (``rlxf.data``'s task leaves such items out). The arithmetic puzzles
 (countdown, puzzle24) take ``+ - * /`` and parentheses over the puzzle's own numbers, each
 once, as their rules say: ``sqrt(9)*...`` or other numbers score 0 (``disallowed``). An
 exception the scorer raises on an answer scores 0 too (``unscorable``) when the reference answer
@@ -55,6 +57,9 @@ _MATH_FUNCTIONS = frozenset(
     "sin cos tan cot sec csc asin acos atan acot sinh cosh tanh coth asinh acosh atanh exp log ln "
     "asec acsc acoth atan2 sqrt Abs abs sign erf Integral".split())
 _MAX_EXPONENT = 1000
+# sympy's operators that stay unevaluated when it cannot compute them: an answer calling one
+# restates the question ("the integral of f") instead of answering it
+_UNEVALUATED = frozenset({"Integral", "Derivative", "Limit", "Sum", "Product"})
 # puzzles whose rules allow + - * / and parentheses over the puzzle's own numbers, each once:
 # their scorers evaluate any sympy expression (sqrt(9), 3**2), and puzzle24's counts the
 # numbers without reading which they are (6*4+1-1 "makes 24 from 1, 3, 5, 9")
@@ -179,14 +184,20 @@ def plays_by_the_rules(answer: str, numbers: Any) -> bool:
     return not isinstance(numbers, list) or sorted(used) == sorted(int(n) for n in numbers)
 
 
-def _integrals(text: str) -> bool:
-    """Whether an expression (read as Python, after NFKC) calls ``Integral``."""
+def unevaluated_operator(text: str) -> str | None:
+    """The sympy operator (``Integral``, ``Derivative``, ``Limit``, ``Sum``, ``Product``) an
+    expression calls, read as Python after NFKC, or None."""
     try:
         tree = ast.parse(unicodedata.normalize("NFKC", text).strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Integral"
-               for n in ast.walk(tree))
+        return None
+    return next((n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id in _UNEVALUATED), None)
+
+
+def parses_with_sympy(dataset: Any) -> bool:
+    """Whether a dataset's ``score_answer`` reads answers (and so references) as sympy expressions."""
+    return _scorer_hazards(dataset).sympy_parse
 
 
 def score_answer_safely(dataset: Any, answer: str, entry: dict[str, Any]) -> tuple[float, str | None]:
@@ -199,9 +210,9 @@ def score_answer_safely(dataset: Any, answer: str, entry: dict[str, Any]) -> tup
     if _dataset_names(dataset, entry) & _ARITHMETIC_PUZZLES and not plays_by_the_rules(
             answer, (entry.get("metadata") or {}).get("numbers")):
         return 0.0, "disallowed"
-    if hazards.sympy_parse and _integrals(answer) and not _integrals(str(entry.get("answer"))):
+    if hazards.sympy_parse and unevaluated_operator(answer):
         # Integral(<the integrand>, x): the question restated, whose derivative the integration
-        # scorers find equal to the integrand; a reference sympy could not integrate keeps it
+        # scorers find equal to the integrand, even where the reference is that same Integral
         return 0.0, "unevaluated"
     try:
         return float(dataset.score_answer(answer, entry)), None
