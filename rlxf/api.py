@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from rlxf.config import Config, ConfigError, load_config
+from rlxf.data.errors import DataError
+from rlxf.data.templates import check_not_blank
 from rlxf.run_dir import API_OPTIONS, RunDir, setup_logging
 
 PROMPTS_DIR = "prompts"
@@ -327,6 +329,13 @@ def _check_prompt(row: dict[str, Any], chat: bool, where: str) -> None:
     if isinstance(prompt, list) != chat:
         raise ConfigError(f"rlxf.train: {where}['prompt'] is {forms[not chat]} but prompts[0]'s is {forms[chat]}; "
                           f"give every prompt in one form")
+    try:
+        check_not_blank(prompt, where, "prompt")
+    except DataError:
+        raise ConfigError(f"rlxf.train: {where}['prompt'] holds no text (only whitespace, or only system "
+                          f"turns); give the question, or drop the row") from None
+    except (AttributeError, KeyError, TypeError):   # malformed messages: named with their field when read
+        pass
 
 
 def _check_saved_prompts(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -34,7 +34,15 @@ from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
 from rlxf.data.prompts import content_key
 from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
-from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
+from rlxf.data.templates import (
+    answer_text,
+    check_messages,
+    check_not_blank,
+    check_prompt,
+    encode_prompts,
+    encode_response,
+    get_field,
+)
 
 log = logging.getLogger("rlxf.data")
 
@@ -67,7 +75,7 @@ def _response(value: Any, where: str, key: str) -> tuple[str, list | None]:
     msgs = check_messages(value, where, key)
     if msgs[-1]["role"] != "assistant":
         raise DataError(f"{where}: {key!r} is a conversation that does not end with an assistant message")
-    return str(msgs[-1]["content"]), msgs[:-1]
+    return answer_text(msgs[-1], where, f"{key}[{len(msgs) - 1}]"), msgs[:-1]
 
 
 def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, str, str]:
@@ -89,7 +97,7 @@ def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list
         raise AssertionError("unreachable")
     if not isinstance(prompt, (str, list)):
         raise DataError(f"{where}: the prompt must be text or messages, got {type(prompt).__name__}")
-    return prompt, chosen, rejected
+    return check_not_blank(prompt, where, key if key is not None and key in record else f.chosen), chosen, rejected
 
 
 def _after_truncation(cfg: DataConfig) -> str:
@@ -136,6 +144,10 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int, *,
     if keep_response not in ("first", "last"):
         raise ValueError(f"keep_response must be 'first' or 'last', got {keep_response!r}")
     del seed  # file order is the data's own; shuffling is the trainer's sampler's job
+    if cfg.mixture:   # its data.source is left at its default, `task`: the error below would blame that
+        raise DataError(f"preference data (rlxf rm / rlxf dpo) is read from one source, not a mixture: data.sources "
+                        f"({', '.join(s.label for s in cfg.sources)}) is for RL prompts and SFT. Give the pairs in "
+                        f"data.source / data.train_path (one file: concatenate the sources' pairs)")
     if cfg.source == "task":
         raise DataError("preference data comes from files or a HF dataset (data.source=jsonl|json|parquet|csv|hf), "
                         "not from a procedural task")

@@ -36,7 +36,7 @@ from rlxf.data.sources import (
     split_records,
 )
 from rlxf.data.tasks import check_disjoint, get_task
-from rlxf.data.templates import check_messages, encode_prompts, get_field
+from rlxf.data.templates import check_messages, check_not_blank, encode_prompts, get_field
 from rlxf.types import Prompt
 
 log = logging.getLogger("rlxf.data")
@@ -130,12 +130,14 @@ def record_prompt(record: dict[str, Any], where: str, cfg: DataConfig) -> tuple[
     f = cfg.fields
     if f.messages is not None:
         prompt: str | list = check_messages(get_field(record, f.messages, where, "messages"), where, f.messages)
+        check_not_blank(prompt, where, f.messages)
     else:
         assert f.prompt is not None
         prompt = get_field(record, f.prompt, where, "prompt")
         if not isinstance(prompt, str):
             raise DataError(f"{where}: field {f.prompt!r} (data.fields.prompt) must be text, got "
                             f"{type(prompt).__name__}; for chat messages set data.fields.messages={f.prompt}")
+        check_not_blank(prompt, where, f.prompt)
     gt = get_field(record, f.ground_truth, where, "ground_truth") if f.ground_truth is not None else None
     if f.metadata is not None:
         meta = {k: get_field(record, k, where, "metadata") for k in f.metadata}

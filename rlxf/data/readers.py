@@ -111,15 +111,18 @@ def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue  # blank lines (a trailing newline) are not records
+            # a JSON list (one record per line or not) read as JSON lines: name the other format
+            hint = "; the file looks like one JSON list, not JSON lines: set data.source=json" \
+                if line.lstrip("\ufeff \t").startswith("[") else ""
             try:
                 # a byte-order mark inside the file: files that each began with one, concatenated
                 record = json.loads(line.removeprefix("\ufeff"), object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as e:
-                raise DataError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+                raise DataError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno}){hint}") from None
             except _DuplicateKey as e:
                 raise _duplicate(f"{p}:{lineno}", e.key) from None
             if not isinstance(record, dict):
-                raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
+                raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(record).__name__}{hint}")
             yield f"{p}:{lineno}", record
 
 
@@ -127,7 +130,10 @@ def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         data = json.loads(p.read_text(encoding=_ENCODING), object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
-        raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+        # a second value after the first: JSON lines (a .json name is common for them)
+        hint = "; the file holds more than one JSON value: JSON lines? set data.source=jsonl" \
+            if e.msg == "Extra data" else ""
+        raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno}){hint}") from None
     except _DuplicateKey as e:
         raise _duplicate(str(p), e.key) from None
     if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: one list-valued key
@@ -156,13 +162,17 @@ def _read_csv(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         if twice:
             raise DataError(f"{p}:1: the header names column(s) {twice} more than once, so a row's cell for "
                             f"them is ambiguous (the last one would win); rename the repeated columns")
+        end = reader.line_num
         for row in reader:
+            # a record starts on the line after the last one's end (line_num is where it ends: a
+            # quoted cell may hold line breaks)
+            start, end = end + 1, reader.line_num
             if not row:
                 continue  # blank lines are not records
             if len(row) != len(header):  # a missing cell would read as None, an extra one is lost
-                raise DataError(f"{p}:{reader.line_num}: {len(row)} cells but the header has {len(header)} "
+                raise DataError(f"{p}:{start}: {len(row)} cells but the header has {len(header)} "
                                 f"columns; fix the row (quote a cell that holds a comma)")
-            yield f"{p}:{reader.line_num}", dict(zip(header, row))
+            yield f"{p}:{start}", dict(zip(header, row))
 
 
 def _read_parquet(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -27,7 +27,15 @@ from rlxf.data.sources import (
     require_some,
     split_records,
 )
-from rlxf.data.templates import check_messages, check_prompt, encode_prompts, encode_response, get_field
+from rlxf.data.templates import (
+    answer_text,
+    check_messages,
+    check_not_blank,
+    check_prompt,
+    encode_prompts,
+    encode_response,
+    get_field,
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +65,9 @@ def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, 
         if msgs[-1]["role"] == "assistant":
             if len(msgs) == 1:
                 raise DataError(f"{where}: {f.messages!r} holds only an assistant message; nothing to prompt with")
-            return msgs[:-1], str(msgs[-1]["content"])
-        prompt: str | list = msgs
+            return check_not_blank(msgs[:-1], where, f.messages), answer_text(msgs[-1], where,
+                                                                              f"{f.messages}[{len(msgs) - 1}]")
+        prompt: str | list = check_not_blank(msgs, where, f.messages)
     else:
         assert f.prompt is not None
         prompt = check_prompt(get_field(record, f.prompt, where, "prompt"), where, f.prompt, "prompt")

@@ -47,18 +47,63 @@ def check_messages(messages: Any, where: str, field: str) -> Messages:
     return [dict(m) for m in messages]
 
 
+def answer_text(message: dict[str, Any], where: str, field: str) -> str:
+    """The text of an assistant message that is a training target (an SFT response, a chosen or
+    rejected answer): its content, or its text parts joined as chat templates render them. A
+    turn that only calls tools, or holds an image, has no text to train on: an error, where
+    ``str()`` would train on the Python repr (``"None"``, ``"[{'type': 'text', ...}]"``)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    if content is None:
+        raise DataError(f"{where}: {field} is an assistant turn with no text content (a tool call); a training "
+                        f"target must be text: end the conversation with the assistant's text answer")
+    texts = []
+    for j, part in enumerate(content):
+        text = part.get("text") if isinstance(part, dict) and part.get("type", "text") == "text" else part
+        if not isinstance(text, str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise DataError(f"{where}: {field}.content[{j}] is a {kind!r} part; a training target must be text "
+                            f"(content parts of type 'text'): drop the part or the record")
+        texts.append(text)
+    return "".join(texts)
+
+
 def check_prompt(value: Any, where: str, field: str, config_key: str) -> str | Messages:
     """A prompt as text or chat messages, or a DataError naming the record, field and type.
 
     Checked when the record is read, so a wrong type is reported where it is, not as a
     template error (or a TypeError) while the batch is rendered."""
     if isinstance(value, str):
-        return value
+        return check_not_blank(value, where, field)
     if isinstance(value, list):
-        return check_messages(value, where, field)
+        return check_not_blank(check_messages(value, where, field), where, field)
     raise DataError(f"{where}: field {field!r} (data.fields.{config_key}) must be text or a list of chat "
                     f"messages, got {type(value).__name__}; fix the record, or point data.fields.{config_key} "
                     f"at the field that holds the prompt")
+
+
+def check_not_blank(prompt: str | Messages, where: str, field: str) -> str | Messages:
+    """``prompt``, or a DataError when it holds no text (only whitespace, or turns that are all
+    system or blank): an empty CSV cell or a field mapped wrongly, which would otherwise train on
+    the template alone, and share one held-out key with every other blank prompt."""
+    if isinstance(prompt, str):
+        blank = not prompt.strip()
+    else:
+        blank = all(m["role"] == "system" or _blank_content(m.get("content")) for m in prompt)
+    if blank:
+        raise DataError(f"{where}: field {field!r} holds an empty prompt (no text but whitespace"
+                        f"{'' if isinstance(prompt, str) else ' outside system turns'}); fix or remove the record, "
+                        f"or point data.fields at the key that holds the prompt")
+    return prompt
+
+
+def _blank_content(content: Any) -> bool:
+    """No text in a message's content (an image part, say, is not blank)."""
+    if isinstance(content, list):
+        return all(_blank_content(p.get("text") if isinstance(p, dict) and p.get("type", "text") == "text" else p)
+                   for p in content)
+    return content is None or (isinstance(content, str) and not content.strip())
 
 
 def with_system(messages: Messages, system_prompt: str | None) -> Messages:
@@ -123,7 +168,8 @@ def encode_prompts(
     use_chat_template: bool = True,
     wheres: list[str] | None = None,
 ) -> list[tuple[list[int], str]]:
-    """``encode_prompt`` over many prompts: rendered one by one, tokenized in one batch call.
+    """``encode_prompt`` over many prompts, rendered and tokenized in one batch call each: the
+    same ids as one by one, faster (the quickstart encodes 20,000-prompt splits several times).
 
     A text prompt that already ends with the template's generation prompt (``rlxf label``
     writes them so) is refused while the template is on: templated twice, it would train on
@@ -132,7 +178,6 @@ def encode_prompts(
     if not prompts:
         return []
     tail = generation_prompt(tokenizer) if use_chat_template and getattr(tokenizer, "chat_template", None) else ""
-    texts = []
     for i, p in enumerate(prompts):
         if tail and isinstance(p, str) and p.rstrip().endswith(tail):
             raise DataError(
@@ -140,22 +185,73 @@ def encode_prompts(
                 f"generation prompt {tail!r}, so it was templated before (`rlxf label` writes its prompts so), and "
                 f"data.apply_chat_template=true would template it again; set data.apply_chat_template: false "
                 f"to read it as it is")
-        try:
-            texts.append(render_prompt(tokenizer, p, system_prompt=system_prompt, use_chat_template=use_chat_template))
-        except Exception as e:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
-            if wheres is None:
-                raise
-            detail = str(e) if isinstance(e, DataError) else f"the chat template failed: {type(e).__name__}: {e}"
-            if system_prompt is not None and not isinstance(e, DataError):
-                detail += ("; data.system_prompt is set, and some chat templates (Gemma's) have no system turn: "
-                           "unset it, or write the instruction into the prompts")
-            raise DataError(f"{wheres[i]}: cannot render the prompt: {detail}") from None
-    ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
+    texts = _render_batch(tokenizer, prompts, system_prompt) if use_chat_template else None
+    if texts is None:   # no template, or some prompt fails: one by one, to name the prompt that does
+        texts = []
+        for i, p in enumerate(prompts):
+            try:
+                texts.append(render_prompt(tokenizer, p, system_prompt=system_prompt,
+                                           use_chat_template=use_chat_template))
+            except Exception as e:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
+                if wheres is None:
+                    raise
+                detail = str(e) if isinstance(e, DataError) else f"the chat template failed: {type(e).__name__}: {e}"
+                if system_prompt is not None and not isinstance(e, DataError):
+                    detail += ("; data.system_prompt is set, and some chat templates (Gemma's) have no system turn: "
+                               "unset it, or write the instruction into the prompts")
+                raise DataError(f"{wheres[i]}: cannot render the prompt: {detail}") from None
+    ids = token_ids(tokenizer, texts, add_special_tokens=not use_chat_template)
     bos = getattr(tokenizer, "bos_token", None)
     if not use_chat_template and bos:   # a text that holds its BOS already (a templated prompt) gets no second
-        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] if t.startswith(bos) else i
-               for i, t in zip(ids, texts, strict=True)]
+        has_bos = [i for i, t in enumerate(texts) if t.startswith(bos)]
+        for i, again in zip(has_bos, token_ids(tokenizer, [texts[i] for i in has_bos], add_special_tokens=False),
+                            strict=True):
+            ids[i] = again
     return [(list(i), t) for i, t in zip(ids, texts, strict=True)]
+
+
+def _render_batch(tokenizer, prompts: list[str | Messages], system_prompt: str | None) -> list[str] | None:
+    """The prompts through the chat template in one ``apply_chat_template`` call (as
+    ``render_prompt`` renders each: its per-call overhead, not the template, is most of the time);
+    None when the tokenizer has no template or some prompt would fail, for ``render_prompt``
+    to say which and why."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return None
+    chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    if any(chat[-1]["role"] == "assistant" for chat in chats):
+        return None
+    try:
+        texts = tokenizer.apply_chat_template([with_system(chat, system_prompt) for chat in chats], tokenize=False,
+                                              add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a chat template raises whatever its Jinja code raises
+        return None
+    return texts if isinstance(texts, list) and len(texts) == len(prompts) else None
+
+
+# the methods a fast tokenizer encodes a batch through; a class that overrides one (CodeLlama's
+# fill-in-the-middle, say) does more than its Rust backend, so it is called as itself
+_ENCODE_METHODS = ("__call__", "_call_one", "encode_plus", "batch_encode_plus", "_encode_plus", "_batch_encode_plus")
+
+
+def token_ids(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+    """``tokenizer(texts, add_special_tokens=...)["input_ids"]``, from the Rust backend's
+    ``encode_batch`` directly where that is what the call would run (a fast tokenizer of a class
+    that adds nothing, its backend set to neither truncate nor pad): the Python wrapping of each
+    encoding (masks, offsets, overflow checks) took as long as the tokenizing."""
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        PreTrainedTokenizerFast = None  # noqa: N806 - a class or None
+    plain = (PreTrainedTokenizerFast is not None and isinstance(tokenizer, PreTrainedTokenizerFast)
+             and all(getattr(type(tokenizer), m, None) is getattr(PreTrainedTokenizerFast, m, None)
+                     for m in _ENCODE_METHODS))
+    if (plain and backend is not None and backend.truncation is None and backend.padding is None
+            and getattr(backend, "encode_special_tokens", False) == bool(getattr(tokenizer, "split_special_tokens", False))):
+        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
+    return [list(i) for i in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
 
 
 def generation_prompt(tokenizer) -> str:

@@ -66,7 +66,10 @@ def test_rows_without_a_prompt_or_of_mixed_forms_are_named(tmp_path, nano_model_
                             r"prompts\[0\] has no 'answer' but prompts\[1\] has one"),
                            ({"prompts": ["1+1=", {"prompt": chat}]},
                             r"prompts\[1\]\['prompt'\] is a chat-messages list but prompts\[0\]'s is text"),
-                           ({"prompts": [{"prompt": None}]}, r"prompts\[0\]\['prompt'\] is a NoneType")):
+                           ({"prompts": [{"prompt": None}]}, r"prompts\[0\]\['prompt'\] is a NoneType"),
+                           ({"prompts": ["1+1=", "  \n"]}, r"prompts\[1\]\['prompt'\] holds no text"),
+                           ({"prompts": [{"prompt": [{"role": "system", "content": "be brief"}]}]},
+                            r"prompts\[0\]\['prompt'\] holds no text")):
         with pytest.raises(ConfigError, match=message):
             rlxf.train(**_kw(tmp_path, nano_model_dir, **given))
     assert not (tmp_path / "runs").exists()
