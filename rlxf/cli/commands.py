@@ -129,7 +129,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def generate(
         model: str = typer.Argument(..., help="Run, checkpoint or model directory, or a hub id."),
-        prompts: list[str] = typer.Argument(..., help="Prompt texts (formatted as --chat-template says)."),
+        prompts: list[str] | None = typer.Argument(None, help="Prompt texts (formatted as --chat-template says)."),
+        prompts_file: Path | None = typer.Option(
+            None, "--prompts-file", help="JSONL file of prompts, one a line: {\"prompt\": TEXT} or "
+            "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (a chat, rendered with the chat template); "
+            "after any PROMPTS."),
         backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
         n: int = typer.Option(1, "-n", help="Samples per prompt."),
         temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
@@ -141,8 +145,8 @@ def register(app: typer.Typer) -> None:
             "checkpoint directory; otherwise the chat template when the tokenizer has one."),
     ) -> None:
         """Generate responses from a model with a rollout engine."""
-        _impl("generate").run(model, prompts, backend=backend, n=n, temperature=temperature,
-                              max_new_tokens=max_new_tokens, chat_template=chat_template)
+        _impl("generate").run(model, prompts or [], backend=backend, n=n, temperature=temperature,
+                              max_new_tokens=max_new_tokens, chat_template=chat_template, prompts_file=prompts_file)
 
     @app.command("serve-reward")
     def serve_reward(

@@ -43,6 +43,25 @@ def _save(location, record: dict) -> Path | None:
     return out
 
 
+def _note_format_change(location, data, config: Path) -> None:
+    """Say so when the run that trained the model formatted its prompts otherwise than ``config``
+    does (chat template on or off, another system prompt): a model trained on raw ``3+4=`` scores
+    near 0 on the templated prompts, and that number would be appended to the run's eval.jsonl
+    as the model's accuracy."""
+    from rlxf.cli.generate import trained_data
+
+    trained, saved = trained_data(str(location.model))
+    if trained is None:
+        return
+    fields = ("apply_chat_template", "system_prompt")
+    differ = [f for f in fields if getattr(trained, f) != getattr(data, f)]
+    if differ:
+        what = "; ".join(f"data.{f} is {getattr(data, f)!r} here, {getattr(trained, f)!r} in {saved}" for f in differ)
+        fix = " ".join(f"data.{f}={json.dumps(getattr(trained, f))}" for f in differ)  # YAML reads JSON
+        print(f"note: {config} formats prompts otherwise than the model's run trained on them ({what}); to "
+              f"measure the model on the prompts it learned from, add {fix}", file=sys.stderr)
+
+
 def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
     from rlxf.config import load_config
 
@@ -53,6 +72,8 @@ def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
     if checkpoint is None:
         local = Path(cfg.model.path).expanduser()
         location = _location(local) if local.exists() else None  # else a hub id
+    if location is not None:
+        _note_format_change(location, cfg.data, config)
 
     from rlxf.data import build_prompt_data
     from rlxf.models import load_from_config

@@ -33,3 +33,4 @@ def run(out: Path, preset: str = "tiny", seed: int = 0, overwrite: bool = False)
         f"parameters={info.get('parameters', 0):,} vocab={info.get('vocab_size', 0)} to {path} "
         f"in {time.perf_counter() - start:.1f}s"
     )
+

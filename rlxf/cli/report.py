@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rlxf.cli.errors import UsageError
@@ -9,10 +10,15 @@ from rlxf.cli.errors import UsageError
 
 def run(run_dirs: list[Path], out: Path | None) -> None:
     from rlxf.metrics.report import write_report
+    from rlxf.metrics.sinks import read_jsonl
 
+    seen: dict[Path, Path] = {}
     for d in run_dirs:
         if not (d / "metrics.jsonl").is_file():
             raise UsageError(_not_a_run(d))
+        if (same := seen.setdefault(d.resolve(), d)) is not d:  # one run overlaid on itself compares nothing
+            alias = f" ({same} is the same directory)" if str(same) != str(d) else ""
+            raise UsageError(f"{d} is given twice{alias}; give each run directory once")
     if out is not None and out.is_dir():
         raise UsageError(f"--out {out} is a directory; give the HTML file to write, e.g. --out {out / 'report.html'}")
     try:
@@ -21,6 +27,10 @@ def run(run_dirs: list[Path], out: Path | None) -> None:
         raise UsageError(f"cannot write the report to {e.filename or out}: {e.strerror or e}; "
                          f"give another --out") from None
     print(f"wrote {path}")
+    for d in run_dirs:
+        if not read_jsonl(d / "metrics.jsonl"):  # a run stopped before its first step: the page is empty
+            print(f"note: {d}/metrics.jsonl holds no metrics yet (no step finished), so its curves are empty",
+                  file=sys.stderr)
 
 
 def _not_a_run(path: Path) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from rlxf.metrics.report_plots import PHASES, Plot, line_plot, phase_means, png, time_plot
 from rlxf.metrics.sinks import read_jsonl
 
-__all__ = ["PLOTS", "PHASES", "Plot", "RunMetrics", "default_output", "load_run", "write_report"]
+__all__ = ["PLOTS", "PHASES", "Plot", "RunMetrics", "default_output", "load_run", "run_names", "write_report"]
 
 PLOTS = (
     Plot("Reward", ("reward/mean",), "mean reward"),
@@ -134,21 +134,41 @@ class RunMetrics:
         return {k for r in self.records for k in r}
 
 
-def load_run(run_dir: Path) -> RunMetrics:
+def load_run(run_dir: Path, name: str | None = None) -> RunMetrics:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: is it a run directory?")
     samples = run_dir / "samples.jsonl"
-    return RunMetrics(run_dir.name, read_jsonl(path), read_jsonl(samples) if samples.exists() else None)
+    name = name if name is not None else run_names([run_dir])[0]
+    return RunMetrics(name, read_jsonl(path), read_jsonl(samples) if samples.exists() else None)
+
+
+def run_names(run_dirs: list[Path]) -> list[str]:
+    """Each run's label: its directory's name, with as many parent folders as it takes to tell
+    runs apart (``seed0/grpo`` and ``seed1/grpo``: a sweep's runs share run.name), where plain
+    names would draw two runs as one legend entry. Paths are resolved first, so ``.`` is named
+    for the directory it stands for, not as ``""``."""
+    parts = [Path(d).resolve().parts for d in run_dirs]
+    depth = 1
+    while True:
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names) or all(depth >= len(p) for p in parts):
+            return names
+        depth += 1
 
 
 def default_output(run_dirs: list[Path]) -> Path:
     """``RUN/report.html`` for one run; for several, a comparison file next to the first run
-    (never over one run's own report)."""
+    (never over one run's own report), named by the runs (or the first and a count where so
+    many names would pass a file name's 255-byte limit)."""
     first = Path(run_dirs[0])
     if len(run_dirs) == 1:
         return first / "report.html"
-    return first.parent / ("compare-" + "-vs-".join(Path(d).name for d in run_dirs) + ".html")
+    names = [n.replace("/", "_") for n in run_names(run_dirs)]
+    stem = "compare-" + "-vs-".join(names)
+    if len(stem.encode()) > 200:
+        stem = f"compare-{names[0][:150]}-vs-{len(names) - 1}-more"
+    return first.parent / f"{stem}.html"
 
 
 def plots_for(runs: list[RunMetrics]) -> list[Plot]:
@@ -238,8 +258,9 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [load_run(Path(d)) for d in run_dirs]
-    out = Path(out) if out else default_output([Path(d) for d in run_dirs])
+    run_dirs = [Path(d) for d in run_dirs]
+    runs = [load_run(d, name) for d, name in zip(run_dirs, run_names(run_dirs), strict=True)]
+    out = Path(out) if out else default_output(run_dirs)
     images = []
     for plot in plots_for(runs):
         fig = line_plot(plot, runs)

@@ -65,6 +65,12 @@ def init_model(preset: str, out_dir: str | Path, seed: int = 0, overwrite: bool 
 
     get_preset(preset)  # unknown names fail before any work
     out = Path(out_dir)
+    # a directory inside a run (runs/x/checkpoints/step_N/model) holds trained weights: never
+    # replaced by random ones, as the run itself is not
+    run = next((p for p in out.resolve().parents if looks_like_run(p)), None)
+    if run is not None:
+        raise FileExistsError(f"{out} is inside the rlxf run directory {run} (its trained checkpoints are there); "
+                              f"init-model does not write into a run: give a directory outside it")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if out.is_dir() and looks_like_run(out):
             raise FileExistsError(f"{out} is an rlxf run directory (its trained checkpoints are in it); init-model "
