@@ -112,7 +112,8 @@ class MixtureSource(SourceFields):
     weight: float = Field(
         1.0, ge=0, allow_inf_nan=False,
         description="Share of the training prompts drawn from this source: weight / sum of the weights. "
-        "Every batch holds each source's share to within one prompt. 0: evaluated only (its held-out "
+        "The prompts drawn so far hold each source's share to within one prompt (with two sources every "
+        "batch does too); with data.curriculum, a skipped prompt is replaced from its own source. 0: evaluated only (its held-out "
         "accuracy is reported with every eval; none of its prompts is trained on), e.g. a skill RL on "
         "the other sources might cost.",
     )
@@ -179,8 +180,8 @@ class CurriculumConfig(Section):
     )
     keep_fraction: float = Field(
         0.0, ge=0, lt=1,
-        description="Fraction of the flagged prompts still trained on (drawn by a hash of seed, prompt and "
-        "draw, so resume repeats it): 0 skips them, 0.25 down-weights them to a quarter.",
+        description="Fraction of the flagged prompts still trained on (drawn from the seed and a count of the draws, "
+        "so resume repeats it): 0 skips them, 0.25 down-weights them to a quarter.",
     )
 
     @property

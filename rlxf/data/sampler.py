@@ -152,6 +152,7 @@ class MixtureSampler:
 
     @property
     def consumed(self) -> int:
+        """Slots filled since the start of the run (with a curriculum: prompts taken, not skipped)."""
         return sum(self.counts)
 
     @property
@@ -159,13 +160,16 @@ class MixtureSampler:
         """Every source's prompts (as ``PromptSampler.prompts``: the ones it draws from)."""
         return [p for s in self.samplers for p in s.prompts]
 
+    def next_source(self) -> PromptSampler:
+        """The source of the next slot, counted as drawn; the caller takes the slot's prompt from it.
+        A curriculum that skips a prompt takes the next one from the same source, so the
+        shares hold for the prompts trained on, not only for those given out."""
+        i = _next_source(self.weights, self.counts, self.consumed)
+        self.counts[i] += 1
+        return self.samplers[i]
+
     def next_batch(self, n: int) -> list[Prompt]:
-        out = []
-        for _ in range(n):
-            i = _next_source(self.weights, self.counts, self.consumed)
-            self.counts[i] += 1
-            out += self.samplers[i].next_batch(1)
-        return out
+        return [p for _ in range(n) for p in self.next_source().next_batch(1)]
 
     def state_dict(self) -> dict[str, Any]:
         return {"mixture": {name: {"weight": w, "drawn": c, "sampler": s.state_dict()}

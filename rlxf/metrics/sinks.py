@@ -60,7 +60,8 @@ class JsonlWriter:
     records never interleave and a finished one is on disk. A write cut short (the machine died,
     or SIGKILL arrived between the pages of a long record) can only tear the last line: readers
     skip it (``read_jsonl``), and on opening it is cut off, so appending never glues two records
-    together.
+    together. A last line that is a whole record without its newline (edited by hand, written by
+    another tool) is kept, and gets its newline before the first append.
     """
 
     def __init__(self, path: str | Path, fsync: bool = True):
@@ -83,8 +84,19 @@ class JsonlWriter:
             self._fd = -1
 
 
+def whole_record(line: bytes) -> bool:
+    """Whether an unterminated last line is a whole record, not a write cut short: rlxf writes
+    one JSON object a line, and no prefix of one cut before its end parses as an object."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:  # JSONDecodeError, or bytes that are not UTF-8 (a character cut in two)
+        return False
+
+
 def repair_tail(path: Path) -> int:
-    """Cut a trailing partial line off ``path``; return how many bytes were removed."""
+    """Cut a torn last line off ``path``, or end a whole unterminated record with its newline
+    (``whole_record``), so that an append starts a line of its own; return how many bytes
+    were removed."""
     if not path.exists() or path.stat().st_size == 0:
         return 0
     with open(path, "rb+") as f:
@@ -106,6 +118,10 @@ def repair_tail(path: Path) -> int:
             pos = start
         else:
             cut = 0
+        f.seek(cut)
+        if whole_record(f.read(size - cut)):
+            f.write(b"\n")
+            return 0
         f.truncate(cut)
         return size - cut
 
@@ -115,14 +131,15 @@ class DamagedFileError(UserInputError):
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All complete records of a JSONL file (a torn last line is ignored)."""
+    """All complete records of a JSONL file: a torn last line is ignored, a whole one without
+    its newline is kept (``whole_record``)."""
     records = []
     p = Path(path)
     if not p.exists():
         return records
     with open(p, "rb") as f:
         for number, raw in enumerate(f, start=1):
-            if not raw.endswith(b"\n"):
+            if not raw.endswith(b"\n") and not whole_record(raw):
                 break
             line = raw.strip()
             if line:
