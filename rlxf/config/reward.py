@@ -208,7 +208,8 @@ class CodeVerifierConfig(_Verifier):
         "strict",
         description="`strict`: namespaces (no network, read-only files, own PIDs) + unprivileged uid + "
         "rlimits, or refuse to run. `auto`: strict if the kernel allows, else weak with a warning. "
-        "`weak`: rlimits only -- the program can reach the network and your files.",
+        "`weak`: rlimits, a seccomp filter (no ptrace, no new namespaces) and, on Linux >= 5.13, a Landlock "
+        "domain that keeps it out of your processes -- the program can still reach the network and your files.",
     )
     sandbox_uid: int = Field(
         61000, ge=1, description="uid/gid programs run as when rlxf runs as root (own no files there)."

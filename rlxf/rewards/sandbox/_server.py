@@ -16,7 +16,7 @@ Process layout in ``strict`` mode (every box is a process, the arrows are forks)
              │     creates the program's control group, waits for every test process and
              │     decides each verdict from the kernel's accounting)
              ├─ runner  (per program, in its control group: unprivileged uid, its own user
-             │           namespace, rlimits, a socket seccomp filter, then exec of a fresh
+             │           namespace, rlimits, a seccomp filter, then exec of a fresh
              │           interpreter -- _runner.py)
              └─ test process  (per test case: forked by the runner with CLONE_PARENT, so it
                                is init's child; runs the program, reports its outputs)
@@ -32,8 +32,10 @@ their namespaces, the control group is emptied and removed by the server. The se
 when its input pipe closes, even in the middle of a job (the host died: ``kill -9`` included),
 and a message during a job cancels it. ``weak`` mode (opt-in, for machines without namespaces)
 keeps the rlimits, the control groups where available, the scrubbed environment, a temporary
-working directory and process-tree cleanup through a child subreaper, and nothing else: the
-program can reach the network and the caller's files.
+working directory and process-tree cleanup through a child subreaper, adds what an unprivileged
+process may impose on itself where the kernel has it (the seccomp filter but for its socket
+rules, a Landlock domain that keeps the program from the caller's processes), and nothing else:
+the program can reach the network and the caller's files.
 
 Keep this file importable by a bare interpreter: the standard library only, no rlxf imports.
 """
@@ -72,15 +74,37 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 217, "arm64": 217, "ppc64le": 203, "
 # A network namespace does not scope every socket family: AF_VSOCK shares one port space with
 # the host (the hypervisor and every vsock service of the machine are reachable from inside it).
 # A seccomp filter lets a strict program create sockets of the families below only (others fail
-# with EAFNOSUPPORT, as on a kernel without them), refuses io_uring (IORING_OP_SOCKET makes
-# sockets without socket(2)) and every syscall of another ABI (i386 on x86_64, x32).
+# with EAFNOSUPPORT, as on a kernel without them) and refuses io_uring (IORING_OP_SOCKET makes
+# sockets without socket(2)). In every mode it refuses what reaches other processes' memory
+# (ptrace, process_vm_readv/writev, pidfd_getfd: EPERM) and new namespaces (unshare or clone with
+# a CLONE_NEW* flag, setns: EPERM), which would undo the isolation's assumptions and open the
+# kernel's namespace code; clone3 passes its flags in memory a filter cannot read, so it fails
+# with ENOSYS and libc falls back to clone, whose flags are checked. Syscalls of another ABI
+# (i386 on x86_64, x32) are refused, or they would bypass all of it.
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
-# machine -> AUDIT_ARCH_*, (socket, socketpair), syscalls refused with ENOSYS (io_uring_setup;
-# socketcall)
-SECCOMP_ARCH = {"x86_64": (0xC000003E, (41, 53), (425,)), "aarch64": (0xC00000B7, (198, 199), (425,)),
-                "arm64": (0xC00000B7, (198, 199), (425,)), "ppc64le": (0xC0000015, (326, 333), (425, 102)),
-                "s390x": (0x80000016, (359, 360), (425, 102))}
+CLONE_NEW_FLAGS = 0x7E020000  # NS, CGROUP, UTS, IPC, USER, PID, NET (clone's low byte is its exit signal)
+CLONE_NEWTIME = 0x80          # unshare only
+# machine -> AUDIT_ARCH_*, syscall numbers, the argument holding clone's flags (s390's clone
+# takes the stack first). io_uring_setup (425), clone3 (435) and pidfd_getfd (438) are the same
+# everywhere; socketcall (ppc64le, s390x) is refused as it hides the socket family.
+SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "clone": 56, "ptrace": 101, "unshare": 272,
+                            "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311}, 0),
+    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "clone": 220, "ptrace": 117, "unshare": 97,
+                             "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271}, 0),
+    "ppc64le": (0xC0000015, {"socket": 326, "socketpair": 333, "clone": 120, "ptrace": 26, "unshare": 282,
+                             "setns": 350, "process_vm_readv": 351, "process_vm_writev": 352, "socketcall": 102}, 0),
+    "s390x": (0x80000016, {"socket": 359, "socketpair": 360, "clone": 120, "ptrace": 26, "unshare": 303,
+                           "setns": 339, "process_vm_readv": 340, "process_vm_writev": 341, "socketcall": 102}, 1),
+}
+SECCOMP_ARCH["arm64"] = SECCOMP_ARCH["aarch64"]
+# Landlock (Linux >= 5.13, unprivileged): a process in a Landlock domain cannot ptrace -- nor
+# open /proc/<pid>/mem, which seccomp cannot tell from other files -- any process outside it,
+# whatever their uids; from ABI 6 it cannot signal them either. Weak mode puts the program in
+# a domain of its own that restricts nothing else (making block devices: root's anyway).
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same everywhere
+LANDLOCK_ACCESS_FS_MAKE_BLOCK, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1 << 11, 1, 2
 # statvfs f_flag bit -> mount flag, to keep a mount's locked flags when remounting it read-only
 ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
             2048: MS_NODIRATIME, 4096: MS_RELATIME}
@@ -189,12 +213,13 @@ def setup_strict(init: dict) -> list[str]:
     _check(_libc.umount2(b".", MNT_DETACH), "umount2(old root)")  # the host tree is gone
     os.chdir("/")
     prctl(PR_SET_DUMPABLE, 0)  # a program running as the same uid cannot ptrace us
-    _probe_socket_filter()
+    _probe_seccomp_filter(sockets=True)
     who = f"uid {init['sandbox_uid']}" if root else f"your uid {uid} (read-only files)"
     return ["network namespace (no interfaces)", "mount namespace: read-only minimal root",
             "PID namespace per job (tree killed with its init)", "IPC namespace per job",
             "private size-limited /tmp per job", f"user namespace per test, {who}, no capabilities",
-            f"seccomp: sockets of {', '.join(SOCKET_FAMILIES)} only (no vsock, netlink...), no io_uring",
+            f"seccomp: sockets of {', '.join(SOCKET_FAMILIES)} only (no vsock, netlink...), no io_uring, "
+            "no ptrace or process_vm_readv/writev, no new namespaces",
             "rlimits: cpu, address space, processes, open files, file size"]
 
 
@@ -206,50 +231,97 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def socket_filter(machine: str) -> list[tuple[int, int, int, int]]:
-    """The classic-BPF seccomp program described at ``SOCKET_FAMILIES``, for ``machine``."""
+def seccomp_filter(machine: str, sockets: bool = True) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF seccomp program described at ``SOCKET_FAMILIES``, for ``machine``: with
+    ``sockets``, the socket families and io_uring are restricted too (strict mode)."""
     if machine not in SECCOMP_ARCH:
         raise OSError(38, f"seccomp: syscall numbers unknown for {machine} (known: {', '.join(SECCOMP_ARCH)})")
-    arch, (nr_socket, nr_socketpair), refused = SECCOMP_ARCH[machine]
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
-    allow, enosys, eafnosupport = 0x7FFF0000, 0x00050000 | 38, 0x00050000 | 97
-    families = list(SOCKET_FAMILIES.values())
+    arch, nr, clone_arg = SECCOMP_ARCH[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
+    allow, eperm, enosys, eafnosupport = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
+
+    def low_half(arg: int) -> int:  # offset of the low 32 bits of seccomp_data.args[arg]
+        return 16 + 8 * arg + (0 if sys.byteorder == "little" else 4)
+
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, enosys),   # seccomp_data.arch
             (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, enosys)]  # .nr; x32's bit
-    for nr in refused:
-        prog += [(jeq, 0, 1, nr), (ret, 0, 0, enosys)]
-    prog += [(jeq, 2, 0, nr_socket), (jeq, 1, 0, nr_socketpair), (ret, 0, 0, allow),
-             (ld, 0, 0, 16 if sys.byteorder == "little" else 20)]  # the low half of .args[0]
+    refused = [(435, enosys), (438, eperm)] + [(nr[name], eperm) for name in (
+        "ptrace", "process_vm_readv", "process_vm_writev", "setns")]
+    if "socketcall" in nr:
+        refused.append((nr["socketcall"], enosys))
+    if sockets:
+        refused.append((425, enosys))
+    for number, errno in refused:
+        prog += [(jeq, 0, 1, number), (ret, 0, 0, errno)]
+    for number, arg, flags in ((nr["unshare"], 0, CLONE_NEW_FLAGS | CLONE_NEWTIME), (nr["clone"], clone_arg, CLONE_NEW_FLAGS)):
+        prog += [(jeq, 0, 4, number), (ld, 0, 0, low_half(arg)), (jset, 0, 1, flags), (ret, 0, 0, eperm),
+                 (ret, 0, 0, allow)]
+    if not sockets:
+        return prog + [(ret, 0, 0, allow)]
+    families = list(SOCKET_FAMILIES.values())
+    prog += [(jeq, 2, 0, nr["socket"]), (jeq, 1, 0, nr["socketpair"]), (ret, 0, 0, allow), (ld, 0, 0, low_half(0))]
     prog += [(jeq, len(families) - i, 0, family) for i, family in enumerate(families)]
     return prog + [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
 
 
-def install_socket_filter() -> None:
-    """Install ``socket_filter`` on this process (no_new_privs must be set); inherited by every
+socket_filter = seccomp_filter  # its name before it refused more than sockets
+
+
+def install_seccomp_filter(sockets: bool) -> None:
+    """Install ``seccomp_filter`` on this process (no_new_privs must be set); inherited by every
     process it starts, across exec."""
-    prog = socket_filter(platform.machine())
+    prog = seccomp_filter(platform.machine(), sockets)
     filters = (_SockFilter * len(prog))(*(_SockFilter(*f) for f in prog))
     fprog = _SockFprog(len(prog), filters)
     _check(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0),
            "prctl(PR_SET_SECCOMP)")
 
 
-def _probe_socket_filter() -> None:
-    """Raise OSError if this kernel refuses the filter (tried in a child: a filter is for good)."""
-    socket_filter(platform.machine())  # an unknown machine raises here, with its message
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            prctl(PR_SET_NO_NEW_PRIVS, 1)
-            install_socket_filter()
-        except OSError as e:
-            code = e.errno or 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    err = os.waitstatus_to_exitcode(status)
+def _probe_seccomp_filter(sockets: bool) -> None:
+    """Raise OSError if this kernel refuses the filter."""
+    seccomp_filter(platform.machine(), sockets)  # an unknown machine raises here, with its message
+    err = _in_child(lambda: install_seccomp_filter(sockets))
     if err:
         raise OSError(err, f"seccomp filter refused by the kernel: {os.strerror(err)}")
+
+
+def _in_child(restrict) -> int:
+    """Try ``restrict`` (for good once applied) after no_new_privs in a child: 0, or its errno."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            restrict()
+            code = 0
+        except OSError as e:
+            code = e.errno or 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where it has none (before 5.13, or not enabled)."""
+    version = _libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(0, version)
+
+
+def enter_landlock_domain(abi: int) -> None:
+    """Put this process (and all it starts) in a Landlock domain of its own: see ``SYS_LANDLOCK_*``."""
+    scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
+    attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, scoped)  # fs, net, scoped
+    fd = _libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
+                       ctypes.c_size_t(24 if scoped else 8), ctypes.c_uint32(0))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
+    try:
+        _check(_libc.syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)),
+               "landlock_restrict_self")
+    finally:
+        os.close(fd)
 
 
 def _write_id_maps(uid: int, gid: int) -> None:
@@ -730,14 +802,16 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
         unshare(CLONE_NEWUSER, "user")
         _write_id_maps(uid, gid)
     nproc = limits["max_processes"] + 1  # + the runner
-    if not strict and os.geteuid() != 0:  # counted across all of this user's processes
-        nproc += _processes_of(os.getuid())
+    if not strict and os.geteuid() != 0:  # counted across all of this user's threads
+        nproc += _tasks_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     if init.get("drop_capabilities"):
         _drop_capabilities()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if strict:
-        install_socket_filter()
+    if not strict and init.get("landlock"):
+        enter_landlock_domain(init["landlock"])
+    if strict or init.get("seccomp"):
+        install_seccomp_filter(sockets=strict)
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(init["env"])
@@ -774,23 +848,57 @@ def _drop_capabilities() -> None:
     _check(_libc.capset(header, data), "capset")
 
 
-def _processes_of(uid: int) -> int:
+def _tasks_of(uid: int) -> int:
+    """What RLIMIT_NPROC counts for ``uid``: tasks, threads included, by real uid -- read from
+    each process's status, as its /proc directory is root's when it is not dumpable."""
     count = 0
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                count += os.stat(f"/proc/{name}").st_uid == uid
-            except OSError:
+                with open(f"/proc/{name}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                count += int(fields["Threads"]) if int(fields["Uid"].split()[0]) == uid else 0
+            except (OSError, KeyError, ValueError, IndexError):  # exited meanwhile
                 pass
     return count
 
 
+def setup_weak(init: dict, cgroups: bool) -> list[str]:
+    """Decide what weak mode can apply on this machine (each part is optional, unlike strict's)
+    and return the mechanisms in force, what is missing named as such."""
+    prctl(PR_SET_DUMPABLE, 0)  # the job's init is a fork of us: a program (same uid) reaches neither
+    if os.geteuid() == 0:
+        init["drop_capabilities"] = _can_drop_capabilities()
+    try:
+        _probe_seccomp_filter(sockets=False)
+        init["seccomp"] = True
+        seccomp = "seccomp: no ptrace or process_vm_readv/writev, no new namespaces"
+    except OSError as e:
+        seccomp = f"NO seccomp filter ({e}): ptrace, process_vm_readv and new namespaces are allowed"
+    abi = landlock_abi()
+    err = _in_child(lambda: enter_landlock_domain(abi)) if abi else 0
+    init["landlock"] = abi if abi and not err else 0
+    return ["rlimits: cpu, address space, open files, file size", *_weak_identity(init), seccomp,
+            "process-count limit" if os.geteuid() != 0 or cgroups else
+            "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
+            "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
+
+
 def _weak_identity(init: dict) -> list[str]:
     """What the program's identity allows in weak mode (the mechanisms list says it)."""
+    abi = init.get("landlock", 0)
     if os.geteuid() != 0:
-        return [f"your uid {os.getuid()}: the program can read your files and, where ptrace is allowed "
-                "(kernel.yama.ptrace_scope 0 or no Yama), the memory of your processes, the caller's "
-                "expected answers included"]
+        if abi >= 6:
+            return [f"your uid {os.getuid()}: the program can read and write your files; a Landlock domain "
+                    "keeps it from your processes (no ptrace, /proc/<pid>/mem or signals)"]
+        if abi:
+            return [f"your uid {os.getuid()}: the program can read and write your files, and send your "
+                    "processes signals (Landlock ABI < 6); a Landlock domain keeps it from their memory "
+                    "(no ptrace or /proc/<pid>/mem)"]
+        return [f"your uid {os.getuid()}, NO Landlock: the program can read and write your files, send your "
+                "processes signals and, where ptrace is allowed (kernel.yama.ptrace_scope 0 or no Yama), "
+                "read the memory of those not made non-dumpable through /proc/<pid>/mem -- the caller's "
+                "expected answers included. Run as root or on Linux >= 5.13 with Landlock enabled"]
     if init["drop_capabilities"]:
         return ["root without capabilities (but reading files): your processes' memory is out of reach"]
     return ["ROOT WITH CAPABILITIES (no CAP_SETPCAP to drop them): the program can read the caller's "
@@ -825,14 +933,8 @@ def main() -> int:
                   "memory by the IPC namespace, memfds only by the file-size and open-file limits"]
     except OSError as e:
         limits = [f"NO control groups ({e}): rlimits per process only"]
-    if init["mode"] == "weak" and os.geteuid() == 0:
-        init["drop_capabilities"] = _can_drop_capabilities()
     try:
-        mechanisms = setup_strict(init) if init["mode"] == "strict" else [
-            "rlimits: cpu, address space, open files, file size", *_weak_identity(init),
-            "process-count limit" if os.geteuid() != 0 or cgroups is not None else
-            "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
-            "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
+        mechanisms = setup_strict(init) if init["mode"] == "strict" else setup_weak(init, cgroups is not None)
     except Exception as e:  # noqa: BLE001 - the host decides: refuse, or fall back if allowed
         send(1, {"ok": False, "error": f"{type(e).__name__}: {e}" if not isinstance(e, OSError) else str(e)})
         return 0
