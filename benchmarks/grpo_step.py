@@ -11,7 +11,9 @@ template on both sides, the same prompt text), 8 prompts x 8 samples per step, u
 number equals the answer, GRPO advantages (group mean and std), PPO-clip 0.2 with the
 per-sequence token-mean loss, no KL (beta / kl_coef 0, no reference model), one AdamW optimizer
 step per RL step over all 64 samples (lr 1e-5 constant, no warm-up, no weight decay, grad-norm
-clip 1.0), fp32 on CPU, no gradient checkpointing, ``--threads`` torch threads, OpenMP's default
+clip 1.0; rlxf with ``train.optim.skip_zero_grad_steps`` off, so that, as TRL, it runs every sample's
+forward/backward and the optimizer step when the advantages are all 0, as they are from an untrained
+model), fp32 on CPU, no gradient checkpointing, ``--threads`` torch threads, OpenMP's default
 wait policy (``--omp-wait-policy``), no logging, no checkpoints, no evaluation.
 
 Each side runs in its own subprocess, so its peak RSS (``ru_maxrss``) is its own; ``--rounds``
@@ -59,7 +61,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import matmul_peak
+from common import cpu_model, matmul_peak
 
 PROMPTS_PER_STEP = 8
 N_SAMPLES = 8
@@ -182,8 +184,11 @@ def rlxf_config(args, run_dir: str, asynchronous: bool = False):
         "train": {"steps": args.warmup + args.steps, "prompts_per_step": PROMPTS_PER_STEP,
                   "mini_batch_size": PROMPTS_PER_STEP * N_SAMPLES, "micro_batch_size": args.rlxf_micro_batch,
                   "ppo_epochs": 1, "packing": True,
+                  # TRL runs every sample's forward/backward and steps AdamW whatever the advantages;
+                  # rlxf's default skips rows and steps without signal (all of them from an untrained
+                  # model, whose rewards are all 0), which would time a step that trains nothing
                   "optim": {"lr": LR, "weight_decay": 0.0, "warmup_steps": 0, "schedule": "constant",
-                            "max_grad_norm": MAX_GRAD_NORM}},
+                            "max_grad_norm": MAX_GRAD_NORM, "skip_zero_grad_steps": False}},
         "eval": {"every": 0, "at_start": False},
         "checkpoint": {"every": 0, "save_final": False},
         "logging": {"progress": False, "samples_fraction": 0.0},
@@ -220,6 +225,7 @@ def rlxf_worker(args) -> dict:
             "response_len": statistics.mean(r["response/length_mean"] for r in rows),
             "peak_rss_mb": peak_rss_mb() + (children_peak_rss_mb() if asynchronous else 0.0), "settings": {
                 "micro_batch_size": cfg.train.micro_batch_size, "packing": cfg.train.packing,
+                "rows_run_frac": statistics.mean(r.get("rows_run_frac", 1.0) for r in rows),
                 "logprob_chunk_size": cfg.model.logprob_chunk_size,
                 "loss_agg": cfg.algorithm.loss_agg, "torch_threads": torch.get_num_threads()}}
 
@@ -352,7 +358,8 @@ def main(argv: list[str] | None = None) -> None:
     set_wait_policy(os.environ, args.omp_wait_policy)  # the peak is measured here, under the same policy
     load_start = os.getloadavg()[0]
     peak = matmul_peak(args.threads) / 1e9
-    print(f"fp32 matmul peak on {args.threads} threads: {peak:.1f} GFLOP/s; load average {load_start:.2f}")
+    print(f"CPU: {cpu_model()}; fp32 matmul peak on {args.threads} threads: {peak:.1f} GFLOP/s; "
+          f"load average {load_start:.2f}")
     print(f"{PROMPTS_PER_STEP} prompts x {N_SAMPLES} samples; {args.rounds} round(s) of warm-up {args.warmup} + "
           f"{args.steps} timed steps per side; TRL micro-batch {args.trl_micro_batch}; rlxf micro-batch "
           f"{args.rlxf_micro_batch or '512 // tokens (at least 8)'}; OMP_WAIT_POLICY {args.omp_wait_policy}", flush=True)

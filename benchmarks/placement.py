@@ -35,15 +35,9 @@ import time
 from pathlib import Path
 
 import yaml
+from common import cpu_model
 
 PHASES = ("rollout", "reward", "experience", "train", "sync")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def config(args, out: Path, model: Path) -> Path:
@@ -56,7 +50,9 @@ def config(args, out: Path, model: Path) -> Path:
         "reward": {"verifiers": [{"type": "numeric", "name": "correct", "extract": ["last_number"]}], "workers": 0},
         "algorithm": {"name": "grpo", "kl_coef": 0.0},
         "train": {"steps": args.warmup + args.steps, "prompts_per_step": 8, "micro_batch_size": 8,
-                  "optim": {"lr": 1e-5, "warmup_steps": 0, "schedule": "constant"}},
+                  # grpo_step.py's workload trains every sample each step: from an untrained model all
+                  # rewards are 0, and by default rlxf would skip every row and every optimizer step
+                  "optim": {"lr": 1e-5, "warmup_steps": 0, "schedule": "constant", "skip_zero_grad_steps": False}},
         "eval": {"every": 0, "at_start": False},
         "checkpoint": {"every": 0, "save_final": False},
         "logging": {"progress": False, "samples_fraction": 0.0},

@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 
-from common import matmul_peak
+from common import cpu_model, matmul_peak
 
 
 def make_prompts(count: int, lo: int, hi: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -160,6 +160,7 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
     peak = matmul_peak(args.threads)
+    print(f"CPU: {cpu_model()}")
     print(f"workload: {args.prompts} prompts (lengths {args.min_prompt}-{args.max_prompt}) x n={args.n}, "
           f"{args.tokens} new tokens, temperature 1.0, fp32, {args.threads} threads")
     print(f"fp32 matmul peak (square matmuls, best of torch.mm and oneDNN, {args.threads} threads): {peak / 1e9:.0f} GFLOP/s")
