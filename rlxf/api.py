@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from rlxf.config import Config, ConfigError, load_config
-from rlxf.data.errors import DataError
-from rlxf.data.templates import check_not_blank
 from rlxf.run_dir import API_OPTIONS, RunDir, setup_logging
 
 PROMPTS_DIR = "prompts"
@@ -329,6 +327,9 @@ def _check_prompt(row: dict[str, Any], chat: bool, where: str) -> None:
     if isinstance(prompt, list) != chat:
         raise ConfigError(f"rlxf.train: {where}['prompt'] is {forms[not chat]} but prompts[0]'s is {forms[chat]}; "
                           f"give every prompt in one form")
+    from rlxf.data.errors import DataError  # noqa: PLC0415 - `import rlxf` stays cheap
+    from rlxf.data.templates import check_not_blank  # noqa: PLC0415
+
     try:
         check_not_blank(prompt, where, "prompt")
     except DataError:
