@@ -293,6 +293,7 @@ class FastPaths:
 
     packed: bool | None = None
     shared: bool | None = None
+    lm_forward: bool | None = None   # whether the causal LM's forward reads the trunk (``forward_uses_trunk``)
 
 
 _FAST_PATHS_ATTR = "_rlxf_fast_paths"
@@ -497,11 +498,14 @@ def lm_logits(lm: torch.nn.Module, trunk: torch.nn.Module, hidden: torch.Tensor)
 def forward_uses_trunk(lm: torch.nn.Module, trunk: torch.nn.Module, head: torch.nn.Module) -> bool:
     """Whether ``lm``'s forward gets its hidden states from ``trunk``'s forward, so that
     ``lm_logits`` applies; OPT's calls ``trunk.decoder`` instead (and only applies its head).
-    One token through the head finds out."""
-    probe = torch.zeros((1, head.weight.shape[-1]), dtype=head.weight.dtype, device=head.weight.device)
-    with torch.no_grad(), _trunk_returning(trunk, probe) as calls:
-        lm(input_ids=torch.zeros((1, 1), dtype=torch.long, device=probe.device), use_cache=False)
-    return bool(calls)
+    One token through the head finds out, once per trunk (``FastPaths``)."""
+    state = fast_paths(trunk)
+    if state.lm_forward is None:
+        probe = torch.zeros((1, head.weight.shape[-1]), dtype=head.weight.dtype, device=head.weight.device)
+        with torch.no_grad(), _trunk_returning(trunk, probe) as calls:
+            lm(input_ids=torch.zeros((1, 1), dtype=torch.long, device=probe.device), use_cache=False)
+        state.lm_forward = bool(calls)
+    return state.lm_forward
 
 
 def _head_chunk(hidden: torch.Tensor, targets: torch.Tensor, to_logits, temperature: float,
