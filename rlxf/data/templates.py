@@ -60,7 +60,7 @@ def answer_text(message: dict[str, Any], where: str, field: str) -> str:
                         f"target must be text: end the conversation with the assistant's text answer")
     texts = []
     for j, part in enumerate(content):
-        text = part.get("text") if isinstance(part, dict) and part.get("type", "text") == "text" else part
+        text = _part_text(part)
         if not isinstance(text, str):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise DataError(f"{where}: {field}.content[{j}] is a {kind!r} part; a training target must be text "
@@ -98,11 +98,16 @@ def check_not_blank(prompt: str | Messages, where: str, field: str) -> str | Mes
     return prompt
 
 
+def _part_text(part: Any) -> Any:
+    """A content part's text (a ``{"type": "text", "text": ...}`` part, or a bare string); any
+    other part as it is."""
+    return part.get("text") if isinstance(part, dict) and part.get("type", "text") == "text" else part
+
+
 def _blank_content(content: Any) -> bool:
     """No text in a message's content (an image part, say, is not blank)."""
     if isinstance(content, list):
-        return all(_blank_content(p.get("text") if isinstance(p, dict) and p.get("type", "text") == "text" else p)
-                   for p in content)
+        return all(_blank_content(_part_text(p)) for p in content)
     return content is None or (isinstance(content, str) and not content.strip())
 
 
