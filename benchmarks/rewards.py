@@ -77,6 +77,12 @@ def math_batch(n: int, seed: int = 0):
     return out
 
 
+def per_cpu_second(cpu_ms: float) -> float:
+    """Items per CPU second from CPU ms per item; nan when the CPU clock (10 ms ticks) saw no
+    time at all, as for a handful of items."""
+    return 1000 / cpu_ms if cpu_ms > 0 else float("nan")
+
+
 def bench_math(n: int) -> None:
     from rlxf.config.reward import RewardConfig
     from rlxf.rewards import LocalReward
@@ -98,7 +104,7 @@ def bench_math(n: int) -> None:
         scorer.close()
         accuracy = sum(bool(s.correct) for s in out) / n
         label = f"{workers} (in-process)" if workers == 0 else str(workers)
-        print(f"{label:>15} {n / seconds:>10.0f} {seconds:>8.2f} {cpu_ms:>12.2f} {1000 / cpu_ms:>14.0f} "
+        print(f"{label:>15} {n / seconds:>10.0f} {seconds:>8.2f} {cpu_ms:>12.2f} {per_cpu_second(cpu_ms):>14.0f} "
               f"{accuracy:>9.2f}")
 
 
@@ -165,9 +171,9 @@ def bench_code(n: int, rev: str) -> None:
                 cpu_ms = (cpu_seconds(pids) - before) * 1000 / n
             rate = n / seconds
             ok = sum(r.tests[0].status == "ok" for r in results)
-            rows[(label, concurrency)] = 1000 / cpu_ms
+            rows[(label, concurrency)] = per_cpu_second(cpu_ms)
             print(f"{label:>22} {concurrency:>5} {rate:>11.1f} {rate / min(concurrency, cores):>9.1f} "
-                  f"{cpu_ms:>12.2f} {1000 / cpu_ms:>14.0f} {ok:>5}")
+                  f"{cpu_ms:>12.2f} {per_cpu_second(cpu_ms):>14.0f} {ok:>5}")
         ratio = rows[("current", concurrency)] / rows[(f"baseline {rev}", concurrency)]
         print(f"{'':>22} {'':>5} current / baseline, programs per free core: {ratio:.2f}x")
 
