@@ -14,7 +14,8 @@ crash for that call the same way.
 A verifier that raises records an error. Nothing a verifier does stops the batch. A
 replacement that does not become ready within ``start_timeout_s`` counts as one that died while
 starting. A cancelled future (a reward server's client hung up) is not run: queued, it is
-dropped; on a lane whose every call is cancelled, the lane is replaced at once.
+dropped; a lane whose current call is cancelled is replaced at once (its other calls are
+queued again).
 
 Futures are ``concurrent.futures.Future``: usable from threads and, through
 ``asyncio.wrap_future``, from any event loop.
@@ -411,13 +412,17 @@ class VerifierPool:
                                              f"{self.start_timeout_s:g}s")
 
     def _drop_cancelled(self) -> None:
-        """Nobody waits for a cancelled call: drop the queued ones, and replace a lane whose every
-        call is cancelled rather than let it finish them (or hang in them to their time limit)."""
+        """Nobody waits for a cancelled call: drop the queued ones, and replace a lane whose
+        current call is cancelled rather than let it finish it (or hang in it to its time limit)
+        while live calls wait behind it; those go back to the front of the queue."""
         self._cancelled = False
         with self._lock:
             self._pending = collections.deque(c for c in self._pending if not c.future.cancelled())
         for lane in list(self._lanes):
-            if lane.ready and lane.packet and all(c.future.cancelled() for c in lane.packet):
+            if lane.ready and lane.packet and lane.packet[0].future.cancelled():
+                live = [c for c in lane.packet if not c.future.cancelled()]
+                with self._lock:
+                    self._pending.extendleft(reversed(live))
                 lane.packet.clear()
                 lane.kill()
                 self._lanes.remove(lane)
@@ -432,7 +437,13 @@ class VerifierPool:
                 if lane.busy or not self._pending:
                     continue
                 share = max(1, min(PACKET, len(self._pending) // len(self._lanes)))
-                calls = [self._pending.popleft() for _ in range(min(share, len(self._pending)))]
+                calls = []
+                while self._pending and len(calls) < share:
+                    call = self._pending.popleft()
+                    if not call.future.cancelled():  # cancelled since ``_drop_cancelled`` looked
+                        calls.append(call)
+                if not calls:
+                    continue
                 lane.packet.extend(calls)
                 lane.started = time.monotonic()
                 try:
@@ -457,6 +468,8 @@ class VerifierPool:
                 call = lane.packet.popleft()
                 self._finish(call, payload if ok else VerifierFailure("error", payload))
                 lane.started = time.monotonic()
+                if lane.packet and lane.packet[0].future.cancelled():  # it runs one nobody waits for
+                    self._cancelled = True
 
     def _start_failed(self, lane: _Lane, message: str) -> None:
         """A replacement died (or failed) while starting: retry a few times with a backoff, then,
