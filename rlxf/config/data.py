@@ -13,7 +13,7 @@ from rlxf.config.reward import VerifierConfig, expand_custom_shorthand
 class FieldMap(Section):
     """Which record keys hold what. A mapped key missing from a record is an error that names it."""
 
-    prompt: str | None = Field("prompt", description="Key of the prompt text (one user turn).")
+    prompt: str | None = Field("prompt", description="Key of the prompt: text (one user turn) or a chat messages list.")
     messages: str | None = Field(
         None,
         description="Key of a chat `messages` list ([{role, content}, ...]), used instead of `prompt` "

@@ -17,6 +17,7 @@ the whole entry, scored by the dataset's own ``score_answer``) and ``metadata`` 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import unicodedata
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlxf.config.data import DataConfig, SourceFields
-from rlxf.data.errors import DataError
 from rlxf.data.sources import (
     Record,
     drop_held_out,
@@ -36,7 +36,7 @@ from rlxf.data.sources import (
     split_records,
 )
 from rlxf.data.tasks import check_disjoint, get_task
-from rlxf.data.templates import check_messages, check_not_blank, encode_prompts, get_field
+from rlxf.data.templates import check_messages, check_not_blank, check_prompt, encode_prompts, get_field
 from rlxf.types import Prompt
 
 log = logging.getLogger("rlxf.data")
@@ -61,9 +61,9 @@ class SourcePrompts:
 
 
 def content_key(prompt: str | list[dict[str, Any]]) -> str:
-    """A hash of a prompt's text as written (before any template), Unicode-NFKC-normalised with
-    whitespace runs collapsed: two sources that render the same question with a different
-    system prompt, spacing or seed still share a key.
+    """A hash of a prompt's text as written (before any template), with differences of
+    presentation only folded (``normalise_text``): two sources that render the same question
+    with a different system prompt, spacing, Unicode composition or seed still share a key.
 
     Chat messages hash their roles and contents, without system turns (a system prompt is
     templating, as ``data.system_prompt`` is); a conversation of one user turn is keyed as that
@@ -76,8 +76,37 @@ def content_key(prompt: str | list[dict[str, Any]]) -> str:
             prompt = turns[0]["content"]
         else:
             prompt = "\n".join(f"{m.get('role')}: {m.get('content')}" for m in turns)
-    text = " ".join(unicodedata.normalize("NFKC", prompt).split())
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(normalise_text(prompt).encode()).hexdigest()[:32]
+
+
+# compatibility mappings that change how a character looks, not what it says: full- and
+# half-width forms, no-break spaces, ligatures (fi), Arabic contextual forms, vertical and small
+# variants, squared units. Superscripts and subscripts (x² is not x2), fractions (1½ is not 11/2),
+# math fonts (ℝ is not R) and circled numbers are kept: NFKC would merge them, and drop training
+# prompts that differ in meaning as if they were held-out ones
+_PRESENTATION = frozenset({"<wide>", "<narrow>", "<noBreak>", "<compat>", "<initial>", "<medial>", "<final>",
+                           "<isolated>", "<vertical>", "<small>", "<square>"})
+
+
+def normalise_text(text: str) -> str:
+    """``text`` as a reader sees it: canonical composition (NFC: é as one code point or as e
+    and an accent), presentation forms folded (``_PRESENTATION``), invisible format characters
+    (zero-width space, soft hyphen, byte-order mark, variation selectors) dropped and whitespace
+    runs collapsed. Case is kept: ``X`` and ``x`` are different variables."""
+    if not text.isascii():  # ASCII has nothing to compose, fold or drop
+        text = unicodedata.normalize("NFC", "".join(map(_fold, unicodedata.normalize("NFD", text))))
+    return " ".join(text.split())
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold(ch: str) -> str:
+    """One character with its presentation mappings applied, recursively (so ㎡ is m², not m2)."""
+    if unicodedata.category(ch) == "Cf" or "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef":
+        return ""
+    tag, _, rest = unicodedata.decomposition(ch).rpartition(">")
+    if not rest or (tag and f"{tag}>" not in _PRESENTATION):
+        return ch
+    return "".join(_fold(chr(int(code, 16))) for code in rest.split())
 
 
 def _text_of(content: Any) -> str:
@@ -133,11 +162,9 @@ def record_prompt(record: dict[str, Any], where: str, cfg: DataConfig) -> tuple[
         check_not_blank(prompt, where, f.messages)
     else:
         assert f.prompt is not None
-        prompt = get_field(record, f.prompt, where, "prompt")
-        if not isinstance(prompt, str):
-            raise DataError(f"{where}: field {f.prompt!r} (data.fields.prompt) must be text, got "
-                            f"{type(prompt).__name__}; for chat messages set data.fields.messages={f.prompt}")
-        check_not_blank(prompt, where, f.prompt)
+        # text or messages, record by record (as SFT and preference data read it): a file that
+        # mixes the two could otherwise be read by neither data.fields.prompt nor .messages
+        prompt = check_prompt(get_field(record, f.prompt, where, "prompt"), where, f.prompt, "prompt")
     gt = get_field(record, f.ground_truth, where, "ground_truth") if f.ground_truth is not None else None
     if f.metadata is not None:
         meta = {k: get_field(record, k, where, "metadata") for k in f.metadata}

@@ -8,9 +8,9 @@ Every reader yields ``(where, record)`` so an error about a record can name its 
 
 Text files are read as UTF-8; a leading byte-order mark (what Excel writes for "CSV UTF-8") is
 dropped (in JSONL at the start of any line: files concatenated with theirs), and bytes that are not UTF-8 raise a DataError naming the file, line and byte. A key
-given twice in one JSON object, a CSV header that names a column twice, and a CSV row with fewer
-cells than the header are errors too: read as they parse, one of the two values (or a None)
-would be the data, silently.
+given twice in one JSON object, a CSV header that names a column twice, a CSV row with fewer
+cells than the header, and a CSV quote never closed are errors too: read as they parse, one of
+the two values (or a None, or the rest of the file as one cell) would be the data, silently.
 """
 
 from __future__ import annotations
@@ -153,26 +153,52 @@ def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _read_csv(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with p.open(encoding=_ENCODING, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
+    # strict: a quote never closed would otherwise swallow every later line into one cell, and
+    # text after a closing quote ("ab"c) would lose its quotes, both silently; the field size
+    # limit (128 KiB) guards against just that runaway cell, so a long prompt is read in full
+    limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
+    try:
+        with p.open(encoding=_ENCODING, newline="") as f:
+            reader = csv.reader(f, strict=True)
+            rows = _csv_rows(p, reader)
+            header = next(rows, (1, None))[1]
+            if header is None:
+                return
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                raise DataError(f"{p}:1: the header names column(s) {twice} more than once, so a row's cell for "
+                                f"them is ambiguous (the last one would win); rename the repeated columns")
+            for start, row in rows:
+                if not row:
+                    continue  # blank lines are not records
+                if len(row) != len(header):  # a missing cell would read as None, an extra one is lost
+                    raise DataError(f"{p}:{start}: {len(row)} cells but the header has {len(header)} "
+                                    f"columns; fix the row (quote a cell that holds a comma)")
+                yield f"{p}:{start}", dict(zip(header, row))
+    finally:
+        csv.field_size_limit(limit)
+
+
+_CSV_FIELD_LIMIT = 2**31 - 1  # the largest the C reader takes on every platform
+
+
+def _csv_rows(p: Path, reader) -> Iterator[tuple[int, list[str]]]:
+    """(the line a record starts on, its cells): ``line_num`` is where it ends, since a quoted
+    cell may hold line breaks. A CSV syntax error names the line of the record it is in."""
+    end = 0
+    while True:
+        start = end + 1
+        try:
+            row = next(reader)
+        except StopIteration:
             return
-        twice = sorted({c for c in header if header.count(c) > 1})
-        if twice:
-            raise DataError(f"{p}:1: the header names column(s) {twice} more than once, so a row's cell for "
-                            f"them is ambiguous (the last one would win); rename the repeated columns")
+        except csv.Error as e:
+            hint = ("a quoted cell opened on this line is never closed: close its quote, or double a quote "
+                    "inside a quoted cell (\"\")" if "end of data" in str(e) else
+                    "text follows a closing quote: quote the whole cell, and double a quote inside it (\"\")")
+            raise DataError(f"{p}:{start}: not valid CSV ({e}); {hint}") from None
         end = reader.line_num
-        for row in reader:
-            # a record starts on the line after the last one's end (line_num is where it ends: a
-            # quoted cell may hold line breaks)
-            start, end = end + 1, reader.line_num
-            if not row:
-                continue  # blank lines are not records
-            if len(row) != len(header):  # a missing cell would read as None, an extra one is lost
-                raise DataError(f"{p}:{start}: {len(row)} cells but the header has {len(header)} "
-                                f"columns; fix the row (quote a cell that holds a comma)")
-            yield f"{p}:{start}", dict(zip(header, row))
+        yield start, row
 
 
 def _read_parquet(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -198,6 +224,9 @@ def _read_hf(name: str, split: str, subset: str | None = None) -> Iterator[tuple
         yield f"{name}[{split}] row {i}", dict(record)
 
 
+_SPLIT_FIX = "Set data.train_split / data.test_split to one of them (data.test_split: null for no held-out split)"
+
+
 def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
     """One split of a dataset saved with ``save_to_disk``, a local data directory, or a hub name
     (``subset``: the configuration of a hub dataset that has several; not for ``save_to_disk``)."""
@@ -207,7 +236,7 @@ def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
         loaded = datasets.load_from_disk(str(local))
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                raise DataError(f"{name}: no split {split!r}; available splits: {', '.join(loaded)}")
+                raise DataError(f"{name}: no split {split!r}; available splits: {', '.join(loaded)}. {_SPLIT_FIX}")
             return loaded[split]
         if split != "train":
             raise DataError(f"{name} is a single dataset (no splits); it can only be read as split 'train'")
@@ -218,7 +247,7 @@ def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
         if "config name is missing" in str(e).lower():
             raise DataError(f"{name} has several configurations; name one with data.hf_subset ({e})") from None
         if "split" in str(e).lower():
-            raise DataError(f"{name}: no split {split!r} ({e})") from None
+            raise DataError(f"{name}: no split {split!r} ({str(e).rstrip('.')}). {_SPLIT_FIX}") from None
         raise DataError(f"cannot load dataset {name!r}: {e}") from None
     except (FileNotFoundError, ConnectionError, OSError) as e:
         raise DataError(
