@@ -21,7 +21,8 @@ trajectory is ever longer than the limit, whatever an environment or a tool retu
 
 Failures stay inside their episode: an environment that raises, hangs past the timeout, or
 returns something that is not a ``StepResult`` (or one whose reward is not a finite number, whose
-info is not a dict, or whose messages are not text) ends that episode with ``episode["error"]`` set
+info is not a dict or holds a ``success`` that is no flag or ``tool_errors`` that is no count, or
+whose messages are not text) ends that episode with ``episode["error"]`` set, naming the class
 (counted in the step's metrics, written to samples.jsonl), its loss mask zeroed and its reward 0
 (what it paid before it broke included), since an episode the environment broke carries no
 signal about the policy; so does a chat template that refuses an observation, the first one
@@ -30,8 +31,10 @@ call has none of, or two user messages in a row). A chat template that cannot be
 configuration problem and stops the run (``TemplateAppendError``).
 
 A thread stuck in a hung ``step`` cannot be killed; it is a daemon thread, abandoned, so it does
-not keep the process alive. Environments that may hang for good should run their work in a
-subprocess they can kill.
+not keep the process alive. Its environment is closed by that thread if the call ever returns (a
+constructor's or reset's included), never under the running call, so what a late call acquires
+is released too. Environments that may hang for good should run their work in a subprocess they
+can kill, on their own timeout.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ Credit = Literal["episode", "per_turn"]
 class EpisodeLimits:
     """When an episode stops, and where its rewards go (``env:`` config section)."""
 
-    max_turns: int = 8                 # model turns per episode
+    max_turns: int = 8                 # model turns per episode (``Conversation.model_turns``: what counts)
     max_total_tokens: int = 1024       # prompt + every turn, in tokens
     step_timeout_s: float = 30.0       # longest an environment's reset / step may take
     credit: Credit = "episode"         # episode return on the last model token, or each turn's reward on its own
@@ -84,11 +87,38 @@ class _Episode:
     end: str | None = None             # terminated | truncated | max_turns | max_total_tokens | error
     error: str | None = None
     final_observation: list[dict[str, Any]] = field(default_factory=list)
-    turns: int = 0
+    busy: bool = False                 # a call into the environment (its constructor included) is running
+    closing: bool = False              # the episode is over: close the environment once no call of it runs
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fail(self, reason: str) -> None:
         self.end, self.error = "error", reason
         warn_failed(self.task.uid, self.group, reason)
+
+    def env_call(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """``fn``, a call into this episode's environment, for ``call_all``: running from now until
+        it returns, so that an environment whose call outlives the timeout is closed by that call's
+        thread once it returns, never under it (an environment keeps its state without locks) and
+        never before what the late call acquires."""
+        self.busy = True
+
+        def call() -> Any:
+            try:
+                return fn()
+            finally:
+                with self.lock:
+                    self.busy = False
+                    late = self.closing
+                if late and self.env is not None:
+                    close_envs([self.env], timeout=None)
+        return call
+
+    def release(self) -> Env | None:
+        """The episode is over: its environment to close now, or None (none was made, or a call of
+        it still runs and closes it when it returns)."""
+        with self.lock:
+            self.closing = True
+            return None if self.busy else self.env
 
 
 def warn_failed(uid: str, group: int, reason: str) -> None:
@@ -106,13 +136,7 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
     results: list[tuple[bool, Any]] = [(False, late)] * len(calls)
 
     def run(i: int, fn: Callable[[], Any]) -> None:
-        try:
-            results[i] = (True, fn())
-        # any failure of user code ends only its episode, SystemExit included (a wrapped CLI's
-        # sys.exit()); Ctrl-C reaches the main thread, never this one
-        except BaseException as e:  # noqa: BLE001
-            at = raised_at(e)   # the environment's (tool's, program's) line, not only the exception
-            results[i] = (False, f"{type(e).__name__}: {e}" + (f" (at {at})" if at else ""))
+        results[i] = _outcome_of(fn)
 
     threads = [threading.Thread(target=run, args=(i, fn), daemon=True, name=f"rlxf-env-{i}")
                for i, fn in enumerate(calls)]
@@ -122,6 +146,17 @@ def call_all(calls: list[Callable[[], Any]], timeout: float, what: str = "env.st
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     return [r if not t.is_alive() else (False, late) for r, t in zip(results, threads)]
+
+
+def _outcome_of(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    """(True, fn()) or (False, why it raised)."""
+    try:
+        return True, fn()
+    # any failure of user code ends only its episode, SystemExit included (a wrapped CLI's
+    # sys.exit()); Ctrl-C reaches the main thread, never call_all's threads
+    except BaseException as e:  # noqa: BLE001
+        at = raised_at(e)   # the environment's (tool's, program's) line, not only the exception
+        return False, f"{type(e).__name__}: {e}" + (f" (at {at})" if at else "")
 
 
 def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None:
@@ -160,23 +195,36 @@ def _is_flag(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_)) or isinstance(value, numbers.Integral) and value in (0, 1)
 
 
-def _check_step(result: Any) -> str | None:
+def info_problem(info: Any, what: str) -> str | None:
+    """Why ``info`` (a step's, or an agent program's besides its reward) is not one rlxf can read,
+    or None: a dict whose ``success`` (the episode's verdict: accuracy) is a flag or None, since
+    "false" or "no" would read as true, and whose ``tool_errors`` (summed into
+    env/tool_call_errors) is a count."""
+    if not isinstance(info, dict):
+        return f"{what} info {info!r:.80} ({type(info).__name__}); it must be a dict"
+    success = info.get("success")
+    if success is not None and not _is_flag(success):
+        return (f"{what} info['success']={success!r:.80} ({type(success).__name__}); it must be True, False or "
+                f"None (no verdict)")
+    errors = info.get("tool_errors", 0)
+    if isinstance(errors, bool) or not isinstance(errors, numbers.Integral) or errors < 0:
+        return (f"{what} info['tool_errors']={errors!r:.80} ({type(errors).__name__}); it must be a count "
+                f"(an integer >= 0); put messages under another key")
+    return None
+
+
+def _check_step(result: Any, env: str) -> str | None:
+    """Why ``result`` of ``env``'s (its class name) step is not a valid ``StepResult``, or None."""
+    what = f"{env}.step() returned"
     if not isinstance(result, StepResult):
-        return f"step() must return rlxf.envs.StepResult, got {type(result).__name__}: {result!r:.120}"
+        return f"{env}.step() must return rlxf.envs.StepResult, got {type(result).__name__}: {result!r:.120}"
     if finite_reward(result.reward) is None:
-        return f"step() returned reward {result.reward!r:.80} ({type(result.reward).__name__}); it must be a finite number"
+        return f"{what} reward {result.reward!r:.80} ({type(result.reward).__name__}); it must be a finite number"
     for name in ("terminated", "truncated"):
         flag = getattr(result, name)
         if not _is_flag(flag):
-            return f"step() returned {name}={flag!r:.80} ({type(flag).__name__}); it must be True or False"
-    if not isinstance(result.info, dict):
-        return f"step() returned info {result.info!r:.80} ({type(result.info).__name__}); it must be a dict"
-    # the episode's verdict (accuracy): "false" or "no" would read as true
-    if "success" in result.info and result.info["success"] is not None and not _is_flag(result.info["success"]):
-        success = result.info["success"]
-        return (f"step() returned info['success']={success!r:.80} ({type(success).__name__}); it must be True, "
-                f"False or None (no verdict)")
-    return _check_messages(result.observation, "step() observation")
+            return f"{what} {name}={flag!r:.80} ({type(flag).__name__}); it must be True or False"
+    return info_problem(result.info, what) or _check_messages(result.observation, f"{env}.step() observation")
 
 
 def episode_task(prompt: Prompt, seed: int) -> EnvTask:
@@ -184,6 +232,11 @@ def episode_task(prompt: Prompt, seed: int) -> EnvTask:
     question before the chat template; a file prompt's templated text, the only text it keeps)."""
     return EnvTask(uid=prompt.uid, prompt=str(prompt.metadata.get("question", prompt.prompt_text)),
                    ground_truth=prompt.ground_truth, metadata=dict(prompt.metadata), seed=seed)
+
+
+def _name(env: Env | None) -> str:
+    """The environment's class, as errors name it."""
+    return type(env).__qualname__ if env is not None else "the environment"
 
 
 def _reset(make_env: Callable[[], Env], e: _Episode) -> list:
@@ -202,12 +255,31 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
     """
     episodes = [_Episode(prompt=p, group=first_group + i, task=episode_task(p, derive_seed(seed, j)))
                 for i, (p, seed) in enumerate(zip(prompts, seeds, strict=True)) for j in range(sampling.n)]
-    for e, (ok, first) in zip(episodes, call_all([lambda e=e: _reset(make_env, e) for e in episodes],
+    try:   # every environment made is closed, however the episodes end (a configuration error included)
+        _reset_all(tokenizer, make_env, episodes, limits)
+        for turn in range(limits.max_turns):
+            live = [e for e in episodes if e.end is None]
+            if not live:
+                break
+            _model_turns(engine, live, sampling, limits, turn)
+            stepping = [e for e in live if e.end is None]
+            outcomes = call_all([e.env_call(lambda e=e: e.env.step(e.conv.messages[-1]["content"]))
+                                 for e in stepping], limits.step_timeout_s)
+            for e, (ok, result) in zip(stepping, outcomes):
+                _apply_step(e, ok, result, turn, limits)
+    finally:
+        close_envs([env for env in (e.release() for e in episodes) if env is not None], limits.step_timeout_s)
+    return [_trajectory(e, tokenizer, limits.credit) for e in episodes]
+
+
+def _reset_all(tokenizer, make_env: Callable[[], Env], episodes: list[_Episode], limits: EpisodeLimits) -> None:
+    """Make and reset every episode's environment and start its conversation (or fail it)."""
+    for e, (ok, first) in zip(episodes, call_all([e.env_call(lambda e=e: _reset(make_env, e)) for e in episodes],
                                                   limits.step_timeout_s)):
         if not ok:
             e.fail(f"reset: {first}")
             continue
-        problem = _check_messages(first, "reset() observation", history=True)
+        problem = _check_messages(first, f"{_name(e.env)}.reset() observation", history=True)
         if problem is not None:
             e.fail(problem)
             continue
@@ -222,28 +294,18 @@ def run_episodes(engine, tokenizer, make_env: Callable[[], Env], prompts: list[P
             e.fail(f"the first observation has {len(e.conv.ids)} tokens, env.max_total_tokens is "
                    f"{limits.max_total_tokens}")
 
-    try:
-        for turn in range(limits.max_turns):
-            live = [e for e in episodes if e.end is None]
-            if not live:
-                break
-            _model_turns(engine, live, sampling, limits, turn)
-            stepping = [e for e in live if e.end is None]
-            outcomes = call_all([lambda e=e: e.env.step(e.conv.messages[-1]["content"]) for e in stepping],
-                                 limits.step_timeout_s)
-            for e, (ok, result) in zip(stepping, outcomes):
-                _apply_step(e, ok, result, turn, limits)
-    finally:
-        close_envs([e.env for e in episodes if e.env is not None], limits.step_timeout_s)
-    return [_trajectory(e, tokenizer, limits.credit) for e in episodes]
 
-
-def close_envs(envs: list[Env], timeout: float) -> None:
+def close_envs(envs: list[Env], timeout: float | None) -> None:
     """Call each environment's optional ``close()`` once its episode is over (a process, a
     browser or a container it holds is released per episode, not at exit), its reset failed
-    included. A close that raises or hangs is logged: the episode's result already stands."""
+    included. A close that raises or hangs is logged: the episode's result already stands.
+    ``timeout`` None: close in this thread (one whose late call just returned, already abandoned)."""
     closing = [env for env in envs if callable(getattr(env, "close", None))]
-    for env, (ok, why) in zip(closing, call_all([env.close for env in closing], timeout)):
+    if timeout is None:
+        outcomes = [_outcome_of(env.close) for env in closing]
+    else:
+        outcomes = call_all([env.close for env in closing], timeout)
+    for env, (ok, why) in zip(closing, outcomes):
         if not ok:
             log.warning("environment %s: close() failed: %s", type(env).__name__, why)
 
@@ -263,14 +325,13 @@ def _model_turns(engine, live: list[_Episode], sampling: SamplingParams, limits:
                 continue
             e.conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.versions(),
                                   stopped=c.finish_reason == "stop")
-            e.turns += 1
 
 
 def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLimits) -> None:
     if not ok:
         e.fail(f"step {turn}: {result}")
         return
-    problem = _check_step(result)
+    problem = _check_step(result, _name(e.env))
     if problem is not None:
         e.fail(f"step {turn}: {problem}")
         return
@@ -296,8 +357,8 @@ def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLi
 
 
 def _trajectory(e: _Episode, tokenizer, credit: Credit) -> Trajectory:
-    info = {"turns": e.turns, "turn_rewards": list(e.rewards), "end": e.end, "error": e.error, "infos": e.infos,
-            "final_observation": e.final_observation}
+    info = {"turns": e.conv.model_turns if e.conv is not None else 0, "turn_rewards": list(e.rewards), "end": e.end,
+            "error": e.error, "infos": e.infos, "final_observation": e.final_observation}
     return conversation_trajectory(e.conv, e.prompt, e.group, tokenizer, rewards=e.rewards, reward_at=e.reward_at,
                                    credit=credit, failed=e.end == "error", episode=info)
 
@@ -367,9 +428,14 @@ def turn_metrics(trajs: list[Trajectory]) -> dict[str, float]:
 
 def _json_safe(value: Any, _path: tuple[int, ...] = ()) -> Any:
     """``value`` as plain JSON values: an environment's info (or a program's) may hold anything,
-    and samples.jsonl must neither break nor stop the run. Non-finite floats become strings, as in
-    metrics.jsonl (a tool call's arguments may hold ``NaN``); keys become strings; other objects,
-    and a container holding itself, their ``repr``."""
+    and samples.jsonl must neither break nor stop the run. Numpy scalars and arrays become their
+    Python values; non-finite floats become strings, as in metrics.jsonl (a tool call's arguments
+    may hold ``NaN``); keys become strings; other objects, and a container holding itself, their
+    ``repr``."""
+    if isinstance(value, np.generic):   # a numpy scalar: its Python value, not its repr ("np.False_" reads true)
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.size <= 1000:   # a larger one: numpy's summary (its repr)
+        value = value.tolist()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if value is None or isinstance(value, (str, int, float)):
@@ -379,7 +445,15 @@ def _json_safe(value: Any, _path: tuple[int, ...] = ()) -> Any:
             return f"<circular {type(value).__name__}>"
         path = (*_path, id(value))
         if isinstance(value, dict):
-            return {k if isinstance(k, str) else json.dumps(k) if isinstance(k, (int, float, bool)) or k is None
-                    else repr(k): _json_safe(v, path) for k, v in value.items()}
+            return {_json_key(k): _json_safe(v, path) for k, v in value.items()}
         return [_json_safe(v, path) for v in value]
     return repr(value)
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as JSON's string key: numbers (numpy's too) and None as JSON writes them."""
+    if isinstance(key, np.generic):
+        key = key.item()
+    if isinstance(key, str):
+        return key
+    return json.dumps(key) if isinstance(key, (int, float, bool)) or key is None else repr(key)

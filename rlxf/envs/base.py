@@ -65,7 +65,8 @@ class Env(Protocol):
         ...
 
     # Optional: ``close(self) -> None``, called once when the episode is over (ended, failed or
-    # cut off), to release what the environment holds (a process, a browser, a container).
+    # cut off) and no call of the environment is running (one past env.step_timeout_s: when it
+    # returns), to release what the environment holds (a process, a browser, a container).
 
 
 class EnvError(ValueError):

@@ -50,6 +50,10 @@ was asked for (``n > 1``, penalties, ``logit_bias``, constrained ``response_form
 ``top_logprobs``, a forced tool call, any unknown field, a message whose content is not text, such
 as an image part) is a 400 saying why and what to do.
 
+A turn the engine cannot sample (a conversation past the model's context window: a 400; the
+engine raising: a 500) ends its episode in error, as in the agent loop, with the reason in the
+reply and in ``failed``; the episode takes no further request.
+
 The turns of concurrent episodes that arrive together are sampled in one engine call
 (``_Batcher``); each keeps its own seed, so batching changes nothing that is sampled.
 """
@@ -102,6 +106,14 @@ class InvalidMessage(ValueError):
 
 class EpisodeLimit(ValueError):
     """The episode has used its turns or tokens; no further model turn."""
+
+
+class EngineFailure(RuntimeError):
+    """The engine could not sample the episode's turn; the episode ended in error (``failed``)."""
+
+    def __init__(self, message: str, *, request_error: bool):
+        super().__init__(message)
+        self.request_error = request_error   # the engine refused this request (e.g. past its context window)
 
 
 class _Batcher:
@@ -161,6 +173,7 @@ class EpisodeRecorder:
         self.rewards: dict[str, float] = {}
         self.seeds: dict[str, int] = {}
         self.ended: dict[str, str] = {}   # episode -> the limit that ended it (max_turns | max_total_tokens)
+        self.failed: dict[str, str] = {}  # episode -> why the engine could not sample its turn
         self._lock = threading.Lock()
         self._batcher = _Batcher(engine)
         self._said_tools_in_system = False
@@ -176,6 +189,7 @@ class EpisodeRecorder:
             self.seeds.pop(episode, None)
             self.rewards.pop(episode, None)
             self.ended.pop(episode, None)
+            self.failed.pop(episode, None)
             return self.episodes.pop(episode, None)
 
     def complete(self, episode: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
@@ -191,6 +205,9 @@ class EpisodeRecorder:
             conv = self.episodes.get(episode)
             if conv is None and self.only_opened and episode not in self.seeds:
                 raise HistoryMismatch(f"episode {episode!r} is not open: it has ended (or never started)")
+            if episode in self.failed:
+                raise EpisodeLimit(f"episode {episode!r} has ended in error ({self.failed[episode]}); it takes no "
+                                   f"further request")
             if episode in self.ended:
                 raise EpisodeLimit(f"episode {episode!r} has ended (env.{self.ended[episode]})")
             if conv is None:
@@ -201,7 +218,7 @@ class EpisodeRecorder:
                                        f"the limit is {self.max_total_tokens} (env.max_total_tokens)")
                 self._say_where_tools_are(conv)
                 self.episodes[episode] = conv
-            elif self.max_turns is not None and len(conv.turn_ends) >= self.max_turns:
+            elif self.max_turns is not None and conv.model_turns >= self.max_turns:
                 self.ended[episode] = "max_turns"
                 raise EpisodeLimit(f"episode {episode!r} has had its {self.max_turns} turns (env.max_turns)")
             else:
@@ -235,15 +252,26 @@ class EpisodeRecorder:
             request = GenerationRequest(list(conv.ids), seed=seed)
             sampling = replace(base, n=1, max_new_tokens=budget)
         # outside the lock: the turns of other episodes sent meanwhile join this engine call
-        c = self._batcher.generate(request, sampling)
+        try:
+            c = self._batcher.generate(request, sampling)
+        except Exception as e:  # noqa: BLE001 - the engine's own failure, said to the program
+            raise self._failure(episode, f"engine: {type(e).__name__}: {e}", request_error=False) from e
         if c.finish_reason == "error":
-            raise RuntimeError(f"engine: {c.error}")
+            raise self._failure(episode, f"engine: {c.error}", request_error=True)
         with self._lock:
             text = conv.add_model_turn(list(c.response_ids), list(c.logprobs), c.versions(),
                                        stopped=c.finish_reason == "stop")
             return ModelTurn(index=turn, text=text, finish_reason=c.finish_reason,
                              token_ids=list(c.response_ids),
                              logprobs=[float(x) for x in c.logprobs], prompt_tokens=len(request.prompt_ids))
+
+    def _failure(self, episode: str, reason: str, *, request_error: bool) -> EngineFailure:
+        """End ``episode`` in error, as the agent loop ends one whose turn the engine failed: the
+        request's messages stay recorded with no model turn after them, so a retry (an OpenAI
+        client retries a 500) is refused saying why, not answered from a record it does not extend."""
+        with self._lock:
+            self.failed[episode] = reason
+        return EngineFailure(f"episode {episode!r}: {reason}", request_error=request_error)
 
     def _say_where_tools_are(self, conv: Conversation) -> None:
         """Once: the chat template ignores ``tools``, so they went into the system message."""
@@ -286,10 +314,12 @@ class EpisodeRecorder:
                 prompt = (prompts or {}).get(name) or Prompt(uid=name, prompt_ids=[], prompt_text="")
                 reward = self.rewards.get(name, 0.0)
                 last_model = max((i for i, m in enumerate(conv.loss_mask) if m), default=None)
+                error = self.failed.get(name)
                 out.append(conversation_trajectory(
                     conv, prompt, group, self.tokenizer, rewards=[reward], reward_at=[last_model], credit="episode",
-                    failed=False, episode={"turns": len(conv.turn_ends), "turn_rewards": [reward],
-                                           "end": "terminated", "error": None, "infos": []}))
+                    failed=error is not None, episode={"turns": conv.model_turns, "turn_rewards": [reward],
+                                                       "end": "error" if error else "terminated", "error": error,
+                                                       "infos": []}))
         return out
 
 
@@ -392,6 +422,8 @@ def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
         except (HistoryMismatch, EpisodeLimit, TemplateAppendError, TokenBoundaryError, TemplateError,
                 ValueError) as e:
             raise HTTPException(status_code=400, detail=str(e)) from None
+        except EngineFailure as e:   # a request the engine refused (past its context window) is the request's
+            raise HTTPException(status_code=400 if e.request_error else 500, detail=str(e)) from None
         reply_id = f"chatcmpl-{episode}-{turn.prompt_tokens + len(turn.token_ids)}"
         body = completion_body(request, reply_id, turn, recorder.tokenizer)
         if not request.stream:

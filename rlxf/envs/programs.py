@@ -29,7 +29,8 @@ its own that is killed when the run of the episode ends, at the timeout or not, 
 command started dies with it). A program that raises, exits nonzero, hangs past
 ``env.agent_timeout_s``, returns something that is not a reward, or never calls the model ends
 its own episode with ``episode["error"]``, loss_mask 0 and reward 0, as a broken environment does,
-with a warning; the run goes on. A program whose request is refused because the episode reached
+with a warning; the run goes on. So does an episode whose turn the engine could not sample, whatever
+the program made of the error reply it got. A program whose request is refused because the episode reached
 ``env.max_turns`` / ``env.max_total_tokens`` may fail on that refusal: its episode then ends for
 that limit, with reward 0, and trains (what the refused request sent is not recorded).
 """
@@ -51,6 +52,7 @@ from rlxf.envs.agent import (
     conversation_trajectory,
     episode_task,
     finite_reward,
+    info_problem,
     warn_failed,
 )
 from rlxf.envs.base import EnvError, EnvTask, import_object
@@ -150,7 +152,7 @@ def _outcome(value: Any) -> tuple[float, dict[str, Any]] | str:
     reward = finite_reward(value)
     if reward is None:
         return f"the agent program returned {value!r:.80}; it must return a finite reward (or {{'reward': ...}})"
-    return reward, info
+    return info_problem(info, "the agent program returned") or (reward, info)
 
 
 class ProgramEpisodes:
@@ -182,9 +184,12 @@ class ProgramEpisodes:
         trajs = []
         for (name, prompt, group, _), (ok, value) in zip(episodes, outcomes):
             ended = self.recorder.ended.get(name)
+            failed = self.recorder.failed.get(name)
             conv = self.recorder.take(name)
             reward, info, error = 0.0, {}, None
-            if ok:
+            if failed is not None:   # whatever the program did with the failed request
+                error = failed
+            elif ok:
                 got = _outcome(value)
                 if isinstance(got, str):
                     error = got
@@ -203,7 +208,7 @@ class ProgramEpisodes:
             trajs.append(conversation_trajectory(
                 conv, prompt, group, self.tokenizer, rewards=[reward], reward_at=[last_model],
                 credit=self.limits.credit, failed=error is not None,
-                episode={"turns": len(conv.turn_ends) if conv else 0, "turn_rewards": [reward], "end": end,
+                episode={"turns": conv.model_turns if conv else 0, "turn_rewards": [reward], "end": end,
                          "error": error, "infos": [info]}))
         return trajs
 

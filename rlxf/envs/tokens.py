@@ -151,7 +151,11 @@ class Conversation:
 
     @property
     def model_turns(self) -> int:
-        """The model turns so far (a first observation's few-shot assistant messages are not)."""
+        """The model turns so far (a first observation's few-shot assistant messages are not).
+
+        The one count of ``env.max_turns`` and of ``episode["turns"]``, in the agent loop and at the
+        chat endpoint alike: every turn the engine sampled counts, one without text, tool call or
+        even a token included (``turn_ends`` lists only turns that hold tokens)."""
         return sum(m["role"] == "assistant" for m in self.messages[self.prompt_messages:])
 
     def render(self, messages: list[Message], *, generation_prompt: bool) -> str:
