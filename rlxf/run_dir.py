@@ -9,6 +9,7 @@
       eval.jsonl         what `rlxf eval` measured on this run's checkpoints
       report.html        plots (`rlxf report`)
       sink_runs.json     the W&B / MLflow run ids (``logging.sinks``) a `--resume` logs to again
+      sink_steps.json    the last step each of those runs was sent (a resume does not send its replayed steps again)
       run.json           which command made the run (``{"command": "sft"}``): `--resume` with another
                          one is refused, and `--overwrite` deletes only a directory that holds it, or
                          config.yaml with the log, metrics or checkpoints/ of a run from before it

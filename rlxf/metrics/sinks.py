@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlxf.errors import MissingExtraError, UserInputError
+from rlxf.errors import MissingExtraError, UserInputError, close_all, close_during
 from rlxf.run_dir import write_atomically
 
 log = logging.getLogger("rlxf")
@@ -245,6 +245,55 @@ def save_run_id(run_dir: Path, sink: str, run_id: str) -> None:
     write_atomically(path, (json.dumps({**_sink_runs(path), sink: run_id}, indent=1) + "\n").encode())
 
 
+# next to SINK_RUNS: the last step each W&B / MLflow run was sent (``{"mlflow": {"run": id, "step": N}}``)
+SINK_STEPS = "sink_steps.json"
+
+
+class SentSteps:
+    """Which steps an external run already has, so a resume does not send them again.
+
+    A resumed rlxf run replays the steps after its checkpoint (bit for bit, so with the same
+    figures); metrics.jsonl is cut back to the checkpoint and TensorBoard purges, but W&B keeps
+    the first copy (warning at every replayed step) and MLflow keeps both, a doubled curve. Steps
+    up to the last one a previous process sent to this same run are skipped; within one process
+    nothing is (SFT's final evaluation is a second record of its last step). The step is recorded
+    after it is sent: a kill in between sends that one step again rather than losing it.
+    """
+
+    def __init__(self, run_dir: Path, sink: str, run_id: str | None):
+        """``run_id`` None: a run not started yet (nothing sent; set ``run_id`` once it is)."""
+        self.path, self.sink, self.run_id = run_dir / SINK_STEPS, sink, run_id
+        saved = self._read().get(sink)  # read first: a damaged file stops the sink before its run starts
+        self.sent_before = saved["step"] if saved is not None and saved["run"] == run_id else None
+        self.last = self.sent_before
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if not self.path.exists():
+            return {}
+        try:
+            sent = json.loads(self.path.read_text())
+        except ValueError as e:
+            sent = e
+        if not isinstance(sent, dict) or not all(
+                isinstance(v, dict) and isinstance(v.get("run"), str) and type(v.get("step")) is int
+                for v in sent.values()):
+            raise DamagedFileError(f"{self.path}: not a JSON object of {{sink: {{\"run\": id, \"step\": N}}}} "
+                                   f"({sent}); it holds the last step each W&B / MLflow run was sent: repair it, "
+                                   f"or delete it to send a resume's replayed steps again")
+        return sent
+
+    def new(self, step: int) -> bool:
+        """Whether ``step`` is not one a previous process already sent to this run."""
+        return self.sent_before is None or step > self.sent_before
+
+    def sent(self, step: int) -> None:
+        if self.last is not None and step <= self.last:
+            return
+        self.last = step
+        record = {**self._read(), self.sink: {"run": self.run_id, "step": step}}
+        write_atomically(self.path, (json.dumps(record, indent=1) + "\n").encode())
+
+
 class WandbSink:
     """A W&B run; a resumed rlxf run continues the one it logged to (its id is in ``SINK_RUNS``)."""
 
@@ -257,11 +306,14 @@ class WandbSink:
         if run_id is None:  # saved before the run starts: a kill in between still leaves its id
             run_id = os.environ.get("WANDB_RUN_ID") or secrets.token_hex(8)
             save_run_id(run_dir, "wandb", run_id)
+        self._sent = SentSteps(run_dir, "wandb", run_id)
         self._run = wandb.init(project=project, name=name, config=config, dir=str(run_dir), id=run_id,
                                resume="allow")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        self._run.log(metrics, step=step)
+        if self._sent.new(step):
+            self._run.log(metrics, step=step)
+            self._sent.sent(step)
 
     def close(self) -> None:
         self._run.finish()
@@ -278,19 +330,24 @@ class MlflowSink:
         self._mlflow = mlflow
         mlflow.set_experiment(project)
         run_id = saved_run_id(run_dir, "mlflow")
+        self._sent = SentSteps(run_dir, "mlflow", run_id)
         if run_id is not None:
             # the params were logged at the first start: MLflow refuses to change one, and a resume
             # may change some (train.steps, ...); config.yaml holds what this resume runs with
             mlflow.start_run(run_id=run_id)
             return
-        save_run_id(run_dir, "mlflow", mlflow.start_run(run_name=name).info.run_id)
+        self._sent.run_id = mlflow.start_run(run_name=name).info.run_id
+        save_run_id(run_dir, "mlflow", self._sent.run_id)
         flat = _flatten(config)
         mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        if not self._sent.new(step):
+            return
         clean = {k.replace("@", "_at_"): v for k, v in metrics.items()
                  if isinstance(v, (int, float)) and math.isfinite(v)}
         self._mlflow.log_metrics(clean, step=step)
+        self._sent.sent(step)
 
     def close(self) -> None:
         self._mlflow.end_run()
@@ -318,8 +375,9 @@ class MultiSink:
             sink.log(step, metrics)
 
     def close(self) -> None:
-        for sink in self.sinks:
-            sink.close()
+        """Close every sink, also after one fails (W&B's finish without a network must not leave
+        metrics.jsonl open); then raise the first failure."""
+        close_all(sink.close for sink in self.sinks)
 
 
 SINKS: dict[str, Callable[[Path, str, str, dict[str, Any]], MetricsSink]] = {
@@ -346,8 +404,9 @@ def build_sinks(names: list[str], run_dir: Path, *, project: str, run_name: str,
             raise ValueError(f"unknown metrics sink {name!r}; valid: {', '.join(SINKS)}")
         try:
             sinks.append(SINKS[name](run_dir, project, run_name, config))
-        except ImportError as e:
-            for sink in sinks:
-                sink.close()
-            raise SinkUnavailableError(f"{e}, or remove {name!r} from logging.sinks") from None
+        except BaseException as e:  # the sinks opened so far end too (an MLflow run left running, ...)
+            close_during(e, MultiSink(sinks).close, "closing the sinks started before it")
+            if isinstance(e, ImportError):
+                raise SinkUnavailableError(f"{e}, or remove {name!r} from logging.sinks") from None
+            raise
     return MultiSink(sinks)

@@ -65,17 +65,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _fsync_tree(path: Path) -> None:
+    """Every file under ``path`` and every directory's entries (``model/``'s too, not only the top's)."""
     for root, _, files in os.walk(path):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    _fsync_dir(path)
+            _fsync(os.path.join(root, name))
+        _fsync(Path(root))
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: str | Path) -> None:
+    """A file's data, or a directory's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -160,13 +158,15 @@ def intact_checkpoint(root: Path) -> Path | None:
     return None
 
 
-def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], state: dict[str, Any],
-                    keep_last: int) -> Path:
+def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None],
+                    state: dict[str, Any] | Callable[[], dict[str, Any]], keep_last: int) -> Path:
     """Write ``step_<step>`` atomically; keep it and the ``keep_last - 1`` newest before it
     (checkpoints of later steps, left by the run before a resume from an older one, are deleted).
 
     ``write(directory)`` saves the models and the roles' state into the checkpoint directory
-    (the placement's ``save``); ``state`` is the loop's own, saved as ``trainer_state.pt``.
+    (the placement's ``save``); ``state`` is the loop's own, saved as ``trainer_state.pt``. Given
+    as a function, it is read once the models are written and on disk: the training clock in it
+    then counts the write, which a clock read before it left out of the time budget after a resume.
     """
     root.mkdir(parents=True, exist_ok=True)
     _sweep(root)
@@ -174,8 +174,11 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], sta
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
     tmp.mkdir()
     write(tmp)
-    torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
     _fsync_tree(tmp)
+    loop_state = state() if callable(state) else state
+    torch.save({**loop_state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
+    _fsync(tmp / STATE_FILE)
+    _fsync(tmp)
     if final.exists():  # re-saving a step (e.g. after a resume): swap, never a half state
         old = root / f".old-step_{step}-{os.getpid()}"
         final.rename(old)
@@ -183,7 +186,7 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None], sta
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(final)
-    _fsync_dir(root)
+    _fsync(root)
     # newer checkpoints are of the run before a resume from an older one (resume takes the newest
     # intact one, so they are damaged): that history was cut back (metrics.jsonl too), and counted
     # in keep_last they would push out the checkpoint just written

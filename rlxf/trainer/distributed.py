@@ -32,6 +32,7 @@ import math
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Literal
 
@@ -282,12 +283,25 @@ def _comm_device() -> torch.device:
         else torch.device("cpu")
 
 
-def free_address(host: str | None = None) -> tuple[str, int]:
+# ports ``free_address(hold=True)`` keeps bound in this process until ``tcp_store`` hosts a store on them
+_held: dict[int, socket.socket] = {}
+
+
+def free_address(host: str | None = None, *, hold: bool = False) -> tuple[str, int]:
     """``host`` (by default this host's name, resolved) and a free TCP port, for rank 0 to host
-    the process group's store. Across machines pass the address the others reach this one by."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
+    the process group's store. Across machines pass the address the others reach this one by.
+
+    A port released here can be taken by another process before the store binds it (the store
+    then fails with EADDRINUSE). ``hold`` keeps it bound until this process's ``tcp_store``
+    listens on it: for a rank 0 that asks for its own address (Ray's learner rank 0); a port
+    handed to another process to host the store must be released (the default)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("", 0))
+    port = s.getsockname()[1]
+    if hold:
+        _held[port] = s
+    else:
+        s.close()
     if host is None:
         try:
             host = socket.gethostbyname(socket.gethostname())
@@ -296,14 +310,26 @@ def free_address(host: str | None = None) -> tuple[str, int]:
     return host, port
 
 
+def tcp_store(address: str, port: int, world: int, is_master: bool, timeout: timedelta):
+    """The ``TCPStore`` at ``address:port``; the master listens on the socket ``free_address(hold=True)``
+    kept for ``port`` in this process, if it kept one, so no other process can have taken the port."""
+    import torch.distributed as dist
+
+    held = _held.pop(port, None) if is_master else None
+    return dist.TCPStore(address, port, world, is_master=is_master, timeout=timeout,
+                         master_listen_fd=held.detach() if held is not None else None)
+
+
 def init_data_parallel(rank: int, world: int, address: str | None, port: int | None, strategy: Strategy,
                        backend: Literal["nccl", "gloo"] = "gloo") -> DataParallel:
     """Join the learners' process group (rank 0 hosts its store at ``address:port``)."""
     if world == 1:
         return DataParallel(strategy=strategy)
     import torch.distributed as dist
+    from torch.distributed.constants import default_pg_timeout
 
     if backend == "nccl":
         torch.cuda.set_device(0)  # Ray shows each learner actor only its own GPU(s)
-    dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world)
+    store = tcp_store(address, port, world, is_master=rank == 0, timeout=default_pg_timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     return DataParallel(rank, world, strategy)

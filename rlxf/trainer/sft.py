@@ -136,9 +136,11 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
                                 seed=cfg.seeds.sampling)
 
     def checkpoint(step: int) -> Path:
-        # checkpoint_trainable's layout, with the clock in the trainer state
+        # checkpoint_trainable's layout, with the clock in the trainer state (read once the model is
+        # written, so that sft.max_seconds counts the write after a resume)
+        sampler_state = sampler.state_dict()
         return save_checkpoint(run.checkpoints, step, write=lambda directory: core.save(directory, tokenizer),
-                               state={"sampler": sampler.state_dict(), "clock": clock.state_dict()},
+                               state=lambda: {"sampler": sampler_state, "clock": clock.state_dict()},
                                keep_last=cfg.checkpoint.keep_last)
 
     def reached(step: int, metrics: dict[str, float]) -> bool:

@@ -12,6 +12,7 @@ import torch
 
 from rlxf.config import Config, dump_config
 from rlxf.data import Sampler
+from rlxf.errors import close_all
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
 from rlxf.run_dir import RunDir
@@ -160,8 +161,7 @@ class RunState:
         return self._progress
 
     def close(self) -> None:
-        self.sink.close()
-        self.samples.close()
+        close_all((self.sink.close, self.samples.close))
 
 
 def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, step: int,
@@ -169,10 +169,12 @@ def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, s
     """Checkpoint everything a bit-exact resume needs: the placement's models and optimizer
     state, and the loop's own (data position, counters, RNG, and each of ``extra``'s states:
     the curriculum's records, the PPO-ptx demonstrations' position, async mode's prompts in flight),
-    and the training time so far, which ``train.max_seconds`` budgets across resumes."""
-    loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped, "clock": state.clock.state_dict(),
+    and the training time so far, which ``train.max_seconds`` budgets across resumes: read once the
+    models are written, so that a resumed run's budget counts the time writing them took."""
+    loop_state = {"sampler": sampler.state_dict(), "skipped": state.skipped,
                   **{name: obj.state_dict() for name, obj in (extra or {}).items()}}
-    path = save_checkpoint(run.checkpoints, step, write=placement.save, state=loop_state,
+    path = save_checkpoint(run.checkpoints, step, write=placement.save,
+                           state=lambda: {**loop_state, "clock": state.clock.state_dict()},
                            keep_last=state.cfg.checkpoint.keep_last)
     log.info("saved checkpoint %s", path)
     return path
