@@ -22,9 +22,12 @@ literal; after imports and assignments, run first (MBPP's setup); and inside
 HumanEval's ``def check(candidate): ...`` / ``check(f)`` -- so the program reports the value
 of ``f(x)`` as plain data (an object whose ``__eq__`` always says yes is not data) and never
 sees ``y``. An assert source that does not parse that way (other setup statements,
-non-literal expected values, loops, comparisons such as ``in``) is run inside the sandbox as
-before, where a hostile program can fake its success: the metric ``unparsed_asserts`` counts
-those tests, so a training set can be checked for them.
+non-literal expected values, loops, comparisons such as ``in``) runs as written in the
+sandbox's test process, while the program runs in a child of it that answers the source's
+calls with plain data only (``sandbox/_runner.py``): the program cannot patch what the test
+runs nor reach its result. The metric ``unparsed_asserts`` counts those tests: a function
+argument the source passes that is not data (a callback) fails them, and a name the program
+binds that shadows a builtin is not seen by them.
 """
 
 from __future__ import annotations
@@ -498,7 +501,7 @@ class CodeVerifier(AsyncVerifier):
                    "timeouts": float(sum(s in ("timeout", "wall_timeout") for s in statuses)),
                    "runtime_errors": float(sum(s in ("error", "memory", "killed", "output_limit") for s in statuses)),
                    "cpu_s": sum(o.cpu_s for o in result.tests),
-                   # tests whose success the program itself reports (could not be parsed)
+                   # tests run as written (could not be parsed), against the program's plain answers
                    "unparsed_asserts": float(sum(t.case.kind == "assert" for t in tests)),
                    # 1: whole-program limits by the kernel (cgroups); 0: per-process rlimits only
                    "kernel_limits": float(self.sandbox.cgroup is not None),

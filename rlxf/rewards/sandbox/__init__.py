@@ -24,16 +24,18 @@ Isolation (``isolation=``):
   root; your own uid, with every file read-only, otherwise), rlimits, and a seccomp filter that
   allows sockets of the families an empty network namespace contains (unix, IPv4, IPv6: not
   vsock, which the namespace does not scope and which reaches the host), no io_uring, no
-  ptrace or process_vm_readv/writev, and no new namespaces (unshare, setns, clone with a
+  ptrace or process_vm_readv/writev, no prlimit on another process (lowering a same-uid
+  process's limits needs no privilege), and no new namespaces (unshare, setns, clone with a
   CLONE_NEW* flag; clone3 fails with ENOSYS so libc falls back to clone). If the kernel refuses
   any of it, ``Sandbox`` raises ``SandboxUnavailable`` instead of running weaker.
 - ``"auto"``: strict where the kernel allows it, otherwise weak with a logged warning.
 - ``"weak"``: rlimits, a scrubbed environment, a temporary working directory, a process-tree
   kill and, where the kernel has them, the seccomp filter without its socket and io_uring rules
-  and a Landlock domain (Linux >= 5.13) that keeps the program from every process outside it:
+  (so no prlimit on your processes either) and a Landlock domain (Linux >= 5.13) that keeps the program from every process outside it:
   no ptrace, no /proc/<pid>/mem, and from Landlock ABI 6 no signals. The program can reach the
   network and read and write whatever files your uid can. As root it also runs without
-  capabilities. As any other user without Landlock it runs as you and can read, through
+  capabilities (so not in your processes' memory; without Landlock ABI 6 it can still signal
+  every root process, the caller's included). As any other user without Landlock it runs as you and can read, through
   /proc/<pid>/mem, the memory of your dumpable processes -- the caller's, where the expected
   answers are -- wherever ptrace between your processes is allowed; ``mechanisms`` says which
   case holds. Logged as a warning; the code verifier's metric ``strict_isolation`` is 0. Use it

@@ -17,9 +17,12 @@ What a test process emits on fd 3 (the result memfd):
 - ``call``: the JSON of the function's return value (plain data only: an object of the
   program's own class, whatever its ``__eq__``, is an error);
 - ``eval`` (parsed asserts): a JSON list, per expression ``{"value": v}`` or ``{"error": msg}``;
-- ``assert`` (asserts that could not be parsed, run here as a fallback): the test's token once
-  the assert source ran without raising. A hostile program can fake this one; the trusted side
-  says so in the verdict (``unparsed_asserts``).
+- ``assert`` (asserts that could not be parsed): the test's token once the assert source ran
+  without raising. The source runs in the test process (the *judge*, which never runs program
+  code and stays non-dumpable); the program runs in a child of it without fd 3 and answers the
+  judge's calls over a socket with plain data only (``_judge``). So the program can neither
+  patch what the test runs (builtins, exec, AssertionError, the test's own locals), nor hand
+  it an object whose ``__eq__`` says yes, nor write the token it may find in its memory.
 """
 
 import _socket
@@ -61,8 +64,12 @@ def main() -> None:
         if pid == 0:
             sock.detach()
             _test_process(spec, test, fds)  # never returns
-        if pid < 0:
-            os._exit(1)
+        if pid < 0:  # said to the init, which fails this test for it; the next may fork again
+            err = ctypes.get_errno()
+            for fd in fds:
+                os.close(fd)
+            sock.send(b"!" + f"[Errno {err}] {os.strerror(err)}".encode())
+            continue
         sock.sendmsg([str(pid).encode()], [(SOL_SOCKET, SCM_RIGHTS, b"".join(
             fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds[1:]))])
         for fd in fds:
@@ -81,8 +88,10 @@ def _test_process(spec: dict, test: dict, fds: list) -> None:
     for target, fd in enumerate(fds):
         os.dup2(fd, target, inheritable=True)
     os.closerange(4, 1 << 16)
-    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc/self, as any program expects
     os.setsid()
+    if test["kind"] == "assert":
+        _judge(spec["code"], test)  # never returns; stays non-dumpable, the program runs in its child
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc/self, as any program expects
     _execute(spec["code"], test)
 
 
@@ -151,61 +160,376 @@ def _string(text: str) -> str:
     return "".join(out)
 
 
-def _execute(code: str, test: dict) -> None:
-    """Run the program (and the test's expressions) in a fresh ``__main__``; exit with its status."""
+def _program_main(code: str) -> dict:
+    """Text standard streams and a fresh ``__main__`` for the program; its namespace. The source
+    is also written to ``solution.py`` in the working directory, the ``__file__`` that
+    multiprocessing's spawn and forkserver children run again to find the program's functions."""
     import builtins  # noqa: PLC0415
     import io  # noqa: PLC0415
     import types  # noqa: PLC0415
 
-    plain, to_json, emit = _plain, _to_json, _emit  # bound before the program can replace them
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
                                                  encoding="utf-8", errors="replace")
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16), encoding="utf-8", errors="replace")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                                    errors="replace", write_through=True)
+    path = os.path.join(os.getcwd(), "solution.py")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(code)
+    except OSError:  # a full /tmp: only spawned children miss it
+        pass
     sys.argv = ["solution.py"]
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
-    main.__dict__["__file__"] = "solution.py"
+    main.__dict__["__file__"] = path
     sys.modules["__main__"] = main
+    return main.__dict__
+
+
+def _end_helpers() -> None:
+    """multiprocessing's spawn and forkserver methods start helper processes (a resource tracker,
+    a fork server) that exit once the pipe from the program closes, i.e. after it has exited,
+    so they would be counted as its strays: close those pipes and wait for the helpers here."""
+    for module, name, fd, pid in (("multiprocessing.resource_tracker", "_resource_tracker", "_fd", "_pid"),
+                                  ("multiprocessing.forkserver", "_forkserver", "_forkserver_alive_fd",
+                                   "_forkserver_pid")):
+        helper = getattr(sys.modules.get(module), name, None)
+        if helper is None or not getattr(helper, pid, None):
+            continue
+        try:
+            os.close(getattr(helper, fd))
+            os.waitpid(getattr(helper, pid), 0)
+        except (OSError, TypeError):  # the program closed or reaped it itself
+            pass
+
+
+def _exit_status(error: BaseException | None) -> int:
+    """The exit status of a program that ended with ``error`` (None: it ran to its end); a
+    failure's traceback goes to stderr, the harness's frames left out."""
+    if error is None:
+        return 0
+    if isinstance(error, SystemExit):
+        if not isinstance(error.code, (int, type(None))):
+            print(error.code, file=sys.stderr)
+        return error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
+    try:
+        import traceback  # noqa: PLC0415 - only a failing program pays for it
+        tb = error.__traceback__
+        traceback.print_exception(type(error), error, tb.tb_next if tb is not None else None)
+    except BaseException:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _execute(code: str, test: dict) -> None:
+    """Run the program (and the test's expressions) in a fresh ``__main__``; exit with its status."""
+    plain, to_json, emit = _plain, _to_json, _emit  # bound before the program can replace them
+    namespace = _program_main(code)
     status = 0
     try:
-        exec(compile(code, "solution.py", "exec"), main.__dict__)  # noqa: S102 - the sandbox's job
-        kind = test["kind"]
-        if kind == "call":
-            emit(to_json(plain(_call(main.__dict__, test["fn_name"], test["args"]))))
-        elif kind == "eval":
+        exec(compile(code, "solution.py", "exec"), namespace)  # noqa: S102 - the sandbox's job
+        if test["kind"] == "call":
+            emit(to_json(plain(_call(namespace, test["fn_name"], test["args"]))))
+        else:  # eval
             if test.get("setup"):
-                exec(compile(test["setup"], "test.py", "exec"), main.__dict__)  # noqa: S102
+                exec(compile(test["setup"], "test.py", "exec"), namespace)  # noqa: S102
             values = []
             for expr in test["exprs"]:
                 try:
-                    value = eval(compile(expr, "test.py", "eval"), main.__dict__)  # noqa: S307
+                    value = eval(compile(expr, "test.py", "eval"), namespace)  # noqa: S307
                     values.append({"value": plain(value)})
                 except Exception as e:  # noqa: BLE001 - that expression failed, not the harness
                     values.append({"error": f"{type(e).__name__}: {e}"[:300]})
             emit(to_json(values))
-        elif kind == "assert":
-            exec(compile(test["source"], "test.py", "exec"), main.__dict__)  # noqa: S102
-            emit(test["token"])
-    except SystemExit as e:
-        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - the program's failure is its verdict
-        status = 1
-        try:  # the program's frames only, not this harness's
-            import traceback  # noqa: PLC0415 - only a failing program pays for it
-            kind, value, tb = sys.exc_info()
-            traceback.print_exception(kind, value, tb.tb_next if tb is not None else None)
-        except BaseException:  # noqa: BLE001
-            pass
+    except BaseException as e:  # noqa: BLE001 - the program's failure is its verdict
+        status = _exit_status(e)
+    _end_helpers()
     try:
         sys.stdout.flush()
     except BaseException:  # noqa: BLE001
         status = status or 1
     os._exit(status & 0xFF)
+
+
+def _judge(code: str, test: dict) -> None:
+    """Run an assert test's source against the program, which runs in a child: the source's
+    names that the program defines are the program's plain data (copied), stdlib modules
+    (imported here) or ``_Remote`` handles, whose calls the child answers with plain data. The
+    test passes when the source ran here without raising; this process exits with the status
+    the child's own exit gives it when the program ends early (``sys.exit``, a crash, a signal)."""
+    import ast  # noqa: PLC0415
+    import builtins  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    mine, theirs = socket.socketpair()
+    child = os.fork()
+    if child == 0:
+        mine.close()
+        os.close(3)  # the result channel is the judge's alone
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        _serve(code, theirs)  # never returns
+    theirs.close()
+    channel = _Channel(mine)
+    status, passed = 1, False
+    try:
+        wanted = {n.id for n in ast.walk(ast.parse(test["source"])) if isinstance(n, ast.Name)}
+        names = channel.ask(["start", sorted(n for n in wanted if n not in builtins.__dict__)])[1]
+        namespace = {"__builtins__": builtins, "__name__": "__main__"}
+        for name, (how, what) in dict(names).items():
+            if how == "module" and (what in sys.modules or what.partition(".")[0] in sys.stdlib_module_names):
+                namespace[name] = __import__(what, fromlist=["_"])
+            else:
+                namespace[name] = channel.decode(what) if how == "value" else _Remote(channel, what)
+        exec(compile(test["source"], "test.py", "exec"), namespace)  # noqa: S102 - the test's own code
+        passed, status = True, 0
+    except _ProgramGone:
+        status = None
+    except BaseException as e:  # noqa: BLE001 - an assertion (or the test) failed
+        status = _exit_status(e)
+    if passed:
+        _emit(test["token"])
+    mine.close()  # the child exits at the end of its requests
+    _, child_status = os.waitpid(child, 0)
+    try:
+        sys.stdout.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+    if status is None:  # the program ended before answering: its end is the verdict's
+        if os.WIFSIGNALED(child_status):
+            import signal  # noqa: PLC0415
+
+            sig = os.WTERMSIG(child_status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        status = os.WEXITSTATUS(child_status) if os.WIFEXITED(child_status) else 1
+    os._exit(status & 0xFF)
+
+
+class _ProgramGone(Exception):
+    """The program's process ended (or broke the protocol) before it answered the judge."""
+
+
+class _Channel:
+    """The judge's end of the socket to the program: length-prefixed JSON, values in ``_wire``'s
+    tagged form. Whatever comes back is decoded as data only."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def ask(self, request: list):
+        import json  # noqa: PLC0415
+
+        _send(self.sock, json.dumps(request))
+        text = _recv(self.sock)
+        if text is None:
+            raise _ProgramGone
+        try:
+            reply = json.loads(text)
+        except RecursionError:
+            reply = None
+        if not (isinstance(reply, list) and len(reply) >= 2 and isinstance(reply[0], str)):
+            raise ValueError("the program's process answered the test with something that is not data")
+        if reply[0] == "raise":  # the program's function raised: the same builtin type here
+            import builtins  # noqa: PLC0415
+
+            kind = getattr(builtins, str(reply[1]), None)
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                kind = RuntimeError
+            raise kind(f"(raised by the program) {reply[2] if len(reply) > 2 else ''}"[:300])
+        return reply
+
+    def value(self, reply, args: tuple = ()):
+        """A call's or attribute's answer: plain data, or a handle to the program's object."""
+        how, what, *rest = reply
+        if how == "ref":
+            return _Remote(self, what)
+        if rest and rest[0] is not None:  # the arguments as the program left them (in-place edits)
+            for arg, new in zip(args, self.decode(rest[0])):
+                if type(arg) is list and type(new) is list:
+                    arg[:] = new
+                elif type(arg) in (dict, set) and type(new) is type(arg):
+                    arg.clear()
+                    arg.update(new)
+        return self.decode(what)
+
+    def decode(self, data):
+        """``_wire``'s form back to Python values; anything else is not data."""
+        if data is None or type(data) in (bool, int, float, str):
+            return data
+        if type(data) is list:
+            return [self.decode(v) for v in data]
+        if type(data) is not dict or len(data) != 1:
+            raise ValueError("the program's process answered the test with something that is not data")
+        (tag, v), = data.items()
+        if tag == "t":
+            return tuple(self.decode(x) for x in v)
+        if tag in ("s", "f"):
+            items = [self.decode(x) for x in v]
+            return set(items) if tag == "s" else frozenset(items)
+        if tag == "d":
+            return {self.decode(k): self.decode(x) for k, x in v}
+        if tag == "b":
+            return v.encode("latin-1")
+        if tag == "i":
+            return int(v, 16)
+        if tag == "r" and type(v) is int:
+            return _Remote(self, v)
+        raise ValueError("the program's process answered the test with something that is not data")
+
+
+class _Remote:
+    """An object of the program's, seen from the judge: calls and attributes are asked of the
+    program; it compares equal to nothing but itself and is never turned into data here."""
+
+    __slots__ = ("_channel", "_ref")
+
+    def __init__(self, channel: _Channel, ref: int):
+        self._channel, self._ref = channel, ref
+
+    def __call__(self, *args, **kwargs):
+        return self._channel.value(self._channel.ask(["call", self._ref, _wire(list(args)), _wire(kwargs)]), args)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._channel.value(self._channel.ask(["getattr", self._ref, name]))
+
+    def __repr__(self) -> str:
+        return f"<an object of the program's (#{self._ref})>"
+
+
+def _wire(value):
+    """Plain data in a JSON form that keeps its types (tuples, sets, bytes, non-string keys,
+    huge integers; subclasses become their base type); ``_Remote`` handles pass as themselves.
+    Anything else is a TypeError."""
+    if value is None or type(value) in (bool, str, float):
+        return value
+    if isinstance(value, _Remote):
+        return {"r": value._ref}
+    if isinstance(value, int):  # bool cannot be subclassed, so this is an int (subclass)
+        value = int(value)
+        return value if abs(value) < 1 << 4000 else {"i": hex(value)}  # JSON's digit limit
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, (bytes, bytearray)):
+        return {"b": bytes(value).decode("latin-1")}
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    if isinstance(value, tuple):
+        return {"t": [_wire(v) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"f" if isinstance(value, frozenset) else "s": [_wire(v) for v in value]}
+    if isinstance(value, dict):
+        return {"d": [[_wire(k), _wire(v)] for k, v in value.items()]}
+    raise TypeError(f"a {type(value).__name__} is not plain data")
+
+
+def _serve(code: str, sock) -> None:
+    """The program's side of ``_judge``: run the program, then answer the judge's requests
+    (its names, calls, attributes) until the judge hangs up; exit with the program's status."""
+    import json  # noqa: PLC0415
+    import types  # noqa: PLC0415
+
+    namespace = _program_main(code)
+    handles: dict = {}
+    status = 0
+    try:
+        request = json.loads(_recv(sock) or "[]")
+        exec(compile(code, "solution.py", "exec"), namespace)  # noqa: S102 - the sandbox's job
+        names = {}
+        for name in request[1] if request else []:
+            if name in namespace:
+                value = namespace[name]
+                if isinstance(value, types.ModuleType):
+                    names[name] = ["module", value.__name__]
+                else:
+                    names[name] = _describe(value, handles)
+        _send(sock, json.dumps(["names", names]))
+        while (text := _recv(sock)) is not None:
+            op, ref, *rest = json.loads(text)
+            try:
+                target = handles[ref]
+                if op == "call":
+                    args, kwargs = _unwire(rest[0], handles), _unwire(rest[1], handles)
+                    reply = _describe(target(*args, **kwargs), handles)
+                    try:  # the arguments after the call, for a function that edits them in place
+                        reply.append(_wire(args) if any(type(a) in (list, dict, set) for a in args) else None)
+                    except (TypeError, ValueError, RecursionError):
+                        reply.append(None)
+                else:
+                    reply = _describe(getattr(target, rest[0]), handles)
+            except Exception as e:  # noqa: BLE001 - the program's answer is that it raised
+                reply = ["raise", type(e).__name__, str(e)[:300]]
+            _send(sock, json.dumps(reply))
+    except BaseException as e:  # noqa: BLE001 - the program's failure is its verdict
+        status = _exit_status(e)
+    _end_helpers()
+    try:
+        sys.stdout.flush()
+    except BaseException:  # noqa: BLE001
+        status = status or 1
+    os._exit(status & 0xFF)
+
+
+def _describe(value, handles: dict) -> list:
+    """A value for the judge: as data, or a handle to it (kept in ``handles``) if it is not data."""
+    try:
+        return ["value", _wire(value)]
+    except (TypeError, ValueError, RecursionError):
+        handles[len(handles)] = value
+        return ["ref", len(handles) - 1]
+
+
+def _unwire(data, handles: dict):
+    """The judge's arguments (``_wire``'s form) as Python values; handles are the program's objects."""
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [_unwire(v, handles) for v in data]
+    (tag, v), = data.items()
+    if tag == "t":
+        return tuple(_unwire(x, handles) for x in v)
+    if tag in ("s", "f"):
+        return (set if tag == "s" else frozenset)(_unwire(x, handles) for x in v)
+    if tag == "d":
+        return {_unwire(k, handles): _unwire(x, handles) for k, x in v}
+    if tag == "b":
+        return v.encode("latin-1")
+    if tag == "i":
+        return int(v, 16)
+    return handles[v]  # "r"
+
+
+def _send(sock, text: str) -> None:
+    data = text.encode()
+    sock.sendall(len(data).to_bytes(8, "big") + data)
+
+
+def _recv(sock) -> str | None:
+    """One message, or None at the end of the connection (or a broken one)."""
+    head = _recv_exact(sock, 8)
+    if head is None:
+        return None
+    body = _recv_exact(sock, int.from_bytes(head, "big"))
+    return None if body is None else body.decode("utf-8", "replace")
+
+
+def _recv_exact(sock, n: int) -> bytes | None:
+    chunks = []
+    try:
+        while n:
+            chunk = sock.recv(min(n, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            n -= len(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks)
 
 
 def _call(namespace: dict, fn_name: str, args: list):

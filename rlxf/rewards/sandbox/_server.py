@@ -79,8 +79,12 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 217, "arm64": 217, "ppc64le": 203, "
 # (ptrace, process_vm_readv/writev, pidfd_getfd: EPERM) and new namespaces (unshare or clone with
 # a CLONE_NEW* flag, setns: EPERM), which would undo the isolation's assumptions and open the
 # kernel's namespace code; clone3 passes its flags in memory a filter cannot read, so it fails
-# with ENOSYS and libc falls back to clone, whose flags are checked. Syscalls of another ABI
-# (i386 on x86_64, x32) are refused, or they would bypass all of it.
+# with ENOSYS and libc falls back to clone, whose flags are checked. prlimit64 works on the
+# caller only (pid 0, as setrlimit uses it): on another pid it is EPERM, as lowering the limits
+# of any process of the same uid needs no privilege -- a weak-mode program set RLIMIT_NPROC to 0
+# on every process of the host's root, a strict one on its own test runner (RLIMIT_CPU would
+# kill the caller). Syscalls of another ABI (i386 on x86_64, x32) are refused, or they would
+# bypass all of it.
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
 CLONE_NEW_FLAGS = 0x7E020000  # NS, CGROUP, UTS, IPC, USER, PID, NET (clone's low byte is its exit signal)
@@ -90,13 +94,15 @@ CLONE_NEWTIME = 0x80          # unshare only
 # everywhere; socketcall (ppc64le, s390x) is refused as it hides the socket family.
 SECCOMP_ARCH = {
     "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "clone": 56, "ptrace": 101, "unshare": 272,
-                            "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311}, 0),
+                            "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "prlimit64": 302}, 0),
     "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "clone": 220, "ptrace": 117, "unshare": 97,
-                             "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271}, 0),
+                             "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "prlimit64": 261}, 0),
     "ppc64le": (0xC0000015, {"socket": 326, "socketpair": 333, "clone": 120, "ptrace": 26, "unshare": 282,
-                             "setns": 350, "process_vm_readv": 351, "process_vm_writev": 352, "socketcall": 102}, 0),
+                             "setns": 350, "process_vm_readv": 351, "process_vm_writev": 352, "prlimit64": 325,
+                             "socketcall": 102}, 0),
     "s390x": (0x80000016, {"socket": 359, "socketpair": 360, "clone": 120, "ptrace": 26, "unshare": 303,
-                           "setns": 339, "process_vm_readv": 340, "process_vm_writev": 341, "socketcall": 102}, 1),
+                           "setns": 339, "process_vm_readv": 340, "process_vm_writev": 341, "prlimit64": 334,
+                           "socketcall": 102}, 1),
 }
 SECCOMP_ARCH["arm64"] = SECCOMP_ARCH["aarch64"]
 # Landlock (Linux >= 5.13, unprivileged): a process in a Landlock domain cannot ptrace -- nor
@@ -219,7 +225,7 @@ def setup_strict(init: dict) -> list[str]:
             "PID namespace per job (tree killed with its init)", "IPC namespace per job",
             "private size-limited /tmp per job", f"user namespace per test, {who}, no capabilities",
             f"seccomp: sockets of {', '.join(SOCKET_FAMILIES)} only (no vsock, netlink...), no io_uring, "
-            "no ptrace or process_vm_readv/writev, no new namespaces",
+            "no ptrace or process_vm_readv/writev, no new namespaces, no prlimit on another process",
             "rlimits: cpu, address space, processes, open files, file size"]
 
 
@@ -256,6 +262,8 @@ def seccomp_filter(machine: str, sockets: bool = True) -> list[tuple[int, int, i
     for number, arg, flags in ((nr["unshare"], 0, CLONE_NEW_FLAGS | CLONE_NEWTIME), (nr["clone"], clone_arg, CLONE_NEW_FLAGS)):
         prog += [(jeq, 0, 4, number), (ld, 0, 0, low_half(arg)), (jset, 0, 1, flags), (ret, 0, 0, eperm),
                  (ret, 0, 0, allow)]
+    prog += [(jeq, 0, 4, nr["prlimit64"]), (ld, 0, 0, low_half(0)), (jeq, 1, 0, 0), (ret, 0, 0, eperm),
+             (ret, 0, 0, allow)]  # pid_t: its low half is all of it
     if not sockets:
         return prog + [(ret, 0, 0, allow)]
     families = list(SOCKET_FAMILIES.values())
@@ -487,6 +495,7 @@ class _Job:
         self.workdir = workdir
         self.runner_pid = 0
         self.sock: socket.socket | None = None
+        self.gone: str | None = None  # why the runner serves no more tests
 
     # -- accounting: the kernel's, never the program's word ------------------------------------
 
@@ -547,8 +556,8 @@ class _Job:
         cpu0, oom0 = self.cpu(), self.oom_kills()
         start = time.monotonic()
         started = self._start_test(index)
-        if started is None:  # it started (start_runner checked), so a test of this program killed it
-            return {"status": "error", "stderr": "the program's test runner is gone: an earlier test killed it"}
+        if isinstance(started, str):  # the program's doing: its earlier tests, or its limits
+            return {"status": "error", "stderr": started}
         pid, fds = started
         exited, cpu_killed = self._wait(pid, cpu0, start + limits["wall_s"])
         if not exited:
@@ -578,11 +587,12 @@ class _Job:
             "strays": strays,
         }
 
-    def _start_test(self, index: int) -> tuple[int, list[int]] | None:
-        """Ask the runner for test ``index``'s process: its pid and output memfds, or None if
-        the runner is gone (it failed to start, or an earlier test killed it)."""
+    def _start_test(self, index: int) -> tuple[int, list[int]] | str:
+        """Ask the runner for test ``index``'s process: its pid and output memfds, or why there
+        is none (the runner could not fork it, or is gone: an earlier test stopped or killed it).
+        The runner started (start_runner checked), so either way a test of this program did it."""
         if self.sock is None:
-            return None
+            return self.gone or self._runner_gone("it did not start")
         try:
             # a test may have stopped every process it could see, the runner too (SIGSTOP): go on
             os.kill(self.runner_pid, signal.SIGCONT)
@@ -590,15 +600,45 @@ class _Job:
             if not select.select([self.sock], [], [], RUNNER_START_S)[0]:
                 self.sock.close()  # it does not answer: the tests after this one are not waited for
                 self.sock = None
-                return None
-            msg, fds, _, _ = socket.recv_fds(self.sock, 64, 3)
-        except OSError:
-            return None
+                return self._runner_gone(f"it did not answer within {RUNNER_START_S:g} s")
+            msg, fds, _, _ = socket.recv_fds(self.sock, 256, 3)
+        except OSError as e:
+            return self._runner_gone(f"its socket failed: {e}")
+        if msg.startswith(b"!") and not fds:
+            return (f"the test runner could not fork this test's process: {msg[1:].decode('utf-8', 'replace')}. "
+                    f"An earlier test of this program left the runner no room: its processes and threads "
+                    f"(max_processes={self.limits['max_processes']}) or its memory (memory_mb="
+                    f"{self.limits['memory_mb']}, /tmp files and shared memory included)")
         if not msg or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            return None
+            return self._runner_gone("its socket closed" if not msg else f"it sent {len(fds)} file descriptors, not 3")
         return int(msg), fds
+
+    def _runner_gone(self, how: str) -> str:
+        """Why the runner serves no more tests, with its exit status once it has one (its socket
+        closes as it exits: a second is plenty for the kernel to finish)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        pid, status = 0, 0
+        for _ in range(100 if self.runner_pid else 0):
+            try:
+                pid, status = os.waitpid(self.runner_pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid:
+                break
+            time.sleep(0.01)
+        if pid:
+            self.runner_pid = 0  # reaped: never signal that pid again
+            how = (f"it was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"it exited with status {os.WEXITSTATUS(status)}")
+            if self.oom_kills():
+                how += (f"; the kernel killed processes for memory: what earlier tests left (files in /tmp, "
+                        f"shared memory) counts against memory_mb={self.limits['memory_mb']}")
+        self.gone = f"the program's test runner is gone ({how}): an earlier test of this program stopped or killed it"
+        return self.gone
 
     def _wait(self, pid: int, cpu0: float, wall_deadline: float) -> tuple[bool, bool]:
         """Wait for ``pid`` to exit (unreaped): (exited, killed for CPU). With a control group,
@@ -836,7 +876,7 @@ def _drop_capabilities() -> None:
     leaves the bounding set and this process, so the exec grants none. Then the program can
     neither read nor trace the memory of the caller (whose capabilities it no longer covers):
     the expected answers stay there; nor can it override file permissions or kill other
-    users' processes."""
+    users' processes (root's own it can signal, unless a Landlock domain of ABI >= 6 scopes it)."""
     keep = 1 << CAP_DAC_READ_SEARCH
     bounding = _capabilities("CapBnd")
     for cap in range(bounding.bit_length()):
@@ -872,9 +912,10 @@ def setup_weak(init: dict, cgroups: bool) -> list[str]:
     try:
         _probe_seccomp_filter(sockets=False)
         init["seccomp"] = True
-        seccomp = "seccomp: no ptrace or process_vm_readv/writev, no new namespaces"
+        seccomp = "seccomp: no ptrace or process_vm_readv/writev, no new namespaces, no prlimit on another process"
     except OSError as e:
-        seccomp = f"NO seccomp filter ({e}): ptrace, process_vm_readv and new namespaces are allowed"
+        seccomp = (f"NO seccomp filter ({e}): ptrace, process_vm_readv, new namespaces and lowering the "
+                   "limits of your other processes (prlimit) are allowed")
     abi = landlock_abi()
     err = _in_child(lambda: enter_landlock_domain(abi)) if abi else 0
     init["landlock"] = abi if abi and not err else 0
@@ -900,7 +941,11 @@ def _weak_identity(init: dict) -> list[str]:
                 "read the memory of those not made non-dumpable through /proc/<pid>/mem -- the caller's "
                 "expected answers included. Run as root or on Linux >= 5.13 with Landlock enabled"]
     if init["drop_capabilities"]:
-        return ["root without capabilities (but reading files): your processes' memory is out of reach"]
+        if abi >= 6:
+            return ["root without capabilities (but reading files): your processes' memory is out of reach; a "
+                    "Landlock domain keeps it from signalling them"]
+        return ["root without capabilities (but reading files): your processes' memory is out of reach, but it "
+                "can send signals to every process of root's, the caller's included (Landlock ABI < 6)"]
     return ["ROOT WITH CAPABILITIES (no CAP_SETPCAP to drop them): the program can read the caller's "
             "memory, its expected answers included"]
 
