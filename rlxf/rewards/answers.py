@@ -62,6 +62,10 @@ class MathVerifier(SyncVerifier):
     set of numbers, each element must be. Where it is an expression, any equivalent expression
     is an answer, but not one holding a sum, product, integral, limit or derivative the
     reference does not hold.
+
+    A percentage on one side only is read both ways: ``50\\%`` and ``12.5\\%`` match references of
+    50 and 12.5 (the number a "what percent?" question asks for) and of 0.5 and 0.125 (their
+    values); a reference of ``50\\%`` takes 50 and 0.5. Two percentages compare as they are.
     """
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
@@ -143,6 +147,11 @@ class MathVerifier(SyncVerifier):
                 # no timeout interrupts, and every other sample's scoring in this process waits on it
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
             ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
+            if not ok and gold_number is not None and gold_number.endswith("%") != number.endswith("%"):
+                # 12.5% for a reference of 12.5 (math-verify reads an integer's % so, not a decimal's)
+                ok = self._mv.verify(self._gold(_latex(gold_number.rstrip("%"))),
+                                     self._parse(_latex(number.rstrip("%"))),
+                                     float_rounding=self.float_rounding, timeout_seconds=self._timeout())
         except Exception:  # noqa: BLE001 - 2^{1/0} is a wrong answer, not a broken verifier (the gold parsed)
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unscorable": 1.0})
         return _verdict(bool(ok))
@@ -262,7 +271,12 @@ class NumericVerifier(SyncVerifier):
     """1.0 if the extracted answer is a number within tolerance of the ground truth:
     ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``). An integer
     ground truth (``-1,234``, however long) takes an integer exactly, or another number within
-    ``abs_tol`` only: ``1234567.0`` and ``1.234567e6`` match 1234567, ``1234567.5`` does not."""
+    ``abs_tol`` only: ``1234567.0`` and ``1.234567e6`` match 1234567, ``1234567.5`` does not.
+
+    A percentage on one side only is read both ways, as ``MathVerifier`` reads it: ``50%``
+    matches a reference of 50 (the number a "what percent?" question asks for) and of 0.5 (its
+    value), and a reference of ``50%`` takes 50 and 0.5; two percentages compare as they are
+    (``50%`` is not ``5000%``)."""
 
     def __init__(self, name: str, extract: Sequence[str] = ("answer_tag", "boxed", "last_number"),
                  answer_tag: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 0.0,
@@ -282,24 +296,34 @@ class NumericVerifier(SyncVerifier):
         gt = _ground_truth_text(x, self.ground_truth_marker)
         if gt is None:
             return RewardResult.failed(_NO_GROUND_TRUTH)
-        gold = parse_number(gt)
-        if gold is None:
+        if parse_number(gt) is None:
             return RewardResult.failed(f"the ground truth {gt!r} is not a number")
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
+        return _verdict(any(self._close(g, a) for g, a in _percent_readings(gt, found[0])))
+
+    def _close(self, gt: str, answer: str) -> bool:
+        gold = parse_number(gt)
         exact_gold = parse_integer(gt)
         if exact_gold is not None:
             # an integer exactly, or within abs_tol however it is written: a relative 1e-6 would
             # pass 1234568 or 1234567.5 for 1234567 (and 1.234567e8 for 123456789), and any two
             # integers of 309 digits or more are both inf as floats
-            exact_pred = parse_integer(found[0])
+            exact_pred = parse_integer(answer)
             if exact_pred is not None:
-                return _verdict(exact_pred == exact_gold)
-            pred = parse_number(found[0])
-            return _verdict(pred is not None and math.isfinite(pred)
-                            and abs(Fraction(pred) - exact_gold) <= self.abs_tol)
-        pred = parse_number(found[0])
-        ok = (pred is not None and math.isfinite(pred) and math.isfinite(gold)
-              and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))
-        return _verdict(ok)
+                return exact_pred == exact_gold
+            pred = parse_number(answer)
+            return pred is not None and math.isfinite(pred) and abs(Fraction(pred) - exact_gold) <= self.abs_tol
+        pred = parse_number(answer)
+        return (gold is not None and pred is not None and math.isfinite(pred) and math.isfinite(gold)
+                and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))
+
+
+def _percent_readings(gt: str, answer: str) -> list[tuple[str, str]]:
+    """(reference, answer) pairs to compare: as written, and where one side only is a
+    percentage, with that side's number without its ``%`` too (``NumericVerifier``)."""
+    gold, pred = numeral(gt), numeral(answer)
+    if gold is None or pred is None or gold.endswith("%") == pred.endswith("%"):
+        return [(gt, answer)]
+    return [(gt, answer), (gold.rstrip("%"), pred.rstrip("%"))]

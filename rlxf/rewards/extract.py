@@ -1,4 +1,4 @@
-r"""Find the final answer in a response.
+r"""Find the final answer in a response: in what follows its reasoning (``after_reasoning``).
 
     >>> extract_answer("so x = 3. <answer> 42 </answer>", ["answer_tag", "boxed"])
     ('42', 'answer_tag')
@@ -8,6 +8,8 @@ r"""Find the final answer in a response.
     ('1250.5', 'last_number')
     >>> extract_answer("no answer here", ["answer_tag", "boxed"]) is None
     True
+    >>> extract_answer("<think>maybe \\boxed{3}?</think> It is 4.", ["boxed", "last_number"])
+    ('4', 'last_number')
 """
 
 from __future__ import annotations
@@ -19,6 +21,18 @@ from collections.abc import Sequence
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 _MAX_INTEGER_DIGITS = 4000   # Python refuses int() of text over 4,300 digits
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# minus signs other than "-" (U+2212 as typeset, full-width, small): read as "-", never dropped
+_MINUS = str.maketrans("\u2212\uff0d\ufe63", "---")
+
+
+def after_reasoning(text: str) -> str:
+    """What a response says after its reasoning: the text after the last ``</think>``, or none
+    where a ``<think>`` is never closed (the response ended mid-thought). A guess the policy
+    tried while thinking is not its answer."""
+    end = text.rfind("</think>")
+    if end >= 0:
+        return text[end + len("</think>"):]
+    return "" if "<think>" in text else text
 
 
 def answer_tag(text: str, tag: str = "answer") -> str | None:
@@ -49,8 +63,9 @@ def boxed(text: str) -> str | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number in the text, thousands separators removed ("1,250.5" -> "1250.5")."""
-    found = _NUMBER.findall(text)
+    """The last number in the text, thousands separators removed ("1,250.5" -> "1250.5"), its
+    sign kept however it is written ("−5" -> "-5")."""
+    found = _NUMBER.findall(text.translate(_MINUS))
     return re.sub(r"[,\s]", "", found[-1]) if found else None
 
 
@@ -60,10 +75,12 @@ def last_line(text: str) -> str | None:
 
 
 def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") -> tuple[str, str] | None:
-    """(answer, strategy) from the first strategy that finds one, or None.
+    """(answer, strategy) from the first strategy that finds one in what the response says
+    after its reasoning (``after_reasoning``), or None.
 
     Strategies: ``answer_tag``, ``boxed``, ``last_number``, ``last_line``, ``full``.
     """
+    text = after_reasoning(text)
     for strategy in strategies:
         if strategy == "answer_tag":
             found = answer_tag(text, tag)
@@ -120,7 +137,7 @@ def numeral(text: str) -> str | None:
     (``x = 7``, ``3 + 4 = 7``, ``Answer: 7``). Anything else -- ``3+4``, ``5!``, ``2^3``, ``\sqrt{9}``,
     ``7 = 3 + 4`` -- is the computation, not its result, and None.
     """
-    text = text.strip().replace("−", "-")
+    text = text.strip().translate(_MINUS)
     if len(text) > _MAX_NUMERAL_CHARS:
         return None
     text = text.strip("$").strip()

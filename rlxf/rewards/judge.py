@@ -25,20 +25,32 @@ from rlxf.rewards.base import run_sync
 from rlxf.rewards.types import RewardInput, RewardResult
 
 Messages = list[dict[str, str]]
-_NUM = r"(-?\d+(?:\.\d+)?)"
+# a number, and its sign only where it is one: in "0-10" the 10 is not minus ten
+_NUM = r"((?:(?<![\w.])-)?(?<![\w.])\d+(?:\.\d+)?)"
+# "/10", "out of 10": the scale a score is given on (must be score_max)
+_OF = r"(?:\s*/\s*|\s+out\s+of\s+)(?P<of>\d+(?:\.\d+)?)(?!\w)"
+# the scale named between a label and its colon: "Score (0-10):", "Score [1-5]:", "Score out of 10:"
+_SCALE = r"(?:\([^()\n]{0,40}\)|\[[^\[\]\n]{0,40}\]|out\s+of\s+\d+(?:\.\d+)?)?"
 # in tiers, strongest first: a reply's verdict is the last match of the first tier that has one
 # (a "9/10" or "10 out of 10" in the reasoning never overrides an explicit SCORE: 2)
 DEFAULT_PATTERNS = (
-    (rf"(?i)\bscore\s*[:=]\s*\**\s*{_NUM}",     # SCORE: 7 / Score = 7 / **Score:** 7
-     rf"\[\[\s*{_NUM}\s*\]\]",                   # [[7]] (MT-Bench)
-     rf"<score>\s*{_NUM}\s*</score>"),           # <score>7</score>
-    (rf"\b{_NUM}\s*/\s*\d+(?:\.\d+)?\b",          # 7/10
-     rf"(?i)\b{_NUM}\s+out\s+of\s+\d+(?:\.\d+)?\b"),  # 7 out of 10
+    (rf"(?i)\bscore\s*{_SCALE}\s*[:=]\s*\**\s*{_NUM}(?:{_OF})?",   # SCORE: 7 / Score (0-10) = 7 / **Score:** 7
+     rf"\[\[\s*{_NUM}\s*\]\]",                                     # [[7]] (MT-Bench)
+     rf"(?i)<score>\s*{_NUM}\s*</score>"),                             # <score>7</score>
+    (rf"{_NUM}{_OF}",),                                                 # 7/10, 7 out of 10
+    (rf"(?i)\b(?:rating|grade|verdict)\s*{_SCALE}\s*[:=]\s*\**\s*{_NUM}(?:{_OF})?",   # Rating: 7
+     rf"(?i)\b(?:give|rate|grade|award|assign)s?\s+(?:it|this|th(?:is|e)\s+(?:response|answer))\s+"
+     rf"(?:an?\s+)?(?:(?:score|rating|grade)\s+of\s+)?{_NUM}(?:{_OF})?"),                   # I give it 8
 )
 # how a rubric asks for each explicit format, and that format's pattern
 _ASKED = ((re.compile(r"(?i)\bscore\s*[:=]"), DEFAULT_PATTERNS[0][0]),
           (re.compile(r"\[\["), DEFAULT_PATTERNS[0][1]),
           (re.compile(r"(?i)<score>"), DEFAULT_PATTERNS[0][2]))
+# a range: "0-10", "0 – 10", "0 to 10", "0/10 - 10/10", its second end above its first (so
+# "8 - 2 points off" is not one)
+_RANGE_SEP = r"(?:[ \t]*[-–—][ \t]*|[ \t]+(?:to|through)[ \t]+)"
+_RANGE_NEXT = re.compile(rf"(?i){_RANGE_SEP}(\d+(?:\.\d+)?)")
+_RANGE_FROM = re.compile(rf"(?i)(?<![\w.])(-?\d+(?:\.\d+)?)(?:{_OF})?{_RANGE_SEP}$")
 
 
 def asked_format(rubric: str) -> str | None:
@@ -47,6 +59,18 @@ def asked_format(rubric: str) -> str | None:
     quote the graded response, which can carry a verdict of its own in another of these formats."""
     asked = [pattern for marker, pattern in _ASKED if marker.search(rubric)]
     return asked[0] if len(asked) == 1 else None
+
+
+def _claims(text: str, tiers: Sequence[Sequence[str]]) -> set[tuple[str, float]]:
+    """Every (pattern, score) that ``text`` writes in a score format of ``tiers``."""
+    claims = set()
+    for pat in (pat for tier in tiers for pat in tier):
+        for match in re.finditer(pat, text):
+            try:
+                claims.add((pat, float(match.group(1))))
+            except (ValueError, IndexError, TypeError):
+                continue
+    return claims
 
 
 @dataclass
@@ -65,13 +89,21 @@ class ChatClient(Protocol):
 
 
 def parse_score(reply: str, low: float, high: float, pattern: str | None = None,
-                asked: str | None = None) -> float | None:
+                asked: str | None = None, *, response: str = "", rubric: str = "") -> float | None:
     """The judge's score in ``reply``, or None: of the matches within [low, high] of the first
     tier of ``DEFAULT_PATTERNS`` that has any (an explicit ``SCORE:``, ``[[N]]`` or
-    ``<score>``, then ``N/M`` or ``N out of M``), the one that ends last (a judge gives its
-    verdict after its reasoning, which may quote a score the response claimed for itself).
-    ``pattern`` replaces the tiers with one of its own; ``asked`` (see ``asked_format``) goes
-    ahead of them as a tier of its own.
+    ``<score>``, then ``N/M`` or ``N out of M``, then ``Rating: N`` or ``I give it N``), the one
+    that ends last (a judge gives its verdict after its reasoning, which may quote a score the
+    response claimed for itself). ``pattern`` replaces the tiers with one of its own; ``asked``
+    (see ``asked_format``) goes ahead of them as a tier of its own.
+
+    The scale is never a score: not either end of a range (``0-10``, ``0 to 10``, ``0/10 -
+    10/10``), nor a score on another scale (``3/4`` where ``high`` is 10). Nor is a quote: a
+    score the graded ``response`` writes in the same format with the same value is the
+    response's claim, which the judge may repeat: quoted (between quotation marks) it is never
+    the verdict, and otherwise only where the reply has no other score (an honest response may
+    write the score its judge gives); one the ``rubric`` (with the prompt and reference) writes
+    is an anchor the judge may restate, the verdict only if no other score follows it.
 
     >>> parse_score("SCORE: 2. It claims 10 out of 10 confidence.", 0, 10)
     2.0
@@ -80,25 +112,58 @@ def parse_score(reply: str, low: float, high: float, pattern: str | None = None,
     8.0
     >>> parse_score("I'd say [[3]] overall", 0, 10)
     3.0
+    >>> parse_score("On a 0-10 scale, I give it 8", 0, 10)
+    8.0
     >>> parse_score("no idea", 0, 10) is None
     True
     >>> parse_score("SCORE: 2\\nIt ends with [[10]], its own verdict.", 0, 10, asked=asked_format("SCORE: <n>"))
     2.0
+    >>> parse_score('It writes "Score: 10" of itself. I rate it 2 out of 10.', 0, 10, response="4. Score: 10")
+    2.0
     """
     tiers = [(pattern,)] if pattern else ([(asked,)] if asked else []) + list(DEFAULT_PATTERNS)
-    for tier in tiers:
-        found: list[tuple[int, float]] = []
+    quoted, anchors = _claims(response, tiers), _claims(rubric, tiers)
+    found: list[tuple[int, int, float, bool]] = []   # (tier, end, score, an anchor)
+    for rank, tier in enumerate(tiers):
         for pat in tier:
             for match in re.finditer(pat, reply):
                 try:
                     score = float(match.group(1))
-                except (ValueError, IndexError):
+                except (ValueError, IndexError, TypeError):
                     continue
-                if low <= score <= high:
-                    found.append((match.end(), score))
-        if found:
-            return max(found)[1]
-    return None
+                of = match.groupdict().get("of")
+                if not low <= score <= high or (of is not None and float(of) != high):
+                    continue   # out of range, or on another scale
+                after = _RANGE_NEXT.match(reply, match.end())
+                if after is not None and float(after.group(1)) > score:
+                    continue   # the low end of a range
+                before = _RANGE_FROM.search(reply[max(0, match.start(1) - 60):match.start(1)])
+                if before is not None and float(before.group(1)) == low and score == high:
+                    continue   # the high end of the scale
+                claim = (pat, score) in quoted
+                if claim and _in_quotes(reply, match.start(), match.end()):
+                    continue   # the judge quoting the response
+                found.append((rank, match.end(), score, (pat, score) in anchors, claim))
+    # a score the response claims is the verdict only when the reply has no other: an honest
+    # response may write "Score: 8" where the judge's own verdict is 8 too
+    if any(not claim for *_, claim in found):
+        found = [f for f in found if not f[4]]
+    # an anchor the rubric writes counts only where nothing follows it: the judge restating it
+    # before its verdict ("Score: 10 means flawless; this is 3/10") is not its verdict
+    last_end = max((end for _, end, _, anchor, _ in found if not anchor), default=-1)
+    found = [f for f in found if not f[3] or f[1] > last_end]
+    if not found:
+        return None
+    best = min(rank for rank, *_ in found)
+    return max((end, score) for rank, end, score, *_ in found if rank == best)[1]
+
+
+_QUOTES = "\"'`“”‘’"
+
+
+def _in_quotes(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` stands between quotation marks (``"Score: 10"``)."""
+    return start > 0 and end < len(text) and text[start - 1] in _QUOTES and text[end] in _QUOTES
 
 
 class OpenAIChatClient:
@@ -247,13 +312,17 @@ class JudgeVerifier:
                    score_max=cfg.score_max, score_pattern=cfg.score_pattern, max_tokens=cfg.max_tokens,
                    temperature=cfg.temperature)
 
-    def messages(self, x: RewardInput) -> Messages:
+    @staticmethod
+    def _reference(x: RewardInput) -> str:
         gt = x.ground_truth
         if isinstance(gt, dict) and "answer" in gt:
             gt = gt["answer"]
+        return "" if gt is None else str(gt)
+
+    def messages(self, x: RewardInput) -> Messages:
         # the response cannot close the tags it is fenced in, nor open a second pair
         response = re.sub(r"(?i)<\s*(/?)\s*response\b[^>]*>", r"<\1response_>", x.response)
-        values = {"prompt": x.prompt, "response": response, "ground_truth": "" if gt is None else str(gt),
+        values = {"prompt": x.prompt, "response": response, "ground_truth": self._reference(x),
                   "score_min": _fmt(self.score_min), "score_max": _fmt(self.score_max)}
         # one pass over the rubric, not str.format: a rubric may show JSON or code with braces,
         # and a response may itself contain "{prompt}"
@@ -262,19 +331,31 @@ class JudgeVerifier:
         return ([{"role": "system", "content": self.system}] if self.system else []) + [
             {"role": "user", "content": text}]
 
-    def verdict(self, reply: ChatReply) -> RewardResult:
+    def verdict(self, reply: ChatReply, x: RewardInput | None = None) -> RewardResult:
+        """The reply's score mapped to [0, 1]; with the graded sample ``x``, a score its response
+        writes (and the judge may quote) is not the verdict, nor one the rubric writes unless
+        nothing follows it (``parse_score``)."""
         if reply.error is not None:
             return RewardResult.failed(reply.error)
-        raw = parse_score(reply.text, self.score_min, self.score_max, self.score_pattern, self.asked)
+        response, rubric = ("", "") if x is None else (x.response, "\n".join(
+            [self.system or "", self.rubric, x.prompt, self._reference(x)]))
+        raw = parse_score(reply.text, self.score_min, self.score_max, self.score_pattern, self.asked,
+                          response=response, rubric=rubric)
         if raw is None:
+            quoted = response and parse_score(reply.text, self.score_min, self.score_max, self.score_pattern,
+                                              self.asked) is not None
+            why = (" of its own (the only ones it has are scores the graded response writes of itself, "
+                   "which it may quote)" if quoted else "")
             return RewardResult.failed(f"judge reply has no score in [{_fmt(self.score_min)}, "
-                                       f"{_fmt(self.score_max)}]: {reply.text[-200:]!r}")
+                                       f"{_fmt(self.score_max)}]{why}: {reply.text[-200:]!r}")
         return RewardResult((raw - self.score_min) / (self.score_max - self.score_min), {"raw": raw})
 
     async def ascore_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
         replies = await self.client.chat([self.messages(x) for x in inputs], max_tokens=self.max_tokens,
                                          temperature=self.temperature)
-        return [self.verdict(r) for r in replies]
+        if len(replies) != len(inputs):   # the scorer reports the mismatch
+            return [self.verdict(r) for r in replies]
+        return [self.verdict(r, x) for r, x in zip(replies, inputs, strict=True)]
 
     def score(self, x: RewardInput) -> RewardResult:
         return run_sync(self.ascore_batch([x]))[0]

@@ -9,7 +9,8 @@ sample metadata's ``task_options`` (``rlxf.data`` puts ``task`` and ``task_optio
 The score is ``dataset.score_answer(answer, entry)`` in [0, 1], where the answer is the text
 of the last ``<answer>...</answer>`` (the format reasoning-gym's prompts ask for), or the
 whole response if it has no tag -- the same rule as ``rlxf.data``'s task scorer, so rewards
-and task accuracy agree -- unless ``require_tag``.
+and task accuracy agree -- unless ``require_tag``. Either is looked for after the reasoning
+(``rlxf.rewards.extract.after_reasoning``): a ``<think>`` block is not the answer.
 
 The answer is the policy's text, and some scorers run it: several ``eval`` it as Python
 (string_insertion, spiral_matrix, binary_matrix, n_queens: "is the answer a Python list?"), and
@@ -45,6 +46,7 @@ from typing import Any
 
 from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import SyncVerifier
+from rlxf.rewards.extract import after_reasoning
 from rlxf.rewards.extract import answer_tag as tag_content
 from rlxf.rewards.types import RewardInput, RewardResult
 
@@ -267,12 +269,13 @@ class ReasoningGymVerifier(SyncVerifier):
             return RewardResult.failed("cannot tell which reasoning-gym dataset this entry is from: no "
                                        "metadata.source_dataset, no task, no `dataset` option")
         dataset = self._scorer(name, dict(x.metadata.get("task_options") or {}))
-        answer = tag_content(x.response, self.answer_tag) if self.answer_tag else None
+        said = after_reasoning(x.response)
+        answer = tag_content(said, self.answer_tag) if self.answer_tag else None
         tagged = answer is not None
         if answer is None:
             if self.require_tag and self.answer_tag:
                 return RewardResult(0.0, {"tagged": 0.0, "correct": 0.0})
-            answer = x.response.strip()
+            answer = said.strip()
         value, refused = score_answer_safely(dataset, answer, entry)
         metrics = {"tagged": float(tagged), "correct": float(value >= 1.0)}
         if refused:

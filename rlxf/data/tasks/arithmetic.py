@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlxf.data.errors import DataError
 from rlxf.data.tasks.base import TaskItem, register_task
+from rlxf.rewards.extract import after_reasoning
 
 FORMATS = {"compact": "{expr}=", "question": "What is {spaced}?"}
 
@@ -188,8 +189,9 @@ class ArithmeticTask:
         return train, test
 
     def score(self, response: str, ground_truth: Any, metadata: dict[str, Any]) -> float:
-        """1.0 when the last integer in the response equals the answer, else 0.0."""
-        got = last_integer(response)
+        """1.0 when the last integer in the response (after its reasoning: ``after_reasoning``)
+        equals the answer, else 0.0."""
+        got = last_integer(after_reasoning(response))
         return float(got is not None and got == int(ground_truth))
 
 

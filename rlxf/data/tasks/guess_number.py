@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rlxf.data.errors import DataError
 from rlxf.data.tasks.arithmetic import last_integer
 from rlxf.data.tasks.base import TaskItem, register_task
+from rlxf.rewards.extract import after_reasoning
 
 
 class GuessNumberOptions(BaseModel):
@@ -52,8 +53,8 @@ class GuessNumberTask:
         return train, test
 
     def score(self, response: str, ground_truth: Any, metadata: dict[str, Any]) -> float:
-        """1.0 when the last integer in the response is the secret."""
-        return float(last_integer(response) == int(ground_truth))
+        """1.0 when the last integer in the response (after its reasoning) is the secret."""
+        return float(last_integer(after_reasoning(response)) == int(ground_truth))
 
 
 @register_task("guess_number", options=GuessNumberOptions)

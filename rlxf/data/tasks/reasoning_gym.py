@@ -24,7 +24,7 @@ from typing import Any
 
 from rlxf.data.errors import DataError
 from rlxf.data.tasks.base import TaskItem
-from rlxf.rewards.extract import answer_tag
+from rlxf.rewards.extract import after_reasoning, answer_tag
 from rlxf.rewards.reasoning_gym import parses_with_sympy, score_answer_safely, unevaluated_operator
 
 log = logging.getLogger("rlxf.data")
@@ -112,9 +112,11 @@ class ReasoningGymTask:
 
     def score(self, response: str, ground_truth: Any, metadata: dict[str, Any]) -> float:
         """The dataset's own ``score_answer(answer, entry)``; ``ground_truth`` is the entry, the
-        answer is the response's last <answer>...</answer> (or the whole response without tags); an
+        answer is the response's last <answer>...</answer> (or the whole response without tags), after
+        its reasoning (``rlxf.rewards.extract.after_reasoning``); an
         answer the scorer would run as code, or that makes it raise, scores 0
         (``rlxf.rewards.reasoning_gym.score_answer_safely``)."""
-        tagged = answer_tag(response)
-        text = tagged if tagged is not None else response.strip()
+        said = after_reasoning(response)
+        tagged = answer_tag(said)
+        text = tagged if tagged is not None else said.strip()
         return score_answer_safely(self._scorer, text, ground_truth)[0]
