@@ -73,7 +73,8 @@ def train(
         reward_funcs: one callable or a list; each is a verifier named after the function,
             called per sample ``f(sample)``, batched ``f(samples)`` or TRL-style
             ``f(prompts, completions, **columns)`` (see ``rlxf.rewards.callables``). Replaces
-            ``reward.verifiers``; their scores add up (weights 1).
+            ``reward.verifiers``; their scores add up (weights 1). A call past ``reward.timeout_s``
+            is stopped at its next line of Python and its samples count as timeouts.
         resume: continue the run in its run directory from its last checkpoint.
         overwrite: delete an existing run directory of the same name first.
         **sections: config sections merged over ``config``, e.g. ``rollout={"n": 8}``.
@@ -150,7 +151,8 @@ def train(
         if funcs:
             from rlxf.rewards.scorer import LocalReward
 
-            verifiers = {name: CallableVerifier(name, fn, ground_truth_key=cfg.data.fields.ground_truth)
+            verifiers = {name: CallableVerifier(name, fn, ground_truth_key=cfg.data.fields.ground_truth,
+                                               timeout_s=cfg.reward.timeout_s)
                          for name, fn in zip(names, funcs, strict=True)}
             objects["reward"] = LocalReward(cfg.reward, verifiers=verifiers)
         return objects

@@ -27,7 +27,8 @@ Extraction = Literal["answer_tag", "boxed", "last_number", "last_line", "full"]
 EXTRACTION_DOC = (
     "Where the answer is looked for, tried in order until one finds something: `answer_tag` "
     "(<answer>...</answer>, the last one), `boxed` (the last \\boxed{...}), `last_number` (the "
-    "last number in the text), `last_line` (the last non-empty line), `full` (the whole response)."
+    "last number in the text), `last_line` (the last non-empty line), `full` (the whole response). Each looks after the reasoning: the text after the last </think>, "
+    "nothing where a <think> is never closed."
 )
 
 
@@ -208,7 +209,8 @@ class CodeVerifierConfig(_Verifier):
         "strict",
         description="`strict`: namespaces (no network, read-only files, own PIDs) + unprivileged uid + "
         "rlimits, or refuse to run. `auto`: strict if the kernel allows, else weak with a warning. "
-        "`weak`: rlimits, a seccomp filter (no ptrace, no new namespaces) and, on Linux >= 5.13, a Landlock "
+        "`weak`: rlimits, a seccomp filter (no ptrace, no new namespaces, no prlimit on other processes) and, on "
+        "Linux >= 5.13, a Landlock "
         "domain that keeps it out of your processes -- the program can still reach the network and your files.",
     )
     sandbox_uid: int = Field(
@@ -222,7 +224,8 @@ class RewardModelVerifierConfig(_Verifier):
     type: Literal["reward_model"] = Field("reward_model", description="Verifier kind.")
     path: str = Field(..., description="Reward model directory (saved by `rlxf rm` or rlxf.models).")
     batch_size: int = Field(16, ge=1, description="Samples per forward pass.")
-    max_length: int = Field(2048, ge=8, description="Longest prompt + response in tokens (left-truncated).")
+    max_length: int = Field(2048, ge=8, description="Longest prompt + response in tokens (left-truncated); the prompt and response limits of "
+        "the `rlxf rm` run that trained the model apply first, as in its training.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
     normalize: Literal["none", "sigmoid", "standard"] = Field(
         "none",
@@ -272,8 +275,10 @@ class JudgeVerifierConfig(_Verifier):
     score_max: float = Field(10.0, description="Highest score the rubric allows (maps to 1).")
     score_pattern: str | None = Field(
         None, description="Regex whose group 1 is the score; default finds `SCORE: x`, `[[x]]`, "
-        "`<score>x</score>`, `x/10`, `x out of 10` (the one that ends last), the first three ahead of the last "
-        "two, and the one of the first three the rubric asks for (if it names one) ahead of all.",
+        "`<score>x</score>`, `x/10`, `x out of 10`, then `Rating: x`, `I give it x` (the one that ends last), in "
+        "those three tiers, and the one of the first three the rubric asks for (if it names one) ahead of all. "
+        "Never the scale (either end of `0-10`, a fraction on another scale), a score the response writes of "
+        "itself that the judge quotes, or a rubric's anchor followed by another score.",
     )
     max_tokens: int = Field(512, ge=1, description="Longest judge reply.")
     temperature: float = Field(0.0, ge=0, description="Judge sampling temperature.")

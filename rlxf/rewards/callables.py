@@ -17,15 +17,23 @@ column and every metadata key), as TRL passes them. A function may return a numb
 ``None`` for a sample (TRL's "does not apply") is recorded as that sample's verifier failure.
 These functions run in this process, on the thread that scores (``reward.workers`` pools only
 verifiers named in a config), so that what works in a script works here (math-verify's own
-timeouts, for one, need the main thread). Hence ``reward.timeout_s`` cannot stop them: a
-function that may hang belongs in a module named in the config (``type: module:function``)
-with ``reward.workers`` > 0, where a call past ``timeout_s`` is killed and recorded as a timeout.
+timeouts, for one, need the main thread). ``timeout_s`` (``reward.timeout_s``) limits each call:
+past it, an exception is raised inside the function, which stops it at its next line of Python,
+and the call's samples are recorded as timeouts (a batched or TRL-style call is one call for its
+whole batch). A call blocked inside C (a ``time.sleep``, a socket read without a timeout) is
+stopped only when that returns, and a function that catches ``BaseException`` and goes on is not
+stopped at all; an ``async`` function is cancelled at its next ``await``. A function that may hang
+in C belongs in a module named in the config (``type: module:function``) with ``reward.workers``
+> 0, where a call past ``timeout_s`` is killed with its worker process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import inspect
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -48,10 +56,58 @@ def call_style(fn: Callable[..., Any]) -> CallStyle:
     return "batched" if positional and positional[0].name == "samples" else "sample"
 
 
-class CallableVerifier(SyncVerifier):
-    """A verifier around a Python function, in one of the three call styles."""
+class _Stopped(BaseException):
+    """Raised inside a reward function past its time limit. Not an ``Exception``: the function's
+    own ``except Exception`` does not catch it."""
 
-    def __init__(self, name: str, fn: Callable[..., Any], *, ground_truth_key: str | None = "answer"):
+
+def call_limited(fn: Callable[..., Any], timeout_s: float | None, what: str, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` on this thread, stopped past ``timeout_s`` (None: no limit).
+
+    A watchdog thread raises ``_Stopped`` in this thread if the call is still running at the
+    limit; the call then raises ``asyncio.TimeoutError`` naming ``what``, whatever the function
+    made of ``_Stopped`` (returned, or raised something else). ``_Stopped`` is only ever raised
+    while the call runs, and one set at the moment the call returns is cleared, so it cannot
+    land in the caller's code.
+    """
+    if timeout_s is None:
+        return fn(*args, **kwargs)
+    ident = threading.get_ident()
+    lock = threading.Lock()
+    state = {"running": True, "fired": False}
+
+    def fire() -> None:
+        with lock:
+            if state["running"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Stopped))
+
+    watchdog = threading.Timer(timeout_s, fire)
+    watchdog.daemon = True
+    try:
+        watchdog.start()
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            with lock:
+                state["running"] = False
+                if state["fired"]:  # not yet delivered (the call returned first): never deliver it
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+            watchdog.cancel()
+    except (_Stopped, Exception):
+        if not state["fired"]:
+            raise
+    if state["fired"]:  # also when the function caught _Stopped and returned or raised something else
+        raise asyncio.TimeoutError(f"{what} ran past reward.timeout_s={timeout_s:g}s and was stopped")
+    return value
+
+
+class CallableVerifier(SyncVerifier):
+    """A verifier around a Python function, in one of the three call styles; each call limited to
+    ``timeout_s`` (see the module docstring)."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], *, ground_truth_key: str | None = "answer",
+                 timeout_s: float | None = None):
         super().__init__(name)
         if not callable(fn):
             raise TypeError(f"reward function {name!r} is a {type(fn).__name__}, not a callable")
@@ -60,9 +116,31 @@ class CallableVerifier(SyncVerifier):
         # the scorer hands a verifier chunks of `batch_size`: a batched function gets the whole batch
         self.batch_size = 1 if self.style == "sample" else 2**31
         self.ground_truth_key = ground_truth_key  # the dataset column TRL-style functions see it as
+        self.timeout_s = timeout_s
 
-    def _resolve(self, value: Any) -> Any:
-        return run_sync(value) if inspect.isawaitable(value) else value
+    def _call(self, inputs: Sequence[RewardInput]) -> Any:
+        """The function's return value for ``inputs`` (a one-sample chunk in the per-sample
+        style): a value, or an awaitable if the function is ``async``."""
+        if self.style == "sample":
+            args, kwargs = [inputs[0]], {}
+        elif self.style == "batched":
+            args, kwargs = [list(inputs)], {}
+        else:
+            args, kwargs = [], {"prompts": [x.prompt for x in inputs], "completions": [x.response for x in inputs],
+                                **self._columns(inputs)}
+        return call_limited(self.fn, self.timeout_s, f"reward function {self.name!r}", *args, **kwargs)
+
+    def _results(self, inputs: Sequence[RewardInput], value: Any) -> list[RewardResult]:
+        if self.style == "sample":
+            return [self._result(value)]
+        values = list(value) if value is not None else []
+        if len(values) != len(inputs):
+            raise ValueError(f"reward function {self.name!r} returned {len(values)} scores for a batch of "
+                             f"{len(inputs)} samples; return one score (or None) per sample, in order")
+        return [self._result(v) for v in values]
+
+    def _chunks(self, inputs: Sequence[RewardInput]) -> list[Sequence[RewardInput]]:
+        return [[x] for x in inputs] if self.style == "sample" else [inputs]
 
     def _result(self, value: Any) -> RewardResult:
         if value is None:
@@ -73,20 +151,11 @@ class CallableVerifier(SyncVerifier):
         return self.score_batch([x])[0]
 
     def score_batch(self, inputs: Sequence[RewardInput]) -> list[RewardResult]:
-        if not inputs:
-            return []
-        if self.style == "sample":
-            return [self._result(self._resolve(self.fn(x))) for x in inputs]
-        if self.style == "batched":
-            values = self._resolve(self.fn(list(inputs)))
-        else:
-            values = self._resolve(self.fn(prompts=[x.prompt for x in inputs],
-                                           completions=[x.response for x in inputs], **self._columns(inputs)))
-        values = list(values) if values is not None else []
-        if len(values) != len(inputs):
-            raise ValueError(f"reward function {self.name!r} returned {len(values)} scores for a batch of "
-                             f"{len(inputs)} samples; return one score (or None) per sample, in order")
-        return [self._result(v) for v in values]
+        out: list[RewardResult] = []
+        for chunk in self._chunks(inputs) if inputs else []:
+            value = self._call(chunk)
+            out += self._results(chunk, run_sync(value) if inspect.isawaitable(value) else value)
+        return out
 
     def _columns(self, inputs: Sequence[RewardInput]) -> dict[str, list[Any]]:
         """The dataset's other columns, one list each, for a TRL-style function's ``**kwargs``."""
@@ -100,7 +169,13 @@ class CallableVerifier(SyncVerifier):
         return {k: v for k, v in columns.items() if k in params}  # only what it asks for
 
     async def ascore_batch(self, inputs: list[RewardInput]) -> list[RewardResult]:
-        return self.score_batch(inputs)
+        """As ``score_batch``; an ``async`` function is awaited on the scorer's loop, where
+        ``reward.timeout_s`` cancels it."""
+        out: list[RewardResult] = []
+        for chunk in self._chunks(inputs) if inputs else []:
+            value = self._call(chunk)
+            out += self._results(chunk, await value if inspect.isawaitable(value) else value)
+        return out
 
 
 __all__ = ["CallableVerifier", "call_style"]

@@ -52,32 +52,46 @@ def load_function(spec: str) -> Callable[..., Any]:
 
 def as_result(value: Any, where: str) -> RewardResult:
     """A custom function's return value as a RewardResult (TypeError if it cannot be)."""
+    value = _scalar(value)
     if isinstance(value, RewardResult):
         return _checked(value, where)
     if isinstance(value, numbers.Real):  # bool included: True -> 1.0
         return RewardResult(float(value))
     if isinstance(value, dict) and "score" in value:
-        score, metrics = value["score"], value.get("metrics") or {}
-        if isinstance(score, str) or not isinstance(score, numbers.Real):  # "0.9" was read as 0.9
-            raise TypeError(f"{where} returned score {score!r:.80} ({type(score).__name__}) in its dict; "
-                            "the score must be a number")
+        metrics = value.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise TypeError(f"{where} returned metrics {metrics!r:.80} ({type(metrics).__name__}); metrics "
                             "must be a dict of name -> number")
-        return _checked(RewardResult(float(score), dict(metrics), value.get("error")), where)
+        return _checked(RewardResult(value["score"], dict(metrics), value.get("error")), where, "in its dict")
     raise TypeError(f"{where} returned {type(value).__name__}; return a number, a RewardResult or "
                     "{'score': ..., 'metrics': {...}}")
 
 
-def _checked(result: RewardResult, where: str) -> RewardResult:
-    """``result`` with its metrics as floats; TypeError (that sample's error) naming a bad one."""
+def _scalar(value: Any) -> Any:
+    """A 0-d numpy or torch value (``np.bool_``, ``np.float32``, ``torch.tensor(1.0)``) as its
+    Python number; anything else unchanged."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return value.item()
+    return value
+
+
+def _checked(result: RewardResult, where: str, holder: str = "in its RewardResult") -> RewardResult:
+    """``result`` with its score and metrics as floats and its error as text; TypeError (that
+    sample's error) naming a score or metric that is not a number. A score that is not a number
+    would otherwise fail the whole batch where the scores are summed."""
+    score = _scalar(result.score)
+    if isinstance(score, str) or not isinstance(score, numbers.Real):  # "0.9" was read as 0.9
+        raise TypeError(f"{where} returned score {score!r:.80} ({type(score).__name__}) {holder}; the score "
+                        "must be a number")
     metrics = {}
     for k, v in result.metrics.items():
+        v = _scalar(v)
         if isinstance(v, str) or not isinstance(v, numbers.Real) or not math.isfinite(v):
             raise TypeError(f"{where} returned metric {k!r} = {v!r:.80} ({type(v).__name__}); metrics must be "
                             "finite numbers")
         metrics[k] = float(v)
-    return dataclasses.replace(result, metrics=metrics)
+    error = None if result.error is None else str(result.error)
+    return dataclasses.replace(result, score=float(score), metrics=metrics, error=error)
 
 
 class CustomVerifier(SyncVerifier):

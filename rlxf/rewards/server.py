@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import os
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlxf.config.reward import RewardServerConfig
 from rlxf.rewards.http_guards import Guard, RateLimitFilter, guarded_h11
@@ -48,8 +50,8 @@ class SampleIn(BaseModel):
     response: str
     ground_truth: Any = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    response_tokens: int | None = Field(None, ge=0)
-    max_new_tokens: int | None = Field(None, ge=1)
+    response_tokens: int | None = Field(None, ge=0, strict=True)   # true is not 1, nor "7" 7
+    max_new_tokens: int | None = Field(None, ge=1, strict=True)
     uid: str = ""
 
 
@@ -77,7 +79,8 @@ def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None,
         return body
 
     @app.post("/score")
-    async def score(request: ScoreRequest, http: Request) -> dict[str, Any]:
+    async def score(http: Request) -> dict[str, Any]:
+        request = await _score_request(http)
         n = len(request.samples)
         if n > limits.max_batch_size:
             raise HTTPException(413, f"batch of {n} samples exceeds max_batch_size={limits.max_batch_size}; "
@@ -101,6 +104,26 @@ def create_app(scorer: RewardFunction, limits: RewardServerConfig | None = None,
 
     return Guard(app, token=token, max_body_bytes=int(limits.max_body_mb * (1 << 20)),
                  body_timeout_s=limits.body_timeout_s)
+
+
+async def _score_request(http: Request) -> ScoreRequest:
+    """The body as a ``ScoreRequest``, whatever its Content-Type (``curl -d`` sends a form's, and
+    FastAPI would validate the text as a string); a 422 that says what is wrong otherwise."""
+    raw = await http.body()
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError as e:
+        raise HTTPException(422, f"the request body is not UTF-8 JSON ({e}); send {{\"samples\": [...]}}") from None
+    except json.JSONDecodeError as e:
+        raise HTTPException(422, f"the request body is not JSON: {e.msg} at line {e.lineno} column {e.colno}; "
+                                 "send {\"samples\": [...]}") from None
+    except (ValueError, RecursionError) as e:  # an integer of more than 4300 digits; nesting past the stack
+        raise HTTPException(422, f"the request body is not JSON this server reads: {str(e)[:200]}") from None
+    try:
+        return ScoreRequest.model_validate(data)
+    except ValidationError as e:  # FastAPI's own 422: each error's field path under "body"
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
+                                      for err in e.errors(include_url=False)]) from None
 
 
 async def _unless_abandoned(work: Any, http: Request) -> Any:
