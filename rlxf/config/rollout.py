@@ -78,7 +78,7 @@ class RolloutConfig(Section):
     )
     max_model_len: int | None = Field(
         None, ge=2,
-        description="Context window (prompt + response tokens); None = the model's max_position_embeddings.",
+        description="Context window (prompt + response tokens); None = the model's max_position_embeddings (no limit for a model without one, e.g. Bloom).",
     )
     max_prefill_tokens: int = Field(
         8192, ge=1, description="Native engine: most (padded) prompt tokens in one prefill forward."

@@ -17,7 +17,8 @@ and 0 for t >= R_i (T = the longest response). What keeps it cheap:
   ``packed=False`` runs the right-padded batch instead (the reference the tests compare with).
   Not every architecture does this: OPT takes its learned positions from the attention mask,
   Bloom and MPT build their ALiBi mask from it, so packed sequences would see each other. A
-  probe (``packing_isolates``) checks each trunk once and turns packing off where it fails.
+  probe (``packing_isolates``) checks each trunk once (again when its attention implementation,
+  dtype or device changes) and turns packing off where it fails.
 * **Only response positions reach the head.** The trunk's hidden states are gathered at the
   positions that predict response tokens before the (tokens x vocab) output projection.
 * **Chunks.** The head + log-softmax run on ``chunk_size`` positions at a time, so the logits
@@ -76,6 +77,15 @@ def response_mask(response_ids: list[list[int]], device: torch.device | None = N
     lengths = torch.tensor([len(r) for r in response_ids], device=device)
     width = int(lengths.max()) if len(response_ids) else 0
     return (torch.arange(width, device=device)[None, :] < lengths[:, None]).float()
+
+
+def padding_id(trunk: torch.nn.Module) -> int:
+    """A token id to fill padding with: the config's pad token when the embedding has a row for
+    it, else 0. Padding is never attended to by a real token, so any row does; some configs
+    (early LLaMA conversions) say ``pad_token_id: -1``, which would fail the embedding lookup."""
+    pad = getattr(getattr(unwrap_model(trunk), "config", None), "pad_token_id", None)
+    rows = getattr(trunk.get_input_embeddings(), "num_embeddings", None)
+    return pad if isinstance(pad, int) and 0 <= pad and (rows is None or pad < rows) else 0
 
 
 def check_pairs(prompt_ids: list[list[int]], response_ids: list[list[int]]) -> None:
@@ -289,21 +299,36 @@ def _packed_forward(trunk: torch.nn.Module, ids: torch.Tensor, pos: torch.Tensor
 class FastPaths:
     """What the probes found on one trunk: whether packing and prompt sharing give the padded
     path's hidden states (None: not probed yet). Kept on the trunk object itself, so each probe
-    runs once per model and goes away with it."""
+    runs once per model and goes away with it; ``key`` is what the answers were found under."""
 
     packed: bool | None = None
     shared: bool | None = None
     lm_forward: bool | None = None   # whether the causal LM's forward reads the trunk (``forward_uses_trunk``)
+    key: tuple = ()
 
 
 _FAST_PATHS_ATTR = "_rlxf_fast_paths"
 
 
+def _forward_key(trunk: torch.nn.Module) -> tuple:
+    """What the probes' answers depend on besides the architecture: the attention implementation
+    of the trunk's config and its sub-configs (``set_attn_implementation`` changes it; a kernel
+    that takes no mask from transformers lets packed sequences see each other), and the dtype and
+    device the trunk computes in (the probes' tolerance)."""
+    config = getattr(trunk, "config", None)
+    configs = [config] + [getattr(config, name, None) for name in getattr(config, "sub_configs", None) or ()]
+    impls = tuple(str(getattr(c, "_attn_implementation", None)) for c in configs if c is not None)
+    param = next(trunk.parameters(), None)
+    return impls, None if param is None else (param.dtype, param.device.type)
+
+
 def fast_paths(trunk: torch.nn.Module) -> FastPaths:
-    """The trunk's ``FastPaths`` record, created empty on first use."""
+    """The trunk's ``FastPaths`` record for how it computes now: created empty on first use, and
+    again when its ``_forward_key`` changed since the probes ran."""
+    key = _forward_key(trunk)
     state = vars(trunk).get(_FAST_PATHS_ATTR)
-    if state is None:
-        state = FastPaths()
+    if state is None or state.key != key:
+        state = FastPaths(key=key)
         setattr(trunk, _FAST_PATHS_ATTR, state)
     return state
 
@@ -584,7 +609,7 @@ def sequence_logprobs(
         zeros = mask.clone()
         return LogprobOutput(zeros, zeros.clone() if with_entropy else None, mask)
     sequences, positions = trunk_inputs(prompt_ids, response_ids)
-    pad_id = getattr(unwrap_model(model).config, "pad_token_id", None) or 0
+    pad_id = padding_id(trunk)
     if share_prompts == "auto":
         shared_tokens, packed_tokens = shared_prompt_tokens(prompt_ids, response_ids)
         share_prompts = shared_tokens < packed_tokens and can_share_prompts(trunk)

@@ -33,7 +33,14 @@ from rlxf.models.loading import (
     resolve_dtype,
     unwrap_model,
 )
-from rlxf.models.logprobs import auto_row_tokens, check_pairs, hidden_states_at, pad_ragged, response_mask
+from rlxf.models.logprobs import (
+    auto_row_tokens,
+    check_pairs,
+    hidden_states_at,
+    pad_ragged,
+    padding_id,
+    response_mask,
+)
 
 HEAD_FILE = "value_head.safetensors"
 
@@ -134,7 +141,7 @@ class ValueModel(torch.nn.Module):
 
 
 def _values_at(model: ValueModel, sequences, positions, packed, max_tokens_per_row) -> torch.Tensor:
-    pad_id = getattr(model.config, "pad_token_id", None) or 0
+    pad_id = padding_id(model.trunk)
     if max_tokens_per_row == "auto":
         max_tokens_per_row = auto_row_tokens(model.trunk, [len(s) for s in sequences])
     hidden = hidden_states_at(model.trunk, sequences, positions, packed=packed,

@@ -201,12 +201,12 @@ class EngineOptions:
     """Engine settings that are not per-call sampling parameters (same for every backend).
 
     ``device`` / ``dtype`` None: those of the model's parameters. ``max_model_len`` None: the
-    model's ``max_position_embeddings``. ``seed`` seeds the engine's own generator, which gives
-    unseeded requests their seeds (so whole runs are reproducible). ``threads``: CPU decode
-    workers of the native engine (None: ``torch.get_num_threads()``). ``pack_weights``: the
-    native engine's oneDNN matmuls keep their weights in oneDNN's blocked layout (20-25% faster
-    decode matmuls on CPU, one more copy of the weights); None: when that copy is at most
-    ``PACK_WEIGHTS_AUTO_MAX_BYTES``.
+    model's ``max_position_embeddings`` (no limit for a model without one, as Bloom). ``seed``
+    seeds the engine's own generator, which gives unseeded requests their seeds (so whole runs
+    are reproducible). ``threads``: CPU decode workers of the native engine (None:
+    ``torch.get_num_threads()``). ``pack_weights``: the native engine's oneDNN matmuls keep their
+    weights in oneDNN's blocked layout (20-25% faster decode matmuls on CPU, one more copy of the
+    weights); None: when that copy is at most ``PACK_WEIGHTS_AUTO_MAX_BYTES``.
     """
 
     PACK_WEIGHTS_AUTO_MAX_BYTES: ClassVar[int] = 64 * 2**20

@@ -6,13 +6,15 @@ correctness reference and its fallback for architectures the native engine does 
 Randomness: transformers samples from torch's global generator, so this engine seeds it inside
 ``torch.random.fork_rng`` (the caller's RNG state is untouched). A seeded request is generated
 in a batch of its own to make it reproducible on its own; unseeded requests are batched
-together under one seed drawn from the engine's generator. Samples are therefore reproducible
-but not the same as the native engine's (greedy outputs are).
+together (apart from prompts the context window cuts short), each batch under one seed drawn
+from the engine's generator. Samples are therefore reproducible but not the same as the native
+engine's (greedy outputs are).
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -45,6 +47,18 @@ def _token_ids_only(config):
 
     keep = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
     return GenerationConfig(**{k: getattr(config, k, None) for k in keep if getattr(config, k, None) is not None})
+
+
+def model_context_window(config) -> int | None:
+    """The longest sequence a transformers config allows: ``max_position_embeddings`` or the name
+    an older architecture gives it (MPT's ``max_seq_len``), None where there is none (Bloom's
+    ALiBi positions have no limit)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    for name in ("max_position_embeddings", "max_seq_len", "n_positions", "seq_length"):
+        value = getattr(text, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _response_stop_criteria(matcher: StopStrings, prompt_width: int):
@@ -85,7 +99,7 @@ class HFEngine:
         else:
             self.model = copy.deepcopy(base)
         self.model.generation_config = _token_ids_only(getattr(base, "generation_config", None))
-        param = next(self.model.parameters())
+        param = next(base.parameters())   # the policy's device and dtype (a LoRA copy is built on CPU in fp32)
         device = torch.device(options.device) if options.device is not None else param.device
         self.model.to(device=device, dtype=options.dtype or param.dtype).eval()
         self.model.config.use_cache = True
@@ -94,13 +108,14 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.vocab_size = self.model.config.vocab_size
         self._stop_cache: dict[tuple[str, ...], StopStrings] = {}   # a matcher decodes the whole vocabulary
-        window = self.model.config.max_position_embeddings
-        self.context_window = window if options.max_model_len is None else min(window, options.max_model_len)
+        limits = [n for n in (model_context_window(self.model.config), options.max_model_len) if n is not None]
+        self.context_window = min(limits) if limits else sys.maxsize
         self.eos_ids = model_eos_ids(self.model, tokenizer)
-        pad = getattr(self.model.generation_config, "pad_token_id", None)
-        if pad is None and tokenizer is not None:
-            pad = tokenizer.pad_token_id
-        self.pad_id = int(pad) if pad is not None else 0
+        # the first pad id the embedding has a row for (early LLaMA conversions say -1), else 0:
+        # left padding is masked, so any row does
+        pads = (getattr(self.model.generation_config, "pad_token_id", None),
+                getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None)
+        self.pad_id = next((int(p) for p in pads if isinstance(p, int) and 0 <= p < self.vocab_size), 0)
         self.policy_version = 0
         self._params = dict(self.model.named_parameters(remove_duplicate=False))
         self._seed_rng = np.random.default_rng(options.seed)
@@ -144,13 +159,21 @@ class HFEngine:
                 unseeded.append(i)
         for i, seed in seeded:  # a seeded request on its own, so its samples do not depend on the batch
             results[i] = self._generate([reqs[i].prompt_ids], sampling, seed)[0]
+        # A batch decodes max_new_tokens = its largest length limit for every row, so a prompt whose
+        # limit the context window cuts (prompt + max_new_tokens > window) is batched only with
+        # prompts of the same limit: with a shorter prompt it would run past the window (learned
+        # position embeddings have no row there: GPT-2 and OPT fail with an index error).
+        by_limit: dict[int, list[int]] = {}
+        for i in unseeded:
+            by_limit.setdefault(min(sampling.max_new_tokens, self.context_window - len(reqs[i].prompt_ids)), []).append(i)
         per_batch = max(1, self.options.max_batch_size // sampling.n)
-        for start in range(0, len(unseeded), per_batch):
-            chunk = unseeded[start:start + per_batch]
-            batch_seed = int(self._seed_rng.integers(0, 2**63 - 1))
-            for i, comps in zip(chunk, self._generate([reqs[i].prompt_ids for i in chunk], sampling, batch_seed),
-                                strict=True):
-                results[i] = comps
+        for same in by_limit.values():
+            for start in range(0, len(same), per_batch):
+                chunk = same[start:start + per_batch]
+                batch_seed = int(self._seed_rng.integers(0, 2**63 - 1))
+                for i, comps in zip(chunk, self._generate([reqs[i].prompt_ids for i in chunk], sampling, batch_seed),
+                                    strict=True):
+                    results[i] = comps
         return results  # type: ignore[return-value]
 
     @torch.no_grad()

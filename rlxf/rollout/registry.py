@@ -40,7 +40,7 @@ def build_engine(backend: str, model, tokenizer=None, options: EngineOptions | N
         from rlxf.rollout.native.model import UnsupportedModel, model_spec
 
         try:
-            model_spec(unwrap_model(model))
+            model_spec(unwrap_model(model), options.max_model_len)
         except UnsupportedModel as e:
             log.warning("rollout backend 'native' does not support this model (%s); using 'hf' instead", e)
             backend = "hf"

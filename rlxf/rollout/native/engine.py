@@ -105,7 +105,7 @@ class NativeEngine:
         options = options or EngineOptions()
         base = unwrap_model(model)
         try:
-            spec = model_spec(base)
+            spec = model_spec(base, options.max_model_len)
         except UnsupportedModel as e:
             raise UnsupportedModel(f"the native rollout engine cannot run this model: {e}; use the hf engine "
                                    f"(rollout.backend: hf; build_engine('native', ...) falls back to it)") from None

@@ -72,15 +72,17 @@ class ModelSpec:
         return self.vocab_size * h + head + self.num_layers * layer + h
 
 
-def model_spec(model) -> ModelSpec:
-    """The architecture numbers of a transformers Llama/Qwen2 causal LM; UnsupportedModel otherwise."""
+def model_spec(model, max_model_len: int | None = None) -> ModelSpec:
+    """The architecture numbers of a transformers Llama/Qwen2 causal LM; UnsupportedModel otherwise.
+    ``max_model_len``: the engine's context limit, when it is below ``max_position_embeddings``
+    (a sliding window no sequence of that length reaches is full attention)."""
     cfg = model.config
     mt = getattr(cfg, "model_type", None)
     if mt not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModel(f"model_type {mt!r} is not one of the native engine's {SUPPORTED_MODEL_TYPES}")
     if getattr(cfg, "hidden_act", "silu") != "silu":
         raise UnsupportedModel(f"hidden_act {cfg.hidden_act!r} (the native engine implements silu)")
-    why = _not_full_attention(cfg)
+    why = _not_full_attention(cfg, max_model_len)
     if why is not None:
         raise UnsupportedModel(f"{why}; the native engine implements full attention only")
     rope = getattr(cfg, "rope_parameters", None) or {}
@@ -121,15 +123,19 @@ def _layer_types(cfg) -> list[str]:
             for i in range(cfg.num_hidden_layers)]
 
 
-def _not_full_attention(cfg) -> str | None:
-    """Why some layer's attention differs from full causal attention on a sequence the model can
+def _not_full_attention(cfg, max_model_len: int | None = None) -> str | None:
+    """Why some layer's attention differs from full causal attention on a sequence the engine can
     hold, or None when none does.
 
     A sliding layer of window w lets query position q see keys k > q - w; with every position
-    below ``max_position_embeddings`` <= w that is every earlier key, i.e. full attention.
+    below the context C = min(``max_position_embeddings``, ``max_model_len``) <= w that is every
+    earlier key, i.e. full attention.
     """
     window = getattr(cfg, "sliding_window", None)
     context = getattr(cfg, "max_position_embeddings", None)
+    if max_model_len is not None:
+        context = max_model_len if context is None else min(context, max_model_len)
+    limit = "max_position_embeddings" if context == getattr(cfg, "max_position_embeddings", None) else "max_model_len"
     kinds = _layer_types(cfg)
     sliding = [i for i, k in enumerate(kinds) if k == "sliding_attention"
                and not (window is not None and context is not None and window >= context)]
@@ -137,7 +143,7 @@ def _not_full_attention(cfg) -> str | None:
     if other:
         return f"layers {other} use {sorted({kinds[i] for i in other})} attention"
     if sliding:
-        return (f"layers {sliding} use sliding-window attention (sliding_window {window} < max_position_embeddings "
+        return (f"layers {sliding} use sliding-window attention (sliding_window {window} < {limit} "
                 f"{context}; use_sliding_window and max_window_layers decide which layers slide)")
     return None
 
