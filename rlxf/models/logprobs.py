@@ -233,6 +233,13 @@ def shared_prompt_tokens(prompt_ids: list[list[int]], response_ids: list[list[in
     return shared, packed
 
 
+def wants_shared_prompts(trunk: torch.nn.Module, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> bool:
+    """``share_prompts='auto'``'s choice: sharing runs fewer trunk tokens than packing, and the
+    trunk can share. (Under FSDP the ranks must choose alike: ``rlxf.trainer.roles``.)"""
+    shared_tokens, packed_tokens = shared_prompt_tokens(prompt_ids, response_ids)
+    return shared_tokens < packed_tokens and can_share_prompts(trunk)
+
+
 def shared_prompt_hidden(trunk: torch.nn.Module, prompt_ids: list[list[int]], response_ids: list[list[int]],
                          pad_id: int = 0) -> torch.Tensor:
     """Last hidden states at the positions that predict each response token, (sum_i R_i, H), in
@@ -611,8 +618,7 @@ def sequence_logprobs(
     sequences, positions = trunk_inputs(prompt_ids, response_ids)
     pad_id = padding_id(trunk)
     if share_prompts == "auto":
-        shared_tokens, packed_tokens = shared_prompt_tokens(prompt_ids, response_ids)
-        share_prompts = shared_tokens < packed_tokens and can_share_prompts(trunk)
+        share_prompts = wants_shared_prompts(trunk, prompt_ids, response_ids)
     # (share_prompts=True on a trunk that cannot share at all: shared_prompt_hidden says why)
     if packed and share_prompts and can_share_prompts(trunk) and not prompt_sharing_matches(trunk, pad_id):
         share_prompts = False

@@ -79,6 +79,16 @@ class DataParallel:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         return not bool(flags[0]), bool(flags[1])
 
+    def every(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank."""
+        if self.world == 1:
+            return flag
+        import torch.distributed as dist
+
+        t = torch.tensor([float(flag)], device=_comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t[0])
+
     def sum_gradients(self, params: list[Tensor]) -> None:
         """DDP: every rank's ``.grad`` becomes the sum over ranks. A parameter that has a
         gradient on some rank gets one on every rank (AdamW treats None and 0 differently)."""

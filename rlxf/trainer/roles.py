@@ -19,7 +19,7 @@ from rlxf.algorithms import loss_totals, masked_sum, value_loss, zero_variance_f
 from rlxf.algorithms.value import explained_variance
 from rlxf.config.train import OptimConfig
 from rlxf.errors import UserInputError
-from rlxf.models.logprobs import sequence_logprobs
+from rlxf.models.logprobs import LogprobOutput, causal_lm_parts, sequence_logprobs, wants_shared_prompts
 from rlxf.models.value_model import sequence_values
 from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.objective import PolicyObjective, Totals
@@ -80,15 +80,15 @@ def batched_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list
     return sharded_rows(forward, prompt_ids, response_ids, spec.micro_batch_size, dp)
 
 
-def nll_shares(run: Callable, batch: Sequence[SFTExample], micro_batch_size: int, tokens: int,
-               seen: list[float]) -> Iterator[Tensor]:
+def nll_shares(logprobs: Callable[[list[list[int]], list[list[int]]], LogprobOutput], batch: Sequence[SFTExample],
+               micro_batch_size: int, tokens: int, seen: list[float]) -> Iterator[Tensor]:
     """Each micro-batch's summed NLL of its demonstrations' response tokens over the batch's
     ``tokens`` (its share of the token mean, so the shares' gradients sum to the mean's); the
     values go to ``seen`` for the loss metric. SFT's loss, and PPO-ptx's supervised term.
-    ``run(fn, *args)`` calls ``fn(model, *args)`` (a role's ``run``: through FSDP's root)."""
+    ``logprobs(prompts, responses)`` is the model's ``sequence_logprobs`` (through FSDP's root)."""
     for idx in micro_batches(len(batch), micro_batch_size):
         mb = [batch[i] for i in idx]
-        out = run(sequence_logprobs, [e.prompt_ids for e in mb], [e.response_ids for e in mb])
+        out = logprobs([e.prompt_ids for e in mb], [e.response_ids for e in mb])
         nll = -masked_sum(out.logprobs, out.mask) / tokens
         seen.append(float(nll.detach()))
         yield nll
@@ -363,11 +363,21 @@ class Actor(_Trainable):
             return 1.0
         return rows / self.mini_batch_size
 
+    def _logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], **kwargs) -> LogprobOutput:
+        """The policy's ``sequence_logprobs``, through ``run``. Under FSDP every trunk forward is
+        a collective, and the shared-prompt path runs the trunk twice where packing runs it
+        once: the ranks choose it together (each would choose from its own rows, and an idle
+        pass's one row never shares, so their all-gathers stopped pairing up)."""
+        share: bool | str = "auto"
+        if self.dp.lockstep:
+            share = self.dp.every(wants_shared_prompts(causal_lm_parts(self.model)[0], prompt_ids, response_ids))
+        return self.run(sequence_logprobs, prompt_ids, response_ids, share_prompts=share, **kwargs)
+
     @torch.no_grad()
     def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> Tensor:
         spec = self.spec
-        return sharded_rows(lambda p, r: self.run(sequence_logprobs, p, r, temperature=spec.temperature,
-                                                  chunk_size=spec.chunk_size, packed=spec.packing).logprobs,
+        return sharded_rows(lambda p, r: self._logprobs(p, r, temperature=spec.temperature, chunk_size=spec.chunk_size,
+                                                        packed=spec.packing).logprobs,
                             prompt_ids, response_ids, spec.micro_batch_size, self.dp)
 
     def update(self, exp: Experience, mini_batches: list[list[int]], kl_coef: float,
@@ -450,8 +460,8 @@ class Actor(_Trainable):
 
     def _loss(self, mb: Experience, totals: Totals, kl_coef: float) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """A micro-batch's forward: (its share of the loss, its metric shares, log-probs (b, t))."""
-        out = self.run(sequence_logprobs, mb.prompt_ids, mb.response_ids, temperature=self.spec.temperature,
-                       chunk_size=self.spec.chunk_size, packed=self.spec.packing, with_entropy=True)
+        out = self._logprobs(mb.prompt_ids, mb.response_ids, temperature=self.spec.temperature,
+                             chunk_size=self.spec.chunk_size, packed=self.spec.packing, with_entropy=True)
         logp = out.logprobs.float()
         old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
         loss, metrics = self.objective(logp, out.entropy.float() if out.entropy is not None else None, old,
@@ -470,7 +480,7 @@ class Actor(_Trainable):
         nlls: list[float] = []
         finite = True
         scale = self.ptx_coef / self.dp.world
-        for share in nll_shares(self.run, batch, self.spec.micro_batch_size, tokens, nlls):
+        for share in nll_shares(self._logprobs, batch, self.spec.micro_batch_size, tokens, nlls):
             finite = finite and bool(torch.isfinite(share))
             if finite or self.dp.lockstep:
                 (scale * share).backward()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from rlxf.config import Config
@@ -19,7 +20,7 @@ from rlxf.config.train import SFTConfig
 from rlxf.data import SFTExample, build_prompt_data, build_sampler, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks, read_jsonl
-from rlxf.models import load_from_config
+from rlxf.models import load_from_config, sequence_logprobs
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
@@ -54,7 +55,8 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         batch = list(batches())
         tokens = sum(len(e.response_ids) for e in batch)
         nlls: list[float] = []
-        step_metrics = core.train_step(nll_shares(core.run, batch, cfg.micro_batch_size, tokens, nlls))
+        forward = partial(core.run, sequence_logprobs)
+        step_metrics = core.train_step(nll_shares(forward, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
         last = clock.out_of(cfg.max_seconds) or step >= cfg.steps
         if on_step is not None:

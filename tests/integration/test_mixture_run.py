@@ -3,6 +3,8 @@ resume mid-mixture that repeats the uninterrupted run bit for bit."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from rl_helpers import metrics, write_config
 from safetensors.torch import load_file
@@ -55,6 +57,7 @@ def test_ptx_coefficient_zero_is_the_plain_update_bit_for_bit(tmp_path, nano_mod
     from rlxf.config import load_config
     from rlxf.data import build_prompt_data
     from rlxf.data.demos import build_demonstrations
+    from rlxf.models import sequence_logprobs
     from rlxf.placement.local import LocalPlacement
     from rlxf.rollout import SamplingParams
     from rlxf.trainer.roles import nll_shares
@@ -77,7 +80,8 @@ def test_ptx_coefficient_zero_is_the_plain_update_bit_for_bit(tmp_path, nano_mod
     nll: list[float] = []
     tokens = sum(len(e.response_ids) for e in batches[0])
     with torch.no_grad():
-        before = [float(x) for x in nll_shares(mixed.learner.actor.run, batches[0], 8, tokens, nll)]
+        forward = partial(mixed.learner.actor.run, sequence_logprobs)
+        before = [float(x) for x in nll_shares(forward, batches[0], 8, tokens, nll)]
 
     m_plain = plain.update(exp, 1)
     m_zero = zero.update(exp, 1, demos=batches)
