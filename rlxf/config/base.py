@@ -10,14 +10,16 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class Section(BaseModel):
-    """A config section: unknown keys are errors, values never change after loading.
+    """A config section: unknown keys are errors, numbers are finite, values never change after loading.
 
     Every field carries its documentation in ``Field(description=...)``; ``rlxf config-docs``
     prints them. Validate cross-field rules in ``model_validator(mode="after")`` and raise
     ``ValueError`` with a message that names the fields and says what to do.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # a non-finite number is never a setting: an lr of .inf makes every weight nan at the first
+    # step, a timeout of .inf overflows the wait it bounds, a weight of .nan makes every reward nan
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

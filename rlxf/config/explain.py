@@ -285,10 +285,65 @@ def placement_notes(cfg: Config) -> list[str]:
     return notes
 
 
+def _changed(section, name: str) -> bool:
+    """Whether ``section.name`` differs from the field's default (a config.yaml a run wrote holds
+    every field, so being written down does not mean being chosen)."""
+    return getattr(section, name) != type(section).model_fields[name].get_default(call_default_factory=True)
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _reads(kind: str, name: str, reader: tuple[str, ...]) -> bool:
+    """Whether the registered ``name`` may read a parameter that only the built-ins ``reader`` read:
+    one of them, or a function of the user's own (what it reads is not known)."""
+    from rlxf.algorithms import registry  # noqa: PLC0415 - the registries sit below config (they import torch)
+
+    return name in reader or not registry.get(kind, name).__module__.startswith("rlxf.")
+
+
+def _unused_algorithm_settings(cfg: Config) -> list[str]:
+    """Algorithm and critic fields that the chosen advantage, loss, aggregation and switches never read."""
+    from rlxf.algorithms import registry  # noqa: PLC0415
+
+    a = cfg.algorithm
+    unread: list[tuple[tuple[str, ...], str]] = []   # (fields, why they are not read)
+    if a.kl_coef == 0:
+        unread.append((("kl_estimator", "kl_mode", "kl_horizon"), "algorithm.kl_coef is 0 (no KL term)"))
+    elif a.kl_target is None:
+        unread.append((("kl_horizon",), "algorithm.kl_target is not set (β stays algorithm.kl_coef)"))
+    if not registry.needs("advantage", a.advantage).values:
+        unread.append((("value_clip",), f"algorithm.advantage={a.advantage!r} trains no critic"))
+    if not _reads("advantage", a.advantage, ("gae",)):
+        unread.append((("gae_lambda",), f"algorithm.advantage={a.advantage!r} is not GAE"))
+    if not _reads("advantage", a.advantage, ("gae", "grpo")):
+        unread.append((("norm_adv_by_std",), f"algorithm.advantage={a.advantage!r} does not read it "
+                                             "(gae and grpo do)"))
+    if not _reads("policy_loss", a.policy_loss, ("dual_clip",)):
+        unread.append((("dual_clip_c",), f"algorithm.policy_loss={a.policy_loss!r} is not dual_clip"))
+    if not _reads("policy_loss", a.policy_loss, ("cispo",)):
+        unread.append((("cispo_eps_high",), f"algorithm.policy_loss={a.policy_loss!r} is not cispo"))
+    if not _reads("loss_agg", a.loss_agg, ("seq_mean_token_sum_norm",)):
+        unread.append((("loss_agg_norm",), f"algorithm.loss_agg={a.loss_agg!r} is not seq_mean_token_sum_norm"))
+    if a.off_policy == "none":
+        unread.append((("is_level",), "algorithm.off_policy is none"))
+    if not a.dynamic_sampling:
+        unread.append((("max_sampling_rounds",), "algorithm.dynamic_sampling is off"))
+    if a.overlong_buffer == 0:
+        unread.append((("overlong_penalty",), "algorithm.overlong_buffer is 0 (no overlong penalty)"))
+    notes = [f"algorithm.{name}={_shown(getattr(a, name))} does nothing: {why}"
+             for names, why in unread for name in names if _changed(a, name)]
+    if not registry.needs("advantage", a.advantage).values:
+        notes += [f"critic.{name} is set, and algorithm.advantage={a.advantage!r} trains no critic: it does nothing"
+                  for name in ("path", "optim") if _changed(cfg.critic, name)]
+    return notes
+
+
 def unused_settings(cfg: Config) -> list[str]:
     """Fields set to a value the rest of the config never reads: valid, so loading accepts them,
     but likely a mistake (the run behaves as if they were unset)."""
-    notes = []
+    notes = _unused_algorithm_settings(cfg)
     if cfg.rollout.mode != "async" and cfg.rollout.max_staleness > 0:
         notes.append(f"rollout.max_staleness={cfg.rollout.max_staleness} does nothing under rollout.mode="
                      f"{cfg.rollout.mode}: each step samples from the weights the previous step produced. "

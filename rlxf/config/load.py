@@ -33,22 +33,52 @@ class ConfigError(UserInputError):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-5`` as a float (YAML 1.1 insists on ``1.0e-5``)."""
+    """SafeLoader that also reads ``1e-5`` as a float (YAML 1.1 insists on ``1.0e-5``) and refuses
+    YAML 1.1's octal ``010``, which it would read as 8 where ten was almost always meant."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes every string ``_Loader`` would read as something else (``1e5``), so
+    the config.yaml a run writes loads again as the same config."""
+
+
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""", re.X),
+        list("-+0123456789."),
+    )
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    text = str(node.value)
+    if re.fullmatch(r"[-+]?0[0-7_]+", text):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text} has a leading zero, which YAML 1.1 reads as an octal number "
+            f"({loader.construct_yaml_int(node)}); write {int(text.replace('_', ''), 10)} for the decimal number, "
+            f"or quote it ('{text}') for text", node.start_mark)
+    return loader.construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _comment_at(raw: str) -> int | None:
+    """Where a YAML comment starts in ``raw`` (a ``#`` no token covers), or None. YAML drops a
+    comment without a word, so ``key=a #b`` would read ``a``; an override has no use for one."""
+    try:
+        spans = [(t.start_mark.index, t.end_mark.index) for t in yaml.scan(raw, Loader=_Loader)]
+    except yaml.YAMLError:
+        return None
+    return next((i for i, ch in enumerate(raw) if ch == "#" and not any(a <= i < b for a, b in spans)), None)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -57,7 +87,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     A text field of the schema (``str``, ``str | None``, a Literal of strings) keeps the text as
     written when YAML would read something else: ``run.name=0123`` is ``"0123"``, not the octal
     83; ``data.fields.prompt=off`` is ``"off"``, not false; ``data.system_prompt=Format: 42`` is
-    that sentence, not a mapping. A YAML null (``null``, ``~``, nothing) stays None.
+    that sentence, not a mapping; ``data.system_prompt=Reply after ####`` keeps the ``####`` YAML
+    would drop as a comment. A YAML null (``null``, ``~``, nothing) stays None. In a field of any
+    other type a comment is refused: ``train.mini_batch_size=#8`` would be null without a word.
     """
     key, sep, raw = text.partition("=")
     key = key.strip()
@@ -71,9 +103,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError as e:
         if _is_text_field(keys):
             return keys, raw.strip()
-        raise ConfigError(f"override {text!r}: the value is not valid YAML ({e})") from None
-    if value is not None and not isinstance(value, str) and _is_text_field(keys):
+        problem = getattr(e, "problem", None) or e
+        raise ConfigError(f"override {text!r}: the value is not valid YAML: {problem}") from None
+    comment = _comment_at(raw)
+    if (comment is not None or (value is not None and not isinstance(value, str))) and _is_text_field(keys):
         return keys, raw.strip()
+    if comment is not None:
+        raise ConfigError(f"override {text!r}: `#` starts a YAML comment, so the value would be read as "
+                          f"{value!r}, without {raw[comment:].strip()!r}; drop the `#`, or quote the value "
+                          f"(\"...\") if the `#` is part of it")
     return keys, value
 
 
@@ -580,6 +618,15 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
         problems.append((("rollout", "n"), f"algorithm.advantage={cfg.algorithm.advantage!r} compares samples of "
                          f"one prompt and needs rollout.n >= 2 (got {cfg.rollout.n})"))
+    greedy = "rollout.temperature=0" if cfg.rollout.temperature == 0 else \
+        "rollout.top_k=1" if cfg.rollout.top_k == 1 else None
+    if not problems and greedy and cfg.rollout.n > 1 and cfg.env is None \
+            and registry.needs("advantage", cfg.algorithm.advantage).groups:
+        problems.append((("rollout", "temperature" if cfg.rollout.temperature == 0 else "top_k"),
+                         f"{greedy} samples greedily, so the rollout.n={cfg.rollout.n} responses to a prompt are "
+                         f"identical: algorithm.advantage={cfg.algorithm.advantage!r} compares them, every group's "
+                         f"rewards are equal and nothing trains. Sample (e.g. rollout.temperature=1.0, "
+                         f"rollout.top_k=0)"))
     if cfg.critic.warmup_steps and cfg.critic.warmup_steps >= cfg.train.steps:
         problems.append((("critic", "warmup_steps"), f"{cfg.critic.warmup_steps} warm-up steps of {cfg.train.steps} "
                          "(train.steps) leave the actor none: it would never train; lower it"))
@@ -616,4 +663,4 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
 
 def dump_config(cfg: Config) -> str:
     """The resolved config as YAML (what a run writes to config.yaml)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return yaml.dump(cfg.model_dump(mode="json"), Dumper=_Dumper, sort_keys=False, allow_unicode=True)

@@ -96,6 +96,11 @@ class Config(Section):
         if self.run.placement == "ray" and self.ray.reward_actors and self.reward.url:
             raise ValueError("ray.reward_actors and reward.url both say where to score; reward.url sends the samples "
                              "to a reward server: set ray.reward_actors=0")
+        if self.eval.pass_k > 0 and (self.rollout.temperature == 0 or self.rollout.top_k == 1):
+            greedy = "temperature=0" if self.rollout.temperature == 0 else "top_k=1"
+            raise ValueError(f"eval.pass_k={self.eval.pass_k} samples k responses per problem with the rollout's "
+                             f"sampling, and rollout.{greedy} makes them all the greedy one; set "
+                             f"rollout.temperature > 0 (and top_k 0 or > 1), or eval.pass_k=0")
         if self.rollout.mode == "async":
             self._check_async()
         self._check_sft_stop()
@@ -105,6 +110,16 @@ class Config(Section):
     def _check_length_rules(self) -> None:
         """Rules about cut-off responses that would silently do nothing, or everything."""
         algo, rollout = self.algorithm, self.rollout
+        # the engine cuts a response at the context window: a longer budget would be a promise
+        # the run does not keep (and the lengths the overlong rules measure against never reached)
+        window = rollout.max_model_len
+        for name, new_tokens in (("rollout.max_new_tokens", rollout.max_new_tokens),
+                                 ("eval.max_new_tokens", self.eval.max_new_tokens)):
+            if window is not None and new_tokens is not None and self.data.max_prompt_len + new_tokens > window:
+                raise ValueError(f"data.max_prompt_len={self.data.max_prompt_len} + {name}={new_tokens} is more than "
+                                 f"rollout.max_model_len={window} (the context window): the longest prompts would "
+                                 f"leave their responses fewer tokens than {name} says. Raise max_model_len to "
+                                 f"{self.data.max_prompt_len + new_tokens}, or lower {name} or data.max_prompt_len")
         if algo.overlong_buffer > 0 and algo.overlong_penalty > 0 and int(algo.overlong_buffer * rollout.max_new_tokens) < 1:
             raise ValueError(f"algorithm.overlong_buffer={algo.overlong_buffer:g} of rollout.max_new_tokens="
                              f"{rollout.max_new_tokens} is less than one token, so the overlong penalty would never "

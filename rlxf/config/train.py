@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -19,7 +19,8 @@ class OptimConfig(Section):
         "Set it for your model.",
     )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.999), description="AdamW betas (β1, β2), each in [0, 1).")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     warmup_steps: int = Field(
         0, ge=0,

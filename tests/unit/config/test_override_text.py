@@ -39,9 +39,11 @@ def test_nulls_and_quoted_text_are_read_as_yaml():
 
 
 def test_fields_of_other_types_are_still_yaml():
-    assert parse_override("rollout.n=010") == (["rollout", "n"], 8)  # YAML 1.1 octal, as before
+    # YAML 1.1 would read 010 as the octal 8: refused, saying so (test_config_review17)
+    with pytest.raises(ConfigError, match=r"leading zero.*octal number \(8\)"):
+        parse_override("rollout.n=010")
     assert parse_override("algorithm.dynamic_sampling=off") == (["algorithm", "dynamic_sampling"], False)
-    assert parse_override("data.task_options.x=0123") == (["data", "task_options", "x"], 83)  # free-form
+    assert parse_override("data.task_options.x=0x1f") == (["data", "task_options", "x"], 31)  # free-form
     with pytest.raises(ConfigError, match="not valid YAML"):
         parse_override("rollout.n=[1")
     with pytest.raises(ConfigError, match="not valid YAML"):
