@@ -83,14 +83,21 @@ def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list
     chosen, chosen_ctx = _response(get_field(record, f.chosen, where, "chosen"), where, f.chosen)
     rejected, rejected_ctx = _response(get_field(record, f.rejected, where, "rejected"), where, f.rejected)
     key, config_key = (f.messages, "messages") if f.messages is not None else (f.prompt, "prompt")
+    # two conversations that differ before the answer answer two prompts, whichever one is trained on
+    if chosen_ctx and rejected_ctx and chosen_ctx != rejected_ctx:
+        raise DataError(f"{where}: {f.chosen!r} and {f.rejected!r} have different conversations before the answer, "
+                        f"so they answer different prompts; fix the record (the two must share the turns before "
+                        f"the answer) or give each response as the answer alone")
     if key is not None and key in record:
         prompt = record[key]
         prompt = check_messages(prompt, where, key) if config_key == "messages" else \
             check_prompt(prompt, where, key, config_key)
-    elif chosen_ctx:
-        if chosen_ctx != rejected_ctx:
-            raise DataError(f"{where}: {f.chosen!r} and {f.rejected!r} have different conversations before the "
-                            f"answer; give the prompt in its own field (data.fields.{config_key})")
+    elif chosen_ctx or rejected_ctx:
+        if not (chosen_ctx and rejected_ctx):
+            conv, other = (f.chosen, f.rejected) if chosen_ctx else (f.rejected, f.chosen)
+            raise DataError(f"{where}: {conv!r} is a conversation with turns before the answer but {other!r} is "
+                            f"not, and the record has no prompt field {key!r}; give the prompt in "
+                            f"data.fields.{config_key}, or both responses as the same conversation")
         prompt = chosen_ctx
     else:
         get_field(record, str(key), where, config_key)  # raises: names the field and the keys there are

@@ -19,7 +19,7 @@ from rlxf.algorithms import masked_sum
 from rlxf.algorithms.preference import PairLogps, get_preference_loss
 from rlxf.config import Config
 from rlxf.config.preference import DPOConfig
-from rlxf.data.preference import PreferenceExample, build_preference_data
+from rlxf.data.preference import PreferenceData, PreferenceExample, build_preference_data
 from rlxf.models import load_from_config
 from rlxf.models.logprobs import sequence_logprobs
 from rlxf.run_dir import RunDir
@@ -61,6 +61,15 @@ def reference_logprobs(model, pairs: list[PreferenceExample], batch_size: int,
                                                                           strict=True)})
     model.train(was_training)
     return cache
+
+
+def data_reference_logprobs(model, data: PreferenceData, micro_batch_size: int) -> dict[str, tuple[float, float]]:
+    """``reference_logprobs`` of the train and the held-out pairs. The held-out ones go in the
+    micro-batches ``DPOObjective.evaluate`` runs: a packed forward's float rounding depends on
+    what shares its batch, so any other grouping leaves h a few 1e-6 off 0 where the policy is
+    π_ref, and the reward accuracy of evaluation at step 0 the sign of that noise, not 1/2."""
+    return {**reference_logprobs(model, data.train, micro_batch_size),
+            **reference_logprobs(model, data.test, micro_batch_size)}
 
 
 class DPOObjective:
@@ -115,7 +124,7 @@ def run_dpo(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     reference = None
     if get_preference_loss(cfg.dpo.loss).needs_reference:
         # before any step (and before a resumed run loads its checkpoint): the weights are π_ref's
-        reference = reference_logprobs(model, data.train + data.test, cfg.dpo.micro_batch_size)
+        reference = data_reference_logprobs(model, data, cfg.dpo.micro_batch_size)
     core = TrainableModel(model, cfg.dpo.optim, cfg.dpo.steps, cfg.dpo.micro_batch_size)
     objective = DPOObjective(model, cfg.dpo, reference)
     return train_pairs(PairRun(core, objective, data, tokenizer), cfg, cfg.dpo, run, resume=resume)

@@ -15,13 +15,15 @@ A sample whose reward failed (a verifier raised, timed out or crashed) scores
 of best and worst; a prompt with fewer than two scored samples gives no pair. Failures are
 counted in ``label_summary.json``, and as in RL too many of them stop the run with the first
 traceback: more than ``reward.max_error_frac_first_step`` of the first batch's samples, or more
-than ``reward.max_error_frac`` of a later batch's.
+than ``reward.max_error_frac`` of a later batch's. Pairs are written batch by batch, so a run
+stopped part way keeps those it made, in ``pairs_<split>.partial.jsonl``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,15 +52,17 @@ def best_and_worst(group: list[Trajectory]) -> tuple[Trajectory, Trajectory] | N
 
 
 def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, cfg: LabelConfig, *,
-                  seed: int, reward: RewardConfig, run_start: bool = True,
-                  split: str = "train") -> tuple[list[dict], dict[str, float]]:
+                  seed: int, reward: RewardConfig, run_start: bool = True, split: str = "train",
+                  on_batch: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], dict[str, float]]:
     """Pairs for ``prompts`` (one per prompt whose scored samples differ by more than
-    ``cfg.min_gap``) and counts: prompts, pairs, ties dropped, prompts left without a pair
-    because fewer than two samples were scored (``unscored``), samples whose reward failed
+    ``cfg.min_gap``) and counts: prompts, pairs, ties dropped (best and worst scored within
+    ``min_gap``, or are the same text: a reward that scores one text two ways), prompts left
+    without a pair because fewer than two samples were scored (``unscored``), samples whose reward failed
     (``reward_failed``), mean best-worst gap.
 
     Too many failed rewards in a batch raise ``RewardFailures``; with ``run_start`` the first
-    batch is the run's first and is held to ``reward.max_error_frac_first_step``."""
+    batch is the run's first and is held to ``reward.max_error_frac_first_step``. ``on_batch``
+    gets each batch's pairs as soon as they are made."""
     sampling = replace(sampling, n=cfg.k)
     pairs: list[dict] = []
     ties = unscored = failed = 0
@@ -75,6 +79,7 @@ def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingPar
         errors = [t.reward_error for t in trajs if t.reward_error is not None]
         failed += len(errors)
         first_error = first_error or (errors[0] if errors else None)
+        made = len(pairs)
         groups: dict[int, list[Trajectory]] = {}
         for t in trajs:
             groups.setdefault(t.group, []).append(t)
@@ -84,12 +89,15 @@ def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingPar
                 unscored += 1
                 continue
             chosen, rejected = ends
-            if chosen.reward - rejected.reward <= cfg.min_gap:
+            # one response scored twice (a sampling judge): its two scores say nothing about it
+            if chosen.reward - rejected.reward <= cfg.min_gap or chosen.response_text == rejected.response_text:
                 ties += 1
                 continue
             pairs.append({"prompt": chosen.prompt.prompt_text, "chosen": chosen.response_text,
                           "rejected": rejected.response_text, "chosen_score": chosen.reward,
                           "rejected_score": rejected.reward, "uid": chosen.prompt.uid})
+        if on_batch is not None:
+            on_batch(pairs[made:])
     if failed:
         log.warning("label %s: the reward failed on %d of %d samples, left out of the pairs (%d prompts were left "
                     "with fewer than 2 scored samples and gave no pair). The first failure:\n%s", split, failed,
@@ -99,10 +107,28 @@ def label_prompts(rollout: Rollout, prompts: list[Prompt], sampling: SamplingPar
                    "unscored": float(unscored), "reward_failed": float(failed), "gap_mean": gap}
 
 
-def write_pairs(path: Path, pairs: list[dict]) -> None:
-    with open(path, "w") as f:
-        for p in pairs:
-            f.write(json.dumps(p) + "\n")
+def label_split(rollout: Rollout, run_path: Path, split: str, prompts: list[Prompt], sampling: SamplingParams,
+                cfg: LabelConfig, *, seed: int, reward: RewardConfig, run_start: bool) -> dict[str, float]:
+    """``label_prompts`` into ``<run>/pairs_<split>.jsonl``; returns the counts. Each batch's pairs
+    are written as soon as they are made, to ``pairs_<split>.partial.jsonl``, renamed when the
+    split is done: a run stopped part way (too many failed rewards, a signal) keeps the pairs it
+    has paid for, under a name that no reader takes for the whole split."""
+    partial, done = run_path / f"pairs_{split}.partial.jsonl", run_path / f"pairs_{split}.jsonl"
+
+    try:
+        with open(partial, "w") as f:
+            def write(pairs: list[dict]) -> None:
+                f.writelines(json.dumps(p) + "\n" for p in pairs)
+                f.flush()
+
+            _, counts = label_prompts(rollout, prompts, sampling, cfg, seed=seed, reward=reward,
+                                      run_start=run_start, split=split, on_batch=write)
+    except BaseException:
+        if partial.exists() and partial.stat().st_size:   # an empty one goes with an unused run directory
+            log.warning("label %s stopped; the pairs of the batches it finished are in %s", split, partial)
+        raise
+    partial.replace(done)
+    return counts
 
 
 def run_label(cfg: Config, run: RunDir) -> dict[str, dict[str, float]]:
@@ -131,12 +157,11 @@ def run_label(cfg: Config, run: RunDir) -> dict[str, dict[str, float]]:
                                      ("test", data.test[: cfg.label.test_prompts], cfg.seeds.sampling + 1)):
             if not prompts:
                 continue
-            pairs, counts = label_prompts(rollout, prompts, sampling, cfg.label, seed=seed, reward=cfg.reward,
-                                          run_start=split == "train", split=split)
-            write_pairs(run.path / f"pairs_{split}.jsonl", pairs)
+            counts = label_split(rollout, run.path, split, prompts, sampling, cfg.label, seed=seed,
+                                 reward=cfg.reward, run_start=split == "train")
             log.info("label %s: %d pairs from %d prompts (%d ties dropped, %d without 2 scored samples; "
-                     "%d failed rewards), mean score gap %.3g -> %s", split, len(pairs), len(prompts), counts["ties"],
-                     counts["unscored"], counts["reward_failed"], counts["gap_mean"],
+                     "%d failed rewards), mean score gap %.3g -> %s", split, counts["pairs"], len(prompts),
+                     counts["ties"], counts["unscored"], counts["reward_failed"], counts["gap_mean"],
                      run.path / f"pairs_{split}.jsonl")
             out[split] = counts
     finally:
