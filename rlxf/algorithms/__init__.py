@@ -67,7 +67,7 @@ from rlxf.algorithms.policy_losses import (
 )
 from rlxf.algorithms.preference import bradley_terry_loss, dpo_loss, simpo_loss
 from rlxf.algorithms.registry import Needs, UnknownNameError, get, names, needs, register
-from rlxf.algorithms.shaping import outcome_token_rewards, soft_overlong_penalty
+from rlxf.algorithms.shaping import outcome_token_rewards, overlong_buffer_tokens, soft_overlong_penalty
 from rlxf.algorithms.value import value_loss
 
 __all__ = [
@@ -108,6 +108,7 @@ __all__ = [
     "names",
     "needs",
     "outcome_token_rewards",
+    "overlong_buffer_tokens",
     "ppo_clip",
     "register",
     "registry",

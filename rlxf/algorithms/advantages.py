@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from rlxf.algorithms.groups import group_mean_std
-from rlxf.algorithms.masked import masked_sum, masked_whiten, zero_masked
+from rlxf.algorithms.masked import float_dtype, masked_sum, masked_whiten, zero_masked
 from rlxf.algorithms.registry import Needs, register
 
 
@@ -58,7 +58,12 @@ class AdvantageParams:
 
 
 def _check_inputs(name: str, rewards: Tensor, mask: Tensor, group_ids: Tensor | None,
-                  values: Tensor | None) -> None:
+                  values: Tensor | None) -> Tensor:
+    """Raise on shapes that do not fit; return ``rewards`` in a float dtype.
+
+    Integer (or bool) rewards, a pass/fail tensor written as ``[[0, 1]]``, would otherwise keep
+    their dtype through the group statistics: a mean of 0.5 truncated to 0, a std to 0, and
+    GRPO's advantage divided by eps alone (1e6 for a right answer)."""
     if rewards.dim() != 2 or rewards.shape != mask.shape:
         raise ValueError(
             f"{name}: rewards {tuple(rewards.shape)} and mask {tuple(mask.shape)} must both be (B, T)"
@@ -67,6 +72,7 @@ def _check_inputs(name: str, rewards: Tensor, mask: Tensor, group_ids: Tensor | 
         raise ValueError(f"{name}: group_ids {tuple(group_ids.shape)} must be (B,) = ({rewards.shape[0]},)")
     if values is not None and values.shape != rewards.shape:
         raise ValueError(f"{name}: values {tuple(values.shape)} must match rewards {tuple(rewards.shape)}")
+    return rewards.to(float_dtype(rewards))
 
 
 def sequence_scores(rewards: Tensor, mask: Tensor) -> Tensor:
@@ -81,7 +87,7 @@ def discounted_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
     hold 0 in the result.
     """
     valid = mask.bool()
-    rewards = zero_masked(rewards, valid)
+    rewards = zero_masked(rewards.to(float_dtype(rewards)), valid)  # γ·G of integer rewards is no integer
     if gamma == 1.0:  # Σ_{k≥t} r_k: a reversed cumulative sum, no loop
         out = rewards.flip(-1).cumsum(-1).flip(-1)
         return zero_masked(out, valid)
@@ -118,7 +124,7 @@ def gae(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
     token of the batch (PPO practice; Ouyang et al. 2022); returns are not.
     With γ = λ = 1 and no whitening, Â_t = G_t - V_t (reward-to-go minus value).
     """
-    _check_inputs("gae", rewards, mask, group_ids, values)
+    rewards = _check_inputs("gae", rewards, mask, group_ids, values)
     if values is None:
         raise ValueError(
             "gae needs values (B, T) from a critic; pass the critic's V(s_t), or choose an "
@@ -156,7 +162,7 @@ def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     argues the std up-weights prompts that are too easy or too hard.
     Groups of one sample get Â = 0. Returns: reward-to-go G_t.
     """
-    _check_inputs("grpo", rewards, mask, group_ids, None)
+    rewards = _check_inputs("grpo", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
     mean, std, _ = group_mean_std(scores, group_ids, answered(mask))
     adv = scores - mean
@@ -178,21 +184,24 @@ def maxrl(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | Non
     So every prompt with a right sample pulls as hard as supervised learning on that sample
     would, and prompts already solved pull little (with 8 samples of which 7 are right, the
     right ones get 1/7 and the wrong one -1). A group of one sample, or whose rewards are all 0,
-    gets Â = 0. Scores must be ≥ 0 (a pass rate, or partial credit in [0, 1]); signed rewards
-    need another estimator: a negative one raises ValueError (the one check in this package that
-    reads a tensor's values, a single host sync per step). Returns: reward-to-go G_t.
+    gets Â = 0 (a group with a nan return, nan). Scores must be ≥ 0 (a pass rate, or partial
+    credit in [0, 1]); signed rewards need another estimator: a negative one raises ValueError
+    (the one check in this package that reads a tensor's values, a single host sync per step).
+    Returns: reward-to-go G_t.
     """
-    _check_inputs("maxrl", rewards, mask, group_ids, None)
+    rewards = _check_inputs("maxrl", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
     if (scores < 0).any():
         raise ValueError(
-            f"maxrl: a sample's return is {scores.min().item():g}; maxrl divides by the group's mean "
+            f"maxrl: a sample's return is {scores[scores < 0].min().item():g}; maxrl divides by the group's mean "
             "return, a pass rate, so returns must be >= 0. Use rewards in [0, 1] (no negative penalties or "
             "shaping), or choose grpo"
         )
     mean, _, size = group_mean_std(scores, group_ids, answered(mask))
     solved = (mean > 0) & (size > 1)
-    adv = torch.where(solved, (scores - mean) / torch.where(solved, mean, 1.0), 0.0)
+    # a nan return keeps its group nan, as under every other estimator, so the step fails loudly
+    # (nan > 0 is False: it would otherwise read as a group without signal, silently)
+    adv = torch.where(solved | mean.isnan(), (scores - mean) / torch.where(solved, mean, 1.0), 0.0)
     return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
 
 
@@ -206,7 +215,7 @@ def rloo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     over the n samples of i's group: the baseline excludes the sample itself, so the
     estimator stays unbiased. Groups of one sample get Â = 0. Returns: reward-to-go G_t.
     """
-    _check_inputs("rloo", rewards, mask, group_ids, None)
+    rewards = _check_inputs("rloo", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
     mean, _, size = group_mean_std(scores, group_ids, answered(mask))
     adv = (scores - mean) * size / (size - 1).clamp(min=1)
@@ -223,7 +232,7 @@ def reinforce_pp(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tenso
     mean and std over every valid token of the batch (global, not per group). Per-token KL
     penalties belong in ``rewards`` (kl_mode=reward). Returns: G_t.
     """
-    _check_inputs("reinforce_pp", rewards, mask, group_ids, None)
+    rewards = _check_inputs("reinforce_pp", rewards, mask, group_ids, None)
     returns = discounted_returns(rewards, mask, params.gamma)
     return masked_whiten(returns, mask, eps=params.eps), returns
 
@@ -239,7 +248,7 @@ def reinforce_pp_baseline(rewards: Tensor, mask: Tensor, group_ids: Tensor, valu
     token of the batch (so longer samples weigh more, as in the paper's token-level
     normalisation). Returns: reward-to-go G_t.
     """
-    _check_inputs("reinforce_pp_baseline", rewards, mask, group_ids, None)
+    rewards = _check_inputs("reinforce_pp_baseline", rewards, mask, group_ids, None)
     scores = sequence_scores(rewards, mask)
     mean, _, _ = group_mean_std(scores, group_ids, answered(mask))
     adv = masked_whiten(_broadcast(scores - mean, mask), mask, eps=params.eps)
@@ -257,7 +266,7 @@ def reinforce(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor |
     ``MovingBaseline`` outside this function (so the estimate stays unbiased: b does not
     depend on the current samples). Returns: G_t.
     """
-    _check_inputs("reinforce", rewards, mask, group_ids, None)
+    rewards = _check_inputs("reinforce", rewards, mask, group_ids, None)
     returns = discounted_returns(rewards, mask, params.gamma)
     return zero_masked(returns - params.baseline, mask), returns
 

@@ -17,6 +17,8 @@ import math
 import torch
 from torch import Tensor
 
+from rlxf.algorithms.masked import float_dtype
+
 
 def _group_index(group_ids: Tensor) -> tuple[Tensor, int]:
     if group_ids.dim() != 1:
@@ -27,7 +29,8 @@ def _group_index(group_ids: Tensor) -> tuple[Tensor, int]:
 
 def group_mean_std(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Each sample's group mean, group std and group size (over the group's valid samples),
-    all ``(B,)``, in ``scores``' dtype.
+    all ``(B,)``, in ``scores``' dtype (float32 for integer or bool scores: a mean of 0.5 is no
+    integer).
 
     scores: (B,) one number per sample. group_ids: (B,) long. valid: (B,) bool, or None (all).
     The std is unbiased (divides by n - 1); a group of one sample has std 0. The sums run in
@@ -42,7 +45,7 @@ def group_mean_std(scores: Tensor, group_ids: Tensor, valid: Tensor | None = Non
     mean = zeros.index_add(0, inverse, x) / size.clamp(min=1)
     dev = (x - mean[inverse]).where(ok, 0.0)
     var = zeros.index_add(0, inverse, dev * dev) / (size - 1).clamp(min=1)
-    return tuple(t[inverse].to(scores.dtype) for t in (mean, var.sqrt(), size))
+    return tuple(t[inverse].to(float_dtype(scores)) for t in (mean, var.sqrt(), size))
 
 
 def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None,
@@ -74,16 +77,17 @@ def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor, valid: Tensor | Non
 
 
 def zero_variance_fraction(scores: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> Tensor:
-    """Fraction of groups whose valid scores are all equal, ``()`` (0 for an empty batch).
+    """Fraction of groups whose valid scores are all equal, ``()`` in a float dtype (0 for an
+    empty batch).
 
     Such a group has zero advantage under any group baseline: it carries no learning signal.
     When most groups are like that (a task too hard or too easy for the policy), RL barely
     learns; groups of one valid sample (or none) count as zero-variance.
     """
     if scores.numel() == 0:
-        return scores.new_zeros(())
+        return scores.new_zeros((), dtype=float_dtype(scores))
     high, low, _ = _group_range(scores, group_ids, valid)
-    return (~(high > low)).to(scores.dtype).mean()
+    return (~(high > low)).to(float_dtype(scores)).mean()
 
 
 def _check_shapes(scores: Tensor, group_ids: Tensor, valid: Tensor | None) -> None:

@@ -6,7 +6,8 @@ by the mask, so a masked entry holding ``inf`` or ``nan`` changes neither the va
 gradient (``0 * inf`` would be ``nan``). A reduction over no valid entries returns 0, never
 ``nan``.
 
-``masked_var`` and ``masked_whiten`` compute in float64 and return ``x``'s dtype. In float32
+``masked_var`` and ``masked_whiten`` compute in float64 and return ``x``'s dtype (the default
+float dtype for integer or bool ``x``: a variance or a whitened value is no integer). In float32
 the mean of equal values can be off by a rounding error; the variance would be that error
 squared rather than 0, and whitening would divide the error by a std of the same size, giving
 a batch whose rewards all agree advantages near ±1 instead of 0. float64 sums equal float32
@@ -17,6 +18,11 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+def float_dtype(x: Tensor) -> torch.dtype:
+    """``x``'s dtype if it is a float one, else the default float dtype (float32)."""
+    return torch.result_type(x, 1.0)
 
 
 def zero_masked(x: Tensor, mask: Tensor) -> Tensor:
@@ -54,7 +60,7 @@ def masked_var(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = 
     """Variance of x over valid entries; Bessel-corrected when ``unbiased``.
 
     0 where there are fewer than two valid entries (unbiased) or none (biased); computed in
-    float64 (module doc), returned in ``x``'s dtype.
+    float64 (module doc), returned in ``float_dtype(x)``.
     """
     x64 = x.double()
     mean = masked_mean(x64, mask, dim, keepdim=True)
@@ -62,7 +68,7 @@ def masked_var(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = 
     count = masked_count(mask, dim, keepdim).to(x64.dtype)
     if unbiased:
         count = torch.where(count > 1, count - 1, torch.zeros_like(count))
-    return safe_divide(sq, count).to(x.dtype)
+    return safe_divide(sq, count).to(float_dtype(x))
 
 
 def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
@@ -73,7 +79,7 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     With ``shift_mean=False`` only the scale changes: ``x̂ = (x - mean) / (std + eps) + mean``.
     Masked entries of the result are 0. The std is unbiased (see ``masked_var``); with a single
     valid entry it is 0 and x̂ = 0 there (``x - mean = 0``), never nan; so are equal entries
-    (computed in float64: module doc). Returned in ``x``'s dtype.
+    (computed in float64: module doc). Returned in ``float_dtype(x)``.
     """
     x64 = x.double()
     mean = masked_mean(x64, mask)
@@ -81,4 +87,4 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     out = (x64 - mean) / (std + eps)
     if not shift_mean:
         out = out + mean
-    return zero_masked(out.to(x.dtype), mask)
+    return zero_masked(out.to(float_dtype(x)), mask)

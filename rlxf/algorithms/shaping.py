@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -31,7 +33,7 @@ def soft_overlong_penalty(lengths: Tensor, max_len: int, buffer_len: int, penalt
     with L_max = ``max_len``, L_buf = ``buffer_len`` and p = ``penalty``: the penalty grows
     linearly over the last ``buffer_len`` tokens, so a truncated response is punished by how
     far it ran over rather than all at once. ``buffer_len`` 0 turns it off (all zeros).
-    The config gives the buffer as a fraction of max_new_tokens: buffer_len = int(f · max_len).
+    The config gives the buffer as a fraction of max_new_tokens: ``overlong_buffer_tokens``.
     """
     if buffer_len < 0 or buffer_len > max_len:
         raise ValueError(f"soft_overlong_penalty: need 0 <= buffer_len <= max_len, got {buffer_len}, {max_len}")
@@ -40,3 +42,12 @@ def soft_overlong_penalty(lengths: Tensor, max_len: int, buffer_len: int, penalt
         return torch.zeros_like(lengths)
     expected = max_len - buffer_len
     return ((expected - lengths) / buffer_len).clamp(-1.0, 0.0) * penalty
+
+
+def overlong_buffer_tokens(fraction: float, max_len: int) -> int:
+    """The soft overlong buffer in tokens, ⌊f · max_len⌋, for the fraction f the config gives.
+
+    The product is rounded to 9 decimals before the floor: in floats 0.29 · 100 is
+    28.999999999999996, and ``int`` of it would start the penalty one token late.
+    """
+    return math.floor(round(fraction * max_len, 9))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import Any
 
@@ -120,10 +121,15 @@ class Config(Section):
                                  f"rollout.max_model_len={window} (the context window): the longest prompts would "
                                  f"leave their responses fewer tokens than {name} says. Raise max_model_len to "
                                  f"{self.data.max_prompt_len + new_tokens}, or lower {name} or data.max_prompt_len")
-        if algo.overlong_buffer > 0 and algo.overlong_penalty > 0 and int(algo.overlong_buffer * rollout.max_new_tokens) < 1:
-            raise ValueError(f"algorithm.overlong_buffer={algo.overlong_buffer:g} of rollout.max_new_tokens="
-                             f"{rollout.max_new_tokens} is less than one token, so the overlong penalty would never "
-                             f"apply; raise overlong_buffer (at least {1 / rollout.max_new_tokens:.3g}) or set it to 0")
+        if algo.overlong_buffer > 0 and algo.overlong_penalty > 0:
+            from rlxf.algorithms.shaping import overlong_buffer_tokens  # noqa: PLC0415 - torch, only for DAPO's rule
+
+            if overlong_buffer_tokens(algo.overlong_buffer, rollout.max_new_tokens) < 1:
+                # the smallest fraction of 3 decimals that makes one token (1/3 rounded would not)
+                least = math.ceil(1000 / rollout.max_new_tokens) / 1000
+                raise ValueError(f"algorithm.overlong_buffer={algo.overlong_buffer:g} of rollout.max_new_tokens="
+                                 f"{rollout.max_new_tokens} is less than one token, so the overlong penalty would "
+                                 f"never apply; raise overlong_buffer (at least {least:g}) or set it to 0")
         if algo.mask_truncated and rollout.ignore_eos and not (rollout.stop_token_ids or rollout.stop_strings) \
                 and self.env is None:
             raise ValueError("algorithm.mask_truncated masks responses cut off at rollout.max_new_tokens, and with "

@@ -88,6 +88,8 @@ class OverlongVerifier(SyncVerifier):
             return RewardResult.failed(
                 "the overlong penalty needs the response length in tokens and max_new_tokens "
                 "(RewardInput.response_tokens / max_new_tokens, or the verifier's max_tokens)")
-        buffer_len = int(self.buffer_fraction * max_len)
+        from rlxf.algorithms.shaping import overlong_buffer_tokens  # noqa: PLC0415 - as soft_overlong_penalty does
+
+        buffer_len = overlong_buffer_tokens(self.buffer_fraction, max_len)
         value = soft_overlong_penalty(x.response_tokens, max_len, buffer_len, self.penalty)
         return RewardResult(value, {"overlong": float(x.response_tokens > max_len - buffer_len)})

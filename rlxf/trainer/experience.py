@@ -18,6 +18,7 @@ from rlxf.algorithms import (
     kl_shaped_rewards,
     masked_mean,
     outcome_token_rewards,
+    overlong_buffer_tokens,
     registry,
     sequence_scores,
     soft_overlong_penalty,
@@ -59,7 +60,7 @@ class ExperienceMaker:
             params=AdvantageParams(gamma=algo.gamma, gae_lambda=algo.gae_lambda, norm_by_std=algo.norm_adv_by_std),
             kl_in_reward=kl_in_reward,
             kl_estimator=algo.kl_estimator,
-            overlong_buffer=int(algo.overlong_buffer * max_new_tokens),
+            overlong_buffer=overlong_buffer_tokens(algo.overlong_buffer, max_new_tokens),
             overlong_penalty=algo.overlong_penalty,
             max_new_tokens=max_new_tokens,
             # the old policy needs its own forward only when the batch sees several optimizer
