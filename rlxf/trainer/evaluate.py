@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from rlxf.config.reward import RewardConfig
 from rlxf.config.train import EvalConfig
 from rlxf.errors import UserInputError
 from rlxf.rollout import SamplingParams
-from rlxf.trainer.collect import EngineRollout, Rollout
+from rlxf.trainer.collect import EngineRollout, Rollout, stop_on_reward_failures
 from rlxf.trainer.seeds import derive_seed
 from rlxf.types import Prompt, source_of
 
@@ -38,7 +39,8 @@ def no_held_out_hint(data: DataConfig) -> str:
 
 
 def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: SamplingParams, *,
-                     pass_k: int = 0, seed: int = 0, prefix: str = "eval/") -> dict[str, float]:
+                     pass_k: int = 0, seed: int = 0, prefix: str = "eval/",
+                     reward_cfg: RewardConfig | None = None) -> dict[str, float]:
     """Score ``rollout``'s responses to ``prompts`` (a placement, or ``EngineRollout``).
 
     ``<prefix>accuracy``: fraction answered correctly with greedy decoding (one response each).
@@ -51,14 +53,21 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
     many held-out problems it has), and ``<prefix><source>/pass@k`` and ``mean@k`` with
     ``pass_k``: whether a source is ever solved by sampling says whether RL has anything to learn
     from there.
+
+    A sample whose reward failed (the verifier raised, timed out or crashed) counts as wrong, and
+    ``<prefix>reward_error_frac`` says how many did; past ``reward_cfg.max_error_frac`` (default
+    0.5) the evaluation stops with the first failure (``RewardFailures``): an accuracy of 0 from
+    a verifier that cannot score the held-out data would read as a model that learned nothing.
     """
     if not prompts:  # callers that know the config say how to get some (``no_held_out_hint``)
         raise NoHeldOutPrompts("no held-out prompts to evaluate on; an accuracy over none would be made up")
     if pass_k > 0 and sampling.temperature <= 0:
         raise ValueError("eval.pass_k needs rollout.temperature > 0 (k greedy samples are all the same)")
     greedy = replace(sampling, n=1, temperature=0.0, top_k=0, top_p=1.0)
+    limits = reward_cfg if reward_cfg is not None else RewardConfig()
     trajs = rollout.generate(prompts, [derive_seed(seed, i) for i in range(len(prompts))], greedy)
     rollout.score(trajs, greedy.max_new_tokens)
+    failed, scored = _check_reward_failures(trajs, limits, "greedy"), len(trajs)
     n = len(prompts)
     out = {
         f"{prefix}accuracy": sum(bool(t.correct) for t in trajs) / n,
@@ -71,6 +80,7 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
         sampled = replace(sampling, n=pass_k)
         trajs = rollout.generate(prompts, [derive_seed(seed, 1, i) for i in range(len(prompts))], sampled)
         rollout.score(trajs, sampled.max_new_tokens)
+        failed, scored = failed + _check_reward_failures(trajs, limits, f"pass@{pass_k}"), scored + len(trajs)
         right = [0] * len(prompts)   # correct samples per prompt (group i answers prompts[i])
         for t in trajs:
             right[t.group] += bool(t.correct)
@@ -82,7 +92,16 @@ def evaluate_rollout(rollout: Rollout, prompts: list[Prompt], sampling: Sampling
             out[f"{prefix}{source}/pass@k"] = sum(r > 0 for r in rows) / len(rows)
             out[f"{prefix}{source}/mean@k"] = sum(rows) / (len(rows) * pass_k)
         out[f"{prefix}k"] = float(pass_k)
+    if failed:
+        out[f"{prefix}reward_error_frac"] = failed / scored
     return out
+
+
+def _check_reward_failures(trajs, limits: RewardConfig, which: str) -> int:
+    """How many of ``trajs`` had their reward fail; raises past ``limits.max_error_frac``."""
+    stop_on_reward_failures(trajs, limits, first=False, where=f"held-out evaluation ({which} samples)",
+                            carry_on="evaluate on, counting the failed samples as wrong")
+    return sum(t.reward_error is not None for t in trajs)
 
 
 def _per_source_accuracy(trajs, prefix: str) -> dict[str, float]:
@@ -112,10 +131,11 @@ def held_out_prompts(test: list[Prompt], num_problems: int) -> list[Prompt]:
 
 
 def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling: SamplingParams, *,
-                     pass_k: int = 0, seed: int = 0, prefix: str = "eval/") -> dict[str, float]:
+                     pass_k: int = 0, seed: int = 0, prefix: str = "eval/",
+                     reward_cfg: RewardConfig | None = None) -> dict[str, float]:
     """``evaluate_rollout`` with an in-process engine, tokenizer and reward."""
     return evaluate_rollout(EngineRollout(engine, tokenizer, reward), prompts, sampling, pass_k=pass_k, seed=seed,
-                            prefix=prefix)
+                            prefix=prefix, reward_cfg=reward_cfg)
 
 
 def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
@@ -140,14 +160,15 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     reward = build_run_reward(cfg)
     try:
         return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
-                                pass_k=cfg.eval.pass_k, seed=cfg.run.seed)
+                                pass_k=cfg.eval.pass_k, seed=cfg.run.seed, reward_cfg=cfg.reward)
     finally:
         reward.close()
 
 
 def evaluate(rollout: Rollout, test: list[Prompt], cfg: EvalConfig, sampling: SamplingParams,
-             seed: int) -> dict[str, float]:
+             seed: int, reward_cfg: RewardConfig | None = None) -> dict[str, float]:
     """Evaluate the current policy (the engine's weights) on the held-out split ``test``."""
     if cfg.max_new_tokens is not None:
         sampling = replace(sampling, max_new_tokens=cfg.max_new_tokens)
-    return evaluate_rollout(rollout, held_out_prompts(test, cfg.num_problems), sampling, pass_k=cfg.pass_k, seed=seed)
+    return evaluate_rollout(rollout, held_out_prompts(test, cfg.num_problems), sampling, pass_k=cfg.pass_k, seed=seed,
+                            reward_cfg=reward_cfg)

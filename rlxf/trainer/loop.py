@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from rlxf.algorithms import registry
 from rlxf.config import Config
 from rlxf.data import build_prompt_data, build_sampler
 from rlxf.data.curriculum import Curriculum
@@ -80,7 +81,8 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
         log.warning("--resume: the run has trained %.1f s and train.max_seconds is %g: nothing to train; raise "
                     "train.max_seconds to train on", state.clock.checked, cfg.train.max_seconds)
     last: dict[str, float] = {}
-    diagnostics = Diagnostics()  # warnings when the run is not learning (once each)
+    # warnings when the run is not learning (once each)
+    diagnostics = Diagnostics(group_baseline=registry.needs("advantage", cfg.algorithm.advantage).groups)
     if resume:  # as if never interrupted: the steps done count (restore cut metrics.jsonl back to them)
         diagnostics.replay(read_jsonl(run.metrics))
     checkpoint_seconds: dict[str, float] = {}
@@ -90,7 +92,7 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
         # after the step in progress (outside, SIGTERM would end the process with nothing said)
         with stop:
             if evaluating and state.step == 0 and cfg.eval.at_start:
-                start = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
+                start = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling, reward_cfg=cfg.reward)
                 state.log(0, start)
                 diagnostics.observe(0, start)  # the accuracy later evaluations are compared with
                 if stop.signum is not None:  # nothing trained yet, so nothing to save
@@ -130,7 +132,8 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
                     # eval: held-out accuracy every eval.every steps
                     if evaluating and cfg.eval.every and (step % cfg.eval.every == 0 or final):
                         with timer("eval"):
-                            eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling)
+                            eval_metrics = evaluate(placement, data.test, cfg.eval, sampling, seed=seeds.sampling,
+                                                    reward_cfg=cfg.reward)
                     else:
                         eval_metrics = {}
 

@@ -16,7 +16,8 @@ class ScriptedRollout:
 
     def generate(self, prompts, seeds, sampling, first_group: int = 0):
         right = self.greedy if sampling.temperature == 0 else self.sampled
-        return [SimpleNamespace(group=i, prompt=p, correct=i in right and j == 0, reward=0.0, response_ids=[1])
+        return [SimpleNamespace(group=i, prompt=p, correct=i in right and j == 0, reward=0.0, response_ids=[1],
+                                reward_error=None)
                 for i, p in enumerate(prompts) for j in range(sampling.n)]
 
     def score(self, trajs, max_new_tokens):
