@@ -16,6 +16,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 
 def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
@@ -30,8 +31,21 @@ def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
         return str(value)
 
 
+class _MetricsBelow(Progress):
+    """The bar on one line, the metrics on the next, wrapped at the terminal's width. In one row
+    the metrics (80 characters with a mixture's sources) pushed the step count, the bar and the
+    ETA off an 80-column terminal. The metrics are plain text: they hold source names, and
+    rich would read "[hard]" as a style."""
+
+    def get_renderables(self):
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            if task.description:
+                yield Text(task.description)
+
+
 class ProgressDisplay:
-    """A rich progress bar whose description shows the latest headline metrics.
+    """A rich progress bar with the latest headline metrics on the line below it.
 
     Disabled (writes nothing) when ``enabled`` is False or stderr is not a terminal; a plain
     metrics line is then printed every ``log_every`` steps instead, so logs stay readable.
@@ -57,11 +71,9 @@ class ProgressDisplay:
         self._start = start
         self._progress: Progress | None = None
         if self.live:
-            self._progress = Progress(
-                TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
-                # markup off: the description holds source names, and rich would read "[hard]" as a style
-                TextColumn("{task.description}", markup=False), TimeElapsedColumn(), TextColumn("ETA"),
-                TimeRemainingColumn(), console=self.console, transient=False,
+            self._progress = _MetricsBelow(
+                TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(bar_width=None), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=False, expand=True,
             )
             # a time-limited run has no step count to reach: an open-ended bar, no ETA
             self._task = self._progress.add_task("", total=None if max_seconds is not None else total,

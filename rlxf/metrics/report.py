@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlxf.errors import UserInputError
 from rlxf.metrics.report_plots import PHASES, Plot, line_plot, phase_means, png, time_plot
 from rlxf.metrics.sinks import read_jsonl
 
@@ -171,6 +172,18 @@ def default_output(run_dirs: list[Path]) -> Path:
     return first.parent / f"{stem}.html"
 
 
+def check_output(out: Path) -> None:
+    """Refuse to replace a file that is no HTML page: ``--out runs/x/metrics.jsonl`` (a slip of
+    tab completion) wrote the report over the run's metrics, and they were gone."""
+    if not out.is_file():
+        return
+    with open(out, "rb") as f:
+        head = f.read(64).lstrip().lower()
+    if head and not head.startswith((b"<!doctype html", b"<html")):
+        raise UserInputError(f"{out} exists and is not an HTML page, so the report will not replace it; give "
+                             f"the report a file of its own, e.g. --out {out.with_suffix('.html')}")
+
+
 def plots_for(runs: list[RunMetrics]) -> list[Plot]:
     """The plots some run has data for; each eval source's accuracy joins the accuracy plot, and a
     multi-turn run gets the mean reward of each turn of its episodes (``env/turn_reward/K``)."""
@@ -261,6 +274,7 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
     run_dirs = [Path(d) for d in run_dirs]
     runs = [load_run(d, name) for d, name in zip(run_dirs, run_names(run_dirs), strict=True)]
     out = Path(out) if out else default_output(run_dirs)
+    check_output(out)
     images = []
     for plot in plots_for(runs):
         fig = line_plot(plot, runs)

@@ -13,6 +13,7 @@ from typing import Protocol
 
 PHASES = ("rollout", "reward", "experience", "train", "sync", "eval", "checkpoint")
 STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 class Series(Protocol):
@@ -56,6 +57,16 @@ def plain_text(text: str) -> str:
     return "\N{ZERO WIDTH SPACE}" + text if text.startswith("_") else text
 
 
+def key_style(index: int, points: bool) -> tuple[str, str | None]:
+    """Line style and marker of the ``index``-th key a plot draws: the four line styles, then
+    again with a marker each (a plot of five episode ends, or an accuracy plot with its sources,
+    drew its fifth key exactly as its first). Eval points always have a marker."""
+    style, lap = STYLES[index % len(STYLES)], index // len(STYLES)
+    if points:
+        return style, MARKERS[lap % len(MARKERS)]
+    return style, None if lap == 0 else MARKERS[(lap - 1) % len(MARKERS)]
+
+
 def png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
@@ -78,28 +89,36 @@ def line_plot(plot: Plot, runs: Sequence[Series]):
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ys_all: list[float] = []
+
+    def bad(run: Series, key: str) -> int:
+        return run.non_finite(key) if hasattr(run, "non_finite") else 0
+
+    # styles go to the keys some run logged, in the plot's order, so every run draws a key alike
+    logged = [k for k in plot.keys if any(run.series(k)[0] or bad(run, k) for run in runs)]
     for ci, run in enumerate(runs):
-        color = f"C{ci % 10}"
-        for si, key in enumerate(plot.keys):
+        for si, key in enumerate(logged):
+            # one run: a colour per key; several: a colour per run, and the key's style tells them apart
+            color = f"C{(si if len(runs) == 1 else ci) % 10}"
             xs, ys = run.series(key)
             label = plain_text(key if len(runs) == 1 else f"{run.name}: {key}")
-            bad = run.non_finite(key) if hasattr(run, "non_finite") else 0
-            if bad:  # a NaN loss is news: say it on the plot, where the curve stops or never starts
-                label += f" ({bad} NaN/inf not drawn)"
+            points = key.startswith("eval/")
+            style, marker = key_style(si, points)
+            if nonfinite := bad(run, key):  # a NaN loss is news: say it on the plot, where the curve stops or never starts
+                label += f" ({nonfinite} NaN/inf not drawn)"
                 if not xs:
-                    ax.plot([], [], STYLES[si % len(STYLES)], color=color, label=label)
+                    ax.plot([], [], style, color=color, label=label, marker=marker)
             if not xs:
                 continue
             ys_all += ys
-            style = STYLES[si % len(STYLES)]
-            if key.startswith("eval/"):
-                ax.plot(xs, ys, style, color=color, label=label, marker="o", markersize=4, linewidth=1)
+            if points:
+                ax.plot(xs, ys, style, color=color, label=label, marker=marker, markersize=4, linewidth=1)
                 continue
             weight = smoothing_weight(len(ys))
             if weight > 0:
                 ax.plot(xs, ys, style, color=color, alpha=0.25, linewidth=1)
                 label += " (smoothed)"
-            ax.plot(xs, ema(ys, weight), style, color=color, label=label, linewidth=1.6)
+            ax.plot(xs, ema(ys, weight), style, color=color, label=label, linewidth=1.6, marker=marker,
+                    markersize=4, markevery=max(1, len(xs) // 12))
     ax.set_title(plot.title)
     ax.set_xlabel("step")
     ax.set_ylabel(plot.ylabel)

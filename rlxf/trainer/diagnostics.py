@@ -1,6 +1,6 @@
 """Warnings a user needs when RL does not learn, read from each step's metrics.
 
-    diagnostics = Diagnostics()
+    diagnostics = Diagnostics(group_baseline=registry.needs("advantage", cfg.algorithm.advantage).groups)
     diagnostics.replay(records)                # --resume: the metrics.jsonl of the steps done
     for step ...:
         diagnostics.observe(step, metrics)     # logs on the "rlxf" logger, each warning once
@@ -8,7 +8,8 @@
 Each check looks at a few steps, not one (a single bad batch is noise), and fires at most
 once per run (per eval source for the accuracy check), so a long run does not drown its log:
 
-- **no signal**: most groups had equal rewards (every advantage 0) over the last steps; when
+- **no signal**: most groups had equal rewards (every advantage 0 under a group baseline: not
+  checked for the estimators without one, ``group_baseline``) over the last steps; when
   most of those groups are one wrong response sampled n times, the warning says the policy has
   become deterministic (it sharpened faster than it learned) instead of that the task is too hard;
 - **engine/trainer gap**: the engine's sampling log-probs and the trainer's log π_old of the
@@ -61,6 +62,10 @@ class Diagnostics:
 
     thresholds: DiagnosticThresholds = field(default_factory=DiagnosticThresholds)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("rlxf"))
+    # whether the advantage estimator's baseline is the group's (grpo, rloo, ...): a group with equal
+    # rewards then has zero advantage. gae's critic and reinforce_pp's batch baseline give its samples
+    # advantages all the same (and with rollout.n 1 every group is one sample): no "no signal" warning
+    group_baseline: bool = True
     _zero_var: deque = field(init=False, repr=False)
     _same: deque = field(init=False, repr=False)
     _identical: deque = field(init=False, repr=False)
@@ -118,6 +123,8 @@ class Diagnostics:
         return self._streaks[key]
 
     def _no_signal(self, step: int, m: Mapping[str, float]) -> str | None:
+        if not self.group_baseline:
+            return None
         # dynamic sampling drops zero-variance groups before the actor sees them: count those too
         fracs = [m["groups/zero_variance_frac"]] if "groups/zero_variance_frac" in m else []
         if "sampling/kept_frac" in m:
@@ -191,18 +198,22 @@ class Diagnostics:
             f"model right more often than the most common answer is (SFT longer), or add "
             f"algorithm.kl_coef to stay near the start."))
 
-    def _evals(self, step: int, m: Mapping[str, float]) -> list[str | None]:
-        out = []
+    def _evals(self, step: int, m: Mapping[str, float]) -> list[str]:
+        """One warning for the accuracies that fell at this step: in a mixture a source that is
+        forgotten pulls eval/accuracy and eval/source_mean_accuracy down with it, and three
+        warnings with the same advice said it three times."""
         t = self.thresholds
+        fell = []
         for key in sorted(k for k in m if k.startswith("eval/") and k.endswith("accuracy")):
             acc = m[key]
             start = self._eval_start.setdefault(key, acc)
-            if self._streak(key, acc < start) < t.eval_patience:
-                continue
-            out.append(self._once(key, (
-                f"step {step}: held-out {key} has been below its first value ({start:.1%}) for "
-                f"{t.eval_patience} evaluations (now {acc:.1%}): RL is not improving this skill, or is "
-                f"erasing it. Lower train.optim.lr or add warm-up, add algorithm.kl_coef to stay near "
-                f"the start, and mix prompts of the skills to keep into the data; check samples.jsonl "
-                f"for what the reward actually pays for.")))
-        return out
+            if self._streak(key, acc < start) >= t.eval_patience and key not in self._warned:
+                self._warned.add(key)
+                fell.append(f"{key} ({start:.1%}) is now {acc:.1%}")
+        if not fell:
+            return []
+        return [(
+            f"step {step}: held-out accuracy has been below its first value for {t.eval_patience} evaluations: "
+            f"{', '.join(fell)}. RL is not improving the skill, or is erasing it. Lower train.optim.lr or add "
+            f"warm-up, add algorithm.kl_coef to stay near the start, and mix prompts of the skills to keep into "
+            f"the data; check samples.jsonl for what the reward actually pays for.")]
