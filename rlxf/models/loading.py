@@ -88,8 +88,11 @@ def warn_slow_cpu_dtype(device: torch.device, dtype: torch.dtype) -> None:
         log.warning(reason)
 
 
-def check_source(path: str | Path, what: str, *, local_first: bool = False, adapters: bool = False) -> str:
+def check_source(path: str | Path, what: str, *, local_first: bool = False, adapters: bool = False,
+                 tokenizer: bool = False) -> str:
     """A local directory, or something that looks like a hub id; otherwise a helpful error.
+
+    ``tokenizer``: a local directory holding tokenizer files (and no model) is returned as it is.
 
     ``adapters``: a local PEFT LoRA adapter directory is returned as it is (``load_model`` and
     ``load_tokenizer`` read it through its base model); otherwise it is refused with how to merge it.
@@ -105,7 +108,7 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False, adap
             raise ModelLoadError(f"{what} {text} is a file; give the directory that holds config.json")
         if adapters and is_adapter_dir(local):
             return str(local)
-        return _local_source(local, what)
+        return _local_source(local, what, tokenizer)
     # runs/NAME is where rlxf writes its runs (run.output_dir's default): a run not made yet, not
     # a hub id to spend half a minute of retries on
     looks_local = text.startswith((".", "/", "~", "runs/")) or text.count("/") > 1 or text.endswith("/")
@@ -151,10 +154,10 @@ def _no_local_subdir(local: Path, text: str, local_first: bool) -> str:
     return f"There is no directory {local.name!r} in the local directory {parent}/ ({shown}).{hint}{hub}"
 
 
-def _local_source(local: Path, what: str) -> str:
+def _local_source(local: Path, what: str, tokenizer: bool = False) -> str:
     """A model, checkpoint or run directory -> the model directory it stands for (one rule,
-    ``rlxf.models.paths``); a tokenizer-only directory is used as it is."""
-    if what == "tokenizer" and any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+    ``rlxf.models.paths``); for a ``tokenizer``, a tokenizer-only directory is used as it is."""
+    if tokenizer and any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
         return str(local)
     try:
         return str(resolve_model_dir(local).model)
@@ -181,12 +184,43 @@ def missing_model_hint(path: Path) -> str:
             f"that a config runs, but its reward stays near 0.)")
 
 
+def load_errors() -> tuple[type[Exception], ...]:
+    """What ``from_pretrained`` raises for files it cannot use: missing or invalid ones (OSError,
+    ValueError) and damaged safetensors weights (``SafetensorError``, which names no file)."""
+    from safetensors import SafetensorError
+
+    return OSError, ValueError, SafetensorError
+
+
 def hub_error(source: str, err: Exception) -> ModelLoadError:
+    """The error for a model or tokenizer ``from_pretrained`` could not load (``load_errors``)."""
+    local = Path(source)
+    if not local.is_dir():
+        return ModelLoadError(
+            f"cannot load {source!r}: {type(err).__name__}: {err}. If it is a hub id, check the name and "
+            f"that the hub is reachable (or set HF_HUB_OFFLINE=1 to use the local cache); if it is a "
+            f"local directory, check that it holds config.json and model weights.")
+    damaged = unreadable_weights(local)
+    what = (f"{', '.join(damaged)} in it {'is' if len(damaged) == 1 else 'are'} damaged (truncated or not "
+            f"safetensors). " if damaged else "")
     return ModelLoadError(
-        f"cannot load {source!r}: {type(err).__name__}: {err}. If it is a hub id, check the name and "
-        f"that the hub is reachable (or set HF_HUB_OFFLINE=1 to use the local cache); if it is a "
-        f"local directory, check that it holds config.json and model weights."
-    )
+        f"cannot load the local directory {source}: {type(err).__name__}: {err}. {what}Check that it holds "
+        f"config.json and complete model weights; a copy or save that stopped part-way leaves truncated "
+        f"files: copy or save the model again.")
+
+
+def unreadable_weights(directory: Path) -> list[str]:
+    """The ``*.safetensors`` files in ``directory`` whose header does not read back."""
+    from safetensors import safe_open
+
+    bad = []
+    for f in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(str(f), framework="pt"):
+                pass
+        except Exception:  # noqa: BLE001 - any failure to open is what is reported
+            bad.append(f.name)
+    return bad
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -220,7 +254,11 @@ def merge_adapter(model: PreTrainedModel, adapter: str | Path) -> PreTrainedMode
                              f"safetensors or adapter_model.bin): copy them there, or point at the complete adapter")
     try:
         return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
+    except (*load_errors(), RuntimeError, KeyError) as e:
+        damaged = unreadable_weights(Path(adapter))
+        if damaged:
+            raise ModelLoadError(f"the LoRA adapter {adapter} cannot be read: {', '.join(damaged)} is damaged "
+                                 f"(truncated or not safetensors); copy or save the adapter again") from None
         raise ModelLoadError(f"the LoRA adapter {adapter} does not fit its base model "
                              f"({type(e).__name__}: {e}); check base_model_name_or_path in its "
                              f"{ADAPTER_CONFIG}") from None
@@ -246,12 +284,12 @@ def load_tokenizer(
     """
     from transformers import AutoTokenizer
 
-    source = check_source(path, what, adapters=True)
+    source = check_source(path, what, adapters=True, tokenizer=True)
     if is_adapter_dir(source) and not any((Path(source) / f).is_file() for f in _TOKENIZER_FILES):
         source = check_source(adapter_base(source, what), f"the base model of the LoRA adapter {source}")
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as e:
+    except load_errors() as e:
         raise hub_error(source, e) from None
     if not tok.encode("Hello world", add_special_tokens=False):
         # transformers builds an EMPTY tokenizer from config.json's model type when a directory
@@ -322,7 +360,7 @@ def load_model(
         kwargs["attn_implementation"] = attn_implementation
     try:
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    except (OSError, ValueError) as e:
+    except load_errors() as e:
         raise hub_error(source, e) from None
     if adapter is not None:
         model = merge_adapter(model, adapter)

@@ -27,6 +27,7 @@ from rlxf.models.loading import (
     check_source,
     enable_checkpointing,
     hub_error,
+    load_errors,
     match_permissions,
     merged_state_dict,
     resolve_device,
@@ -102,7 +103,7 @@ class ValueModel(torch.nn.Module):
             kwargs["attn_implementation"] = attn_implementation
         try:
             trunk = AutoModel.from_pretrained(source, **kwargs)
-        except (OSError, ValueError) as e:
+        except load_errors() as e:
             raise hub_error(source, e) from None
         trunk.to(dev)
         trunk.config.use_cache = False

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rlxf.config.data import DataConfig
 from rlxf.config.reward import RewardConfig
+from rlxf.errors import close_all, close_during
 from rlxf.rewards.base import run_sync
 from rlxf.rewards.scorer import RewardFunction, build_reward, gather_all
 from rlxf.rewards.types import RewardInput, ScoredSample
@@ -56,9 +57,21 @@ class SourceRoutedReward:
     def score(self, batch: Sequence[RewardInput]) -> list[ScoredSample]:
         return run_sync(self.ascore(batch))
 
+    @property
+    def problem(self) -> str | None:
+        """Why some source's scorer cannot score any more (the reward server's /health reports
+        it), named by its source (``reward.verifiers``: the default's), or None."""
+        named = [("reward.verifiers", self.default), *((f"source {s}", fn) for s, fn in self.by_source.items())]
+        for name, fn in named:
+            problem = getattr(fn, "problem", None)
+            if problem:
+                return f"{name}: {problem}"
+        return None
+
     def close(self) -> None:
-        for fn in (self.default, *self.by_source.values()):
-            fn.close()
+        """Close every source's scorer, also after one fails (its worker processes must not outlive
+        the run); the first failure is raised."""
+        close_all(fn.close for fn in (self.default, *self.by_source.values()))
 
 
 def build_run_reward(cfg: Config) -> RewardFunction:
@@ -72,8 +85,7 @@ def build_run_reward(cfg: Config) -> RewardFunction:
     try:
         for name, rc in per_source.items():
             built[name] = build_reward(rc)
-    except BaseException:
-        for fn in (default, *built.values()):
-            fn.close()
+    except BaseException as e:
+        close_during(e, lambda: close_all(fn.close for fn in (default, *built.values())), "closing the built rewards")
         raise
     return SourceRoutedReward(default, built)

@@ -33,6 +33,7 @@ from rlxf.trainer.distributed import SINGLE, DataParallel
 from rlxf.trainer.experience import ExperienceMaker, drift_metrics
 from rlxf.trainer.roles import Actor, Critic, Reference
 from rlxf.trainer.seeds import derive_seed
+from rlxf.trainer.trainable import check_adapters_fit
 from rlxf.types import Experience, Trajectory
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class Learner:
                 f"--resume: {directory} is a checkpoint of `rlxf sft`, `rlxf rm` or `rlxf dpo`, not of an RL run "
                 f"(`rlxf train`); continue it with the command that made the run, with --resume")
         actor = self.actor
+        check_adapters_fit(state["trainable"], actor.model, directory)
         if state["trainable"]:
             actor.load_adapter_state(state["trainable"])
         else:

@@ -148,13 +148,12 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
     transformers' modules hold (``attention_dropout``, GPT-2's ``attn_pdrop``, OPT's
     ``layerdrop``, which skips whole layers at random, ``drop_path``), and those a module reads
     from its ``config`` at call time (Falcon's and Persimmon's ``self.config.attention_dropout``):
-    such a module gets a copy of its config with them zeroed, while each top-level transformers
-    model keeps its own config object, the one ``save_pretrained`` writes (a later change to
-    that config, e.g. by ``set_attn_implementation``, does not reach the copies). LoRA's
+    such a module gets a view of its config that reads them as 0 (``dropout_free_view``), while
+    each top-level transformers model keeps its own config object, the one ``save_pretrained``
+    writes; every other field of the view is that config's, so a later change to it
+    (``output_hidden_states``, ``set_attn_implementation``) reaches every module. LoRA's
     ``lora_dropout``, which the user sets for the adapters, is kept.
     """
-    import copy
-
     from transformers import PretrainedConfig, PreTrainedModel
 
     def random_drop(name: str, value) -> bool:
@@ -169,7 +168,7 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
                 yield from top_models(child)
 
     saved = {id(m) for m in top_models(model)}
-    copies: dict[int, PretrainedConfig] = {}  # one zeroed copy per config object, shared as the original was
+    views: dict[int, PretrainedConfig] = {}  # one view per config object, shared as the original was
     for name, module in model.named_modules():
         if "lora_dropout" in name:
             continue
@@ -181,15 +180,57 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
         config = vars(module).get("config")
         if id(module) in saved or not isinstance(config, PretrainedConfig):
             continue
-        if id(config) not in copies:
-            copies[id(config)] = config
+        if id(config) not in views:
             drops = [attr for attr, value in vars(config).items() if random_drop(attr, value)]
-            if drops:
-                copies[id(config)] = copy.copy(config)
-                for attr in drops:
-                    setattr(copies[id(config)], attr, 0.0)
-        module.config = copies[id(config)]
+            views[id(config)] = dropout_free_view(config, drops) if drops else config
+        module.config = views[id(config)]
     return model
+
+
+def dropout_free_view(config, names: Sequence[str]):
+    """``config`` with the fields ``names`` read as 0.0: every other read, and every write,
+    goes to ``config`` itself, so the model's later config changes reach the modules holding
+    the view (a copy would keep the values of the moment it was made). An instance of
+    ``config``'s class, as transformers checks; copies, deep copies and pickles stay views."""
+    cls = type(config)
+    if cls not in _VIEW_CLASSES:
+        _VIEW_CLASSES[cls] = type(cls.__name__, (_DropoutFreeView, cls), {"__module__": cls.__module__})
+    view = object.__new__(_VIEW_CLASSES[cls])
+    object.__setattr__(view, "_view_of", config)
+    object.__setattr__(view, "_view_zeroed", frozenset(names))
+    return view
+
+
+class _DropoutFreeView:
+    """The attribute routing of ``dropout_free_view``: placed before the config class in the
+    MRO, so methods and properties run on the view and read its fields through it."""
+
+    def __getattribute__(self, key: str):
+        own = object.__getattribute__
+        if key in ("_view_of", "_view_zeroed") or (key.startswith("__") and key != "__dict__"):
+            return own(self, key)
+        base = own(self, "_view_of")
+        zeroed = own(self, "_view_zeroed")
+        if key == "__dict__":  # vars(), to_dict(), ==: the fields as the modules read them
+            return {**object.__getattribute__(base, "__dict__"), **dict.fromkeys(zeroed, 0.0)}
+        key = type(base).attribute_map.get(key, key) if key != "attribute_map" else key
+        if key in zeroed:
+            return 0.0
+        fields = object.__getattribute__(base, "__dict__")
+        return fields[key] if key in fields else own(self, key)
+
+    def __setattr__(self, key: str, value) -> None:
+        setattr(object.__getattribute__(self, "_view_of"), key, value)
+
+    def __delattr__(self, key: str) -> None:
+        delattr(object.__getattribute__(self, "_view_of"), key)
+
+    def __reduce__(self):
+        own = object.__getattribute__
+        return dropout_free_view, (own(self, "_view_of"), sorted(own(self, "_view_zeroed")))
+
+
+_VIEW_CLASSES: dict[type, type] = {}
 
 
 def rows_with_tokens(exp: Experience, rows: list[int]) -> list[int]:

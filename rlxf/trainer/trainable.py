@@ -78,6 +78,7 @@ class TrainableModel(_Trainable):
             raise UserInputError(
                 f"--resume: {directory} is a checkpoint of an RL run (`rlxf train`), not of `rlxf sft`, `rlxf rm` "
                 f"or `rlxf dpo`; continue it with `rlxf train CONFIG --resume`")
+        check_adapters_fit(state["trainable"], self.model, directory)
         if state["trainable"]:  # LoRA: model/ is merged, the adapters are in the state
             self.load_adapter_state(state["trainable"])
         else:
@@ -88,6 +89,44 @@ class TrainableModel(_Trainable):
             self.model.load_state_dict(fresh.state_dict())
             del fresh
         self.load_state_dict(state["optim"])
+
+
+def check_adapters_fit(saved: dict[str, Tensor], model: torch.nn.Module, directory: Path) -> None:
+    """Refuse to resume from the checkpoint ``directory`` whose saved adapters do not fit ``model``
+    (``adapter_mismatch``), saying how to go on."""
+    problem = adapter_mismatch(saved, model)
+    if problem:
+        raise UserInputError(
+            f"--resume: {directory} does not fit this config's model: {problem}. Resume with the model.lora "
+            f"the run was started with, or start a new run from the checkpoint's (merged) model: "
+            f"model.path={directory / 'model'}")
+
+
+def adapter_mismatch(saved: dict[str, Tensor], model: torch.nn.Module) -> str | None:
+    """How the adapter weights a checkpoint saved (``_Trainable.adapter_state``; {} when the
+    whole model trained) differ from ``model``'s trainable ones, or None when they fit. A changed
+    ``model.lora`` would otherwise fail with a bare KeyError or size mismatch, or, with more
+    target modules than saved, resume the new ones from scratch without a word."""
+    params = dict(model.named_parameters())
+    trainable = {k: tuple(p.shape) for k, p in params.items() if p.requires_grad}
+    mine = trainable if len(trainable) < len(params) else {}
+    if not saved and not mine:
+        return None
+    if not saved:
+        return "it was saved training the whole model (model.lora.r = 0), this config trains LoRA adapters"
+    if not mine:
+        return f"it holds {len(saved)} LoRA adapter tensors, this config trains the whole model (model.lora.r = 0)"
+    missing = [k for k in mine if k not in saved]
+    extra = [k for k in saved if k not in mine]
+    shape = next(((k, tuple(v.shape), mine[k]) for k, v in saved.items() if k in mine and tuple(v.shape) != mine[k]),
+                 None)
+    if missing:
+        return f"this config's LoRA adapters include {missing[0]} ({len(missing)} tensors) that the checkpoint lacks"
+    if extra:
+        return f"the checkpoint's LoRA adapters include {extra[0]} ({len(extra)} tensors) that this config lacks"
+    if shape:
+        return f"{shape[0]} is {shape[1]} in the checkpoint and {shape[2]} with this config (model.lora.r changed?)"
+    return None
 
 
 def checkpoint_trainable(run: RunDir, step: int, core: TrainableModel, tokenizer, sampler, *, keep_last: int,
