@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -143,6 +144,10 @@ class MixtureSource(SourceFields):
         if ":" in self.label or "/" in self.label:
             raise ValueError(f"data.sources[].name {self.label!r} may not contain ':' or '/' (it starts uids and "
                              f"metric names); set `name`")
+        if any(unicodedata.category(c).startswith("C") for c in self.label):
+            # an escape or a newline would break the one-line-per-step progress line and CI logs
+            raise ValueError(f"data.sources[].name {self.label!r} holds a control character (a newline, tab or "
+                             f"escape); set `name` to printable text")
         return self
 
     @property

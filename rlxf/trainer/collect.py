@@ -143,6 +143,8 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
                 if key.endswith(("errors", "timeouts", "crashes")):
                     failures[key] = failures.get(key, 0.0) + value
         generated += trajs
+        if reward is not None:  # after each round: a reward failing every sample stops in round 1
+            check_reward_failures(generated, step, reward)
         if curriculum is not None:
             curriculum.observe(trajs)
         if algo.dynamic_sampling:
@@ -151,8 +153,6 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
         kept += trajs
         if len(kept) >= need * n:
             break
-    if reward is not None:
-        check_reward_failures(generated, step, reward)
     informative = len(kept)
     if not kept:  # every group agreed in every round: nothing to learn from (the update changes nothing)
         kept = generated[-need * n:]

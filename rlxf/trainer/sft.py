@@ -134,7 +134,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         if engine is None:
             return {}
         engine.update_weights(model.named_parameters(), version=0)
-        return evaluate_prompts(engine, tokenizer, reward, prompts, sampling, pass_k=cfg.eval.pass_k,
+        return evaluate_prompts(engine, tokenizer, reward, prompts, sampling, pass_k=cfg.eval.pass_k, reward_cfg=cfg.reward,
                                 seed=cfg.seeds.sampling)
 
     def checkpoint(step: int) -> Path:

@@ -211,3 +211,11 @@ def test_a_boolean_is_not_a_number(cfg_file):
     # booleans where booleans belong, numbers where numbers belong
     cfg = load_config(cfg_file(), ["algorithm.norm_adv_by_std=off", "train.steps=3", "train.optim.lr=0.5"])
     assert cfg.algorithm.norm_adv_by_std is False and cfg.train.steps == 3 and cfg.train.optim.lr == 0.5
+
+
+def test_a_source_name_with_a_control_character_is_refused(cfg_file):
+    """It names the per-source metrics and the progress line: a newline or an escape would break
+    the one line per step that CI logs rely on."""
+    mixture = BASE.replace("  task: arithmetic\n", '  sources:\n    - {task: arithmetic, name: "a\\nb"}\n'
+                                                    "    - {task: arithmetic, name: b}\n")
+    assert "control character" in _error(cfg_file(mixture))

@@ -45,3 +45,33 @@ def test_stops_exactly_when_the_failed_fraction_exceeds_the_limit(n, data, step,
             check_reward_failures(_trajs(n, failed), step=step, reward=cfg)
     else:
         check_reward_failures(_trajs(n, failed), step=step, reward=cfg)
+
+
+def test_dynamic_sampling_stops_in_the_round_whose_rewards_failed():
+    """A reward that fails every sample stopped the step only after every one of
+    algorithm.max_sampling_rounds rounds was generated and scored (its groups all agree)."""
+    from rlxf.config.algorithm import AlgorithmConfig
+    from rlxf.rollout import SamplingParams
+    from rlxf.trainer.collect import collect
+    from rlxf.trainer.timer import PhaseTimer
+
+    class Rollout:
+        rounds = 0
+
+        def generate(self, prompts, seeds, sampling, first_group=0):
+            self.rounds += 1
+            return [t for i in range(len(prompts)) for t in _trajs(sampling.n, sampling.n)]
+
+        def score(self, trajs, max_new_tokens):
+            return {"reward/correct_errors": float(len(trajs))}
+
+    class Sampler:
+        def next_batch(self, n):
+            return [Prompt(uid=f"p{i}", prompt_ids=[1], prompt_text="1+1=") for i in range(n)]
+
+    rollout = Rollout()
+    with pytest.raises(RewardFailures, match="8 of 8 samples"):
+        collect(rollout, Sampler(), SamplingParams(n=4, max_new_tokens=4),
+                AlgorithmConfig(dynamic_sampling=True, max_sampling_rounds=5), prompts_per_step=2, seed=0, step=3,
+                timer=PhaseTimer(), reward=RewardConfig(max_error_frac=0.5))
+    assert rollout.rounds == 1
