@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import typer
@@ -13,6 +14,12 @@ OverridesArg = typer.Argument(None, help="Dotted overrides, e.g. rollout.n=8 alg
 
 def _impl(module: str):
     return importlib.import_module(f"rlxf.cli.{module}")
+
+
+def path_override(key: str, path: str | Path) -> str:
+    """``key=path`` as an override that reads back as exactly ``path``: unquoted, the value is
+    read as YAML, so a directory named ``null`` would be None and `` runs/x`` lose its space."""
+    return f"{key}={json.dumps(str(path), ensure_ascii=False)}"
 
 
 def register(app: typer.Typer) -> None:
@@ -29,16 +36,19 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def quickstart(
         out: Path = typer.Argument(Path("runs/quickstart"), help="Directory for the quickstart's runs."),
-        seed: int = typer.Option(0, "--seed", help="Seed of every stage."),
+        seed: int | None = typer.Option(None, "--seed", help="Seed of every stage (default 0; with --resume, the "
+                                        "quickstart's own)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete OUT first if it exists."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted quickstart in OUT: finished "
                                     "stages are kept, an interrupted run continues from its last checkpoint."),
-        rl_steps: int | None = typer.Option(None, "--rl-steps", min=1, help="GRPO steps (default: the recipe's)."),
-        sft_steps: int | None = typer.Option(None, "--sft-steps", min=1, help="SFT steps (default: the recipe's)."),
-        preset: str = typer.Option("tiny", "--preset", help="Model size preset (see init-model)."),
-        remedy: bool = typer.Option(True, "--remedy/--no-remedy",
-                                    help="Add PPO-ptx's supervised loss on easy demonstrations to GRPO's (default), "
-                                    "or train on the hard problems alone to see what they cost the easy ones."),
+        rl_steps: int | None = typer.Option(None, "--rl-steps", min=1, help="GRPO steps (default: the recipe's; with --resume, the quickstart's own)."),
+        sft_steps: int | None = typer.Option(None, "--sft-steps", min=1, help="SFT steps (default: the recipe's; with --resume, the quickstart's own)."),
+        preset: str | None = typer.Option(None, "--preset", help="Model size preset (see init-model; default tiny; "
+                                          "with --resume, the quickstart's own)."),
+        remedy: bool | None = typer.Option(None, "--remedy/--no-remedy",
+                                           help="Add PPO-ptx's supervised loss on easy demonstrations to GRPO's "
+                                           "(default), or train on the hard problems alone to see what they cost "
+                                           "the easy ones. With --resume, the quickstart's own."),
     ) -> None:
         """The quickstart: SFT a tiny model on easy arithmetic, GRPO on harder problems, compare."""
         _impl("quickstart").run(out, seed=seed, overwrite=overwrite, rl_steps=rl_steps, sft_steps=sft_steps,

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlxf.cli.commands import path_override
 from rlxf.cli.errors import UsageError
 
 
@@ -67,7 +68,7 @@ def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
 
     if checkpoint is not None:
         location = _location(checkpoint)
-        overrides = [*overrides, f"model.path={location.model}"]
+        overrides = [*overrides, path_override("model.path", location.model)]
     cfg = load_config(config, overrides)
     if checkpoint is None:
         local = Path(cfg.model.path).expanduser()
@@ -96,7 +97,7 @@ def run(config: Path, overrides: list[str], *, checkpoint: Path | None) -> None:
         sampling = SamplingParams.from_config(cfg.rollout, max_new_tokens=cfg.eval.max_new_tokens)
     try:
         metrics = evaluate_prompts(engine, tokenizer, reward, prompts, sampling, pass_k=cfg.eval.pass_k,
-                                   seed=cfg.seeds.sampling)
+                                   seed=cfg.seeds.sampling, reward_cfg=cfg.reward)
     finally:
         close = getattr(reward, "close", None)
         if close is not None:

@@ -129,6 +129,10 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
 
     wheres = [f"prompt {i}" for i in range(len(prompts))]
     prompts = list(prompts)
+    blank = next((w for p, w in zip(prompts, wheres, strict=True) if not p.strip()), None)
+    if blank is not None:  # as --prompts-file refuses one: nothing to continue but the template, if any
+        raise UsageError(f"{blank} is empty (no text but whitespace); give the text the model is to continue, "
+                         f"e.g. \"12+34=\"")
     if prompts_file is not None:
         more, more_wheres = read_prompts_file(prompts_file)
         prompts, wheres = [*prompts, *more], [*wheres, *more_wheres]
@@ -162,15 +166,21 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
     start = time.perf_counter()
     groups = engine.generate([ids for ids, _ in encoded], sampling)
     seconds = time.perf_counter() - start
-    tokens = 0
+    tokens = failed = 0
     for i, (prompt, group) in enumerate(zip(prompts, groups, strict=True)):
         print(f"=== prompt {i}: {_shown(prompt)}")
         for j, c in enumerate(group):
             tokens += len(c.response_ids)
             if c.finish_reason == "error":
                 print(f"--- sample {j} failed: {c.error}")
+                failed += 1
                 continue
             text = tokenizer.decode(c.response_ids, skip_special_tokens=True)
             print(f"--- sample {j} ({c.finish_reason}, {len(c.response_ids)} tokens, "
                   f"log-prob {sum(c.logprobs):.2f})\n{text}")
     print(f"[{type(engine).__name__}: {tokens} tokens in {seconds:.2f}s]", file=sys.stderr)
+    if failed:  # exit 1, so that a script does not take the failures above for answers
+        import typer
+
+        print(f"error: {failed} of {sum(map(len, groups))} samples failed; the reasons are above", file=sys.stderr)
+        raise typer.Exit(1)

@@ -18,10 +18,11 @@ The demo is built so that RL earns its keep, and shows the baseline that would s
    the table and write ``report.html`` for the GRPO run.
 
 Every stage is an ordinary rlxf run in ``<out>/``, with its config, metrics and model. Each
-finished stage's wall time is recorded in ``<out>/stages.json``; ``--resume`` after an interrupt
-skips the finished stages, continues the interrupted SFT or GRPO run from its last checkpoint
-(its time then counts the steps logged before the interrupt by their ``time/step``), and starts
-the continued-SFT baseline over (its budget is GRPO's time).
+finished stage's wall time is recorded in ``<out>/stages.json``, the arguments in
+``<out>/quickstart.json``; ``--resume`` after an interrupt takes those arguments, skips the
+finished stages, continues the interrupted SFT or GRPO run from its last checkpoint (its time
+then counts the steps logged before the interrupt by their ``time/step``), and starts the
+continued-SFT baseline over (its budget is GRPO's time).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlxf.cli.commands import path_override
 from rlxf.cli.errors import UsageError
 from rlxf.config import Config, load_config
 from rlxf.run_dir import RunDir, RunDirError, setup_logging
@@ -69,7 +71,7 @@ def _no_remedy(cfg: Config) -> Config:
 
 def _config(name: str, out: Path, seed: int, overrides: list[str]) -> Config:
     return load_config(RECIPES / f"quickstart_{name}.yaml",
-                       [f"run.output_dir={out}", f"run.seed={seed}", *overrides])
+                       [path_override("run.output_dir", out), f"run.seed={seed}", *overrides])
 
 
 def _prepare(out: Path, overwrite: bool) -> None:
@@ -93,6 +95,49 @@ def _prepare(out: Path, overwrite: bool) -> None:
 
 
 STAGES = "stages.json"  # each finished stage's wall time: what --resume skips
+SETTINGS = "quickstart.json"  # the arguments the quickstart started with: what --resume continues
+DEFAULTS = {"seed": 0, "preset": "tiny", "remedy": True, "rl_steps": None, "sft_steps": None}
+FLAGS = {"seed": "--seed", "preset": "--preset", "remedy": "--remedy/--no-remedy", "rl_steps": "--rl-steps",
+         "sft_steps": "--sft-steps"}
+
+
+def settings(out: Path, given: dict, resume: bool) -> dict:
+    """The quickstart's arguments: those ``given`` (None: not given) over the defaults, or with
+    ``resume`` over those OUT started with (``quickstart.json``). A resumed quickstart that took
+    other ones would continue a stage on other settings than its first part (a GRPO run half with
+    PPO-ptx, half without) and report it under the new ones, so a given one that differs is refused."""
+    if not resume:
+        return {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    path = out / SETTINGS
+    try:
+        started = json.loads(path.read_text())
+        if not isinstance(started, dict) or set(started) != set(DEFAULTS):
+            raise ValueError(f"expected the keys {', '.join(DEFAULTS)}")
+    except FileNotFoundError:  # not a quickstart (refused later), or one started before rlxf recorded them
+        return settings(out, given, resume=False)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--resume: cannot read {path} ({e}), the arguments the quickstart started with; "
+                         f"repair it, or start the quickstart over with --overwrite") from None
+    differ = [k for k, v in given.items() if v is not None and v != started[k]]
+    if differ:
+        was = ", ".join(f"{FLAGS[k]} {_shown_setting(k, started[k])}" for k in differ)
+        now = ", ".join(f"{FLAGS[k]} {_shown_setting(k, given[k])}" for k in differ)
+        raise UsageError(f"--resume: the quickstart in {out} started with {was}, not {now}; a resumed quickstart "
+                         f"continues the same experiment, so leave those flags out (it takes its own), or start "
+                         f"another in a new directory")
+    return started
+
+
+def _shown_setting(key: str, value) -> str:
+    if key == "remedy":
+        return "(--remedy)" if value else "(--no-remedy)"
+    return "(the recipe's)" if value is None else str(value)
+
+
+def _save_settings(out: Path, chosen: dict) -> None:
+    tmp = out / f".{SETTINGS}.tmp"
+    tmp.write_text(json.dumps(chosen, indent=2) + "\n")
+    tmp.replace(out / SETTINGS)
 
 
 def _check_resumable(out: Path) -> None:
@@ -152,9 +197,9 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     if preset not in PRESETS:
         raise UsageError(f"--preset: unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     base, sft_model = out / "base-model", out / "sft"  # a run directory stands for its newest checkpoint's model
-    sft_cfg = _config("sft", out, seed, [f"model.path={base}"]
+    sft_cfg = _config("sft", out, seed, [path_override("model.path", base)]
                       + ([f"sft.steps={sft_steps}"] if sft_steps is not None else []))
-    grpo_cfg = _config("grpo", out, seed, [f"model.path={sft_model}"]
+    grpo_cfg = _config("grpo", out, seed, [path_override("model.path", sft_model)]
                        + ([f"train.steps={rl_steps}"] if rl_steps is not None else []))
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; pass one")
@@ -162,6 +207,9 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
         _check_resumable(out)
     else:
         _prepare(out, overwrite)
+    if not (out / SETTINGS).is_file():
+        _save_settings(out, {"seed": seed, "preset": preset, "remedy": remedy, "rl_steps": rl_steps,
+                             "sft_steps": sft_steps})
     setup_logging(out / "quickstart.log")
     start = time.perf_counter()
     finished = _finished(out) if resume else {}
@@ -193,7 +241,7 @@ def run_quickstart(out: Path, *, seed: int = 0, preset: str = "tiny", overwrite:
     log.info("stage 3/4: GRPO done in %.0fs", rl_seconds)
 
     # 4. the baseline: continued SFT on the same demonstrations for the same wall time
-    more_cfg = _config("sft", out, seed, [f"model.path={sft_model}", "run.name=sft-more", "sft.steps=1000000",
+    more_cfg = _config("sft", out, seed, [path_override("model.path", sft_model), "run.name=sft-more", "sft.steps=1000000",
                                           f"sft.max_seconds={rl_seconds:.1f}", "sft.optim.warmup_steps=20",
                                           "sft.optim.schedule=constant", "sft.eval_every=0", "sft.stop_when=null"])
     more_seconds = finished.get("sft-more")
@@ -229,8 +277,9 @@ def format_table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def run(out: Path, *, seed: int, overwrite: bool, rl_steps: int | None, sft_steps: int | None,
-        preset: str = "tiny", remedy: bool = True, resume: bool = False) -> None:
+def run(out: Path, *, seed: int | None, overwrite: bool, rl_steps: int | None, sft_steps: int | None,
+        preset: str | None = None, remedy: bool | None = None, resume: bool = False) -> None:
+    """``None``: an argument not given (the default, or with ``resume`` the quickstart's own)."""
     import shlex
     import sys
 
@@ -238,6 +287,10 @@ def run(out: Path, *, seed: int, overwrite: bool, rl_steps: int | None, sft_step
 
     from rlxf.trainer.interrupt import TrainingInterrupted
 
+    chosen = settings(out, {"seed": seed, "preset": preset, "remedy": remedy, "rl_steps": rl_steps,
+                            "sft_steps": sft_steps}, resume=resume and not overwrite)
+    seed, preset, remedy = chosen["seed"], chosen["preset"], chosen["remedy"]
+    rl_steps, sft_steps = chosen["rl_steps"], chosen["sft_steps"]
     again = shlex.join(["rlxf", "quickstart", str(out), "--seed", str(seed), "--preset", preset, "--resume",
                         *(["--rl-steps", str(rl_steps)] if rl_steps is not None else []),
                         *(["--sft-steps", str(sft_steps)] if sft_steps is not None else []),
