@@ -48,7 +48,7 @@ def build_sft(out: Path, seed: int, sft_steps: int) -> Path:
 
 
 def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, every: int) -> dict:
-    from rlxf.cli.quickstart import _config, _evaluate, _hard_only
+    from rlxf.cli.quickstart import _config, _evaluate, _no_remedy
     from rlxf.placement.local import LocalPlacement
     from rlxf.run_dir import RunDir
     from rlxf.trainer.loop import train
@@ -63,7 +63,7 @@ def run_variant(name: str, out: Path, sft_model: Path, seed: int, steps: int, ev
     sources = [s.model_copy(update={"task_options": {**s.task_options, "carries": RL_CARRIES}}) if s.label == "hard"
                else s for s in cfg.data.sources]
     both = cfg.model_copy(update={"data": cfg.data.model_copy(update={"sources": sources})})
-    cfg = _hard_only(both)
+    cfg = _no_remedy(both)
     torch.manual_seed(cfg.run.seed)
     run = RunDir.open(out, f"rl-{name}", overwrite=True)
     t0 = time.perf_counter()

@@ -42,6 +42,9 @@ class RunConfig(Section):
     def _safe_name(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", v):
             raise ValueError(f"run name {v!r} may only hold letters, digits, '.', '_' and '-'")
+        if re.fullmatch(r"\.+", v):  # '.' and '..' name run.output_dir itself or its parent
+            raise ValueError(f"run name {v!r} is only dots: it would name run.output_dir or a folder above it; "
+                             f"give the run a name")
         return v
 
 

@@ -27,6 +27,7 @@ import torch
 
 from rlxf.algorithms import registry
 from rlxf.config import Config
+from rlxf.config.explain import unused_settings
 from rlxf.data import build_prompt_data, build_sampler
 from rlxf.data.curriculum import Curriculum
 from rlxf.data.demos import build_demonstrations
@@ -54,6 +55,8 @@ class TrainingDiverged(RuntimeError):
 
 def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = False) -> dict[str, float]:
     """Run RL training with the roles in ``placement``; returns the last step's metrics."""
+    for note in unused_settings(cfg):  # valid, but the run behaves as if they were unset
+        log.warning("%s", note)
     seeds = cfg.seeds  # data, sampling and init draw from separate seeds (run.seed by default)
     torch.manual_seed(seeds.init)
     data = build_prompt_data(cfg.data, placement.tokenizer, seed=seeds.data)

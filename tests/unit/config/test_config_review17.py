@@ -150,3 +150,13 @@ def test_explain_names_algorithm_settings_the_run_never_reads(cfg_file, tmp_path
     rloo = load_config(cfg_file(), ["algorithm.name=rloo", "algorithm.norm_adv_by_std=false"])
     assert unused_settings(rloo) == ["algorithm.norm_adv_by_std=false does nothing: algorithm.advantage='rloo' "
                                      "does not read it (gae and grpo do)"]
+
+
+def test_a_name_of_dots_is_refused():
+    """'.' and '..' made the run directory run.output_dir itself or the folder above it."""
+    from rlxf.config.run import RunConfig
+
+    for name in (".", "..", "..."):
+        with pytest.raises(ValueError, match="only dots"):
+            RunConfig(name=name)
+    assert RunConfig(name="v1.2").name == "v1.2"

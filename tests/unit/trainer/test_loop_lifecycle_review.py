@@ -240,3 +240,11 @@ def test_a_failing_close_of_the_outputs_does_not_hide_the_steps_error(tmp_path, 
     with pytest.raises(ValueError, match="the step's own error") as caught:
         train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), FailingUpdate(tokenizer_for_tests))
     assert any("disk gone while closing" in note for note in caught.value.__notes__)
+
+
+def test_a_setting_the_run_never_reads_is_warned_at_its_start(tmp_path, tokenizer_for_tests, warnings):
+    """`rlxf explain` listed such settings; a run (CLI or rlxf.train) said nothing."""
+    cfg = _config(tmp_path, 1)
+    cfg = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"kl_estimator": "k1"})})
+    train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), FallingAccuracy(tokenizer_for_tests))
+    assert any("kl_estimator" in m and "does nothing" in m for m in warnings)
