@@ -25,7 +25,9 @@ from rlxf.rewards.types import RewardInput
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
 
-SANDBOX_UID = 61000
+# a uid of this file's own: the checks below count the host's processes of this uid, and test
+# files running in parallel (pytest-xdist) run their programs as the default 61000
+SANDBOX_UID = 61101
 TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}]
 CORRECT = "a, b = map(int, input().split())\nprint(a + b)\n"
 # The wall backstop is generous so the CPU budget decides every CPU-bound verdict even on a
@@ -69,6 +71,18 @@ def sandbox_processes() -> list[int]:
     return found
 
 
+def no_sandbox_processes_soon(wait_s: float = 10.0) -> bool:
+    """Whether the host has no sandbox-uid process, within ``wait_s``: the verdict comes back
+    while the job's runner is still exiting, which on a loaded machine (test files running in
+    parallel) is still visible for a moment; a stray is not gone in 10 s."""
+    deadline = time.monotonic() + wait_s
+    while sandbox_processes():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def submit(verifier, code: str):
     return verifier.score(RewardInput("Sum two integers.", f"```python\n{code}\n```", TESTS))
 
@@ -82,7 +96,7 @@ def run_hostile(box, verifier, code: str, allowed: set[str]):
     assert outcome.status in allowed, (outcome.status, outcome.stderr)
     scored = submit(verifier, code)
     assert scored.error is None and scored.score == 0.0, scored
-    assert sandbox_processes() == [], "a sandboxed process outlived its run"
+    assert no_sandbox_processes_soon(), "a sandboxed process outlived its run"
     assert submit(verifier, CORRECT).score == 1.0, "the sandbox no longer runs correct programs"
     return outcome, elapsed
 
@@ -294,4 +308,4 @@ def test_stopping_every_process_it_can_see_and_then_answering(short_box):
     scored = CodeVerifier("code", short_box).score(RewardInput("Sum two integers.", f"```python\n{code}\n```", tests))
     assert scored.error is None and scored.score == 1.0, scored
     assert time.monotonic() - start < 3 * SHORT_WALL.wall
-    assert sandbox_processes() == []
+    assert no_sandbox_processes_soon()

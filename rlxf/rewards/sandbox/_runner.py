@@ -205,6 +205,17 @@ def _end_helpers() -> None:
             pass
 
 
+def _exit(status: int) -> None:
+    """End the program's process with ``status``: multiprocessing's helpers waited for, and
+    stdout flushed (output it could not write fails the program)."""
+    _end_helpers()
+    try:
+        sys.stdout.flush()
+    except BaseException:  # noqa: BLE001
+        status = status or 1
+    os._exit(status & 0xFF)
+
+
 def _exit_status(error: BaseException | None) -> int:
     """The exit status of a program that ended with ``error`` (None: it ran to its end); a
     failure's traceback goes to stderr, the harness's frames left out."""
@@ -245,12 +256,7 @@ def _execute(code: str, test: dict) -> None:
             emit(to_json(values))
     except BaseException as e:  # noqa: BLE001 - the program's failure is its verdict
         status = _exit_status(e)
-    _end_helpers()
-    try:
-        sys.stdout.flush()
-    except BaseException:  # noqa: BLE001
-        status = status or 1
-    os._exit(status & 0xFF)
+    _exit(status)
 
 
 def _judge(code: str, test: dict) -> None:
@@ -467,12 +473,7 @@ def _serve(code: str, sock) -> None:
             _send(sock, json.dumps(reply))
     except BaseException as e:  # noqa: BLE001 - the program's failure is its verdict
         status = _exit_status(e)
-    _end_helpers()
-    try:
-        sys.stdout.flush()
-    except BaseException:  # noqa: BLE001
-        status = status or 1
-    os._exit(status & 0xFF)
+    _exit(status)
 
 
 def _describe(value, handles: dict) -> list:
