@@ -56,9 +56,7 @@ class WeightGroup:
     """One member of the learner -> engines broadcast group."""
 
     def __init__(self, address: str, port: int, rank: int, world: int, backend: str):
-        from rlxf.trainer.distributed import tcp_store
-
-        store = tcp_store(address, port, world, is_master=rank == 0, timeout=TIMEOUT)
+        store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=TIMEOUT)
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             self.group = dist.ProcessGroupNCCL(store, rank, world)

@@ -144,11 +144,10 @@ class _Rank(ABC):
 
     def address(self) -> tuple[str, int]:
         """This node's address as Ray knows it (the one the other nodes reach it by: the host
-        name may resolve to a loopback address, 127.0.1.1 on Debian), and a free port on it, held
-        bound until this actor's store listens on it (``tcp_store``): no other process can take it."""
+        name may resolve to a loopback address, 127.0.1.1 on Debian), and a free port on it."""
         from rlxf.trainer.distributed import free_address
 
-        return free_address(ray.util.get_node_ip_address(), hold=True)
+        return free_address(ray.util.get_node_ip_address())
 
     def start(self, rank: int, world: int, address: str | None, port: int | None) -> None:
         from rlxf.trainer.distributed import init_data_parallel
