@@ -90,6 +90,15 @@ class AsyncVerifier(ABC):
         """Release what the verifier holds (nothing by default)."""
 
 
+def raise_in_thread(ident: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in the thread ``ident`` at its next Python bytecode (a call blocked in C
+    gets it when that returns), or, with None, take back one not raised yet. How a verifier call
+    past its time limit is stopped: a thread cannot be killed."""
+    import ctypes  # noqa: PLC0415
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc) if exc else None)
+
+
 def run_sync(awaitable: Awaitable[T]) -> T:
     """Run a coroutine to completion from sync code, even if this thread runs an event loop."""
     try:

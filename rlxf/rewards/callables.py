@@ -30,14 +30,13 @@ in C belongs in a module named in the config (``type: module:function``) with ``
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import inspect
 import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from rlxf.rewards.base import SyncVerifier, run_sync
+from rlxf.rewards.base import SyncVerifier, raise_in_thread, run_sync
 from rlxf.rewards.custom import as_result
 from rlxf.rewards.types import RewardInput, RewardResult
 
@@ -80,7 +79,7 @@ def call_limited(fn: Callable[..., Any], timeout_s: float | None, what: str, *ar
         with lock:
             if state["running"]:
                 state["fired"] = True
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Stopped))
+                raise_in_thread(ident, _Stopped)
 
     watchdog = threading.Timer(timeout_s, fire)
     watchdog.daemon = True
@@ -92,7 +91,7 @@ def call_limited(fn: Callable[..., Any], timeout_s: float | None, what: str, *ar
             with lock:
                 state["running"] = False
                 if state["fired"]:  # not yet delivered (the call returned first): never deliver it
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+                    raise_in_thread(ident, None)
             watchdog.cancel()
     except (_Stopped, Exception):
         if not state["fired"]:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlxf.rewards.base import raise_in_thread
 from rlxf.rewards.types import RewardInput, RewardResult, VerifierFailure, describe_exception
 
 log = logging.getLogger(__name__)
@@ -239,8 +240,7 @@ class _ThreadLane(_Lane):
         with self._state:
             self.abandoned = True
             if self.in_call:  # (so the exception lands inside ``_run``, never after it returned)
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident),
-                                                           ctypes.py_object(_Abandoned))
+                raise_in_thread(self.thread.ident, _Abandoned)
         self.inbox.put(None)
         for fd in (self.wake_r, self.wake_w):
             try:
