@@ -25,9 +25,12 @@ sees ``y``. An assert source that does not parse that way (other setup statement
 non-literal expected values, loops, comparisons such as ``in``) runs as written in the
 sandbox's test process, while the program runs in a child of it that answers the source's
 calls with plain data only (``sandbox/_runner.py``): the program cannot patch what the test
-runs nor reach its result. The metric ``unparsed_asserts`` counts those tests: a function
-argument the source passes that is not data (a callback) fails them, and a name the program
-binds that shadows a builtin is not seen by them.
+runs nor reach its result. The metric ``unparsed_asserts`` counts those tests. What such a
+source passes the program that is not data (a lambda, a function, an object of a class the
+test defines) stays in the test's process: the program gets a handle whose calls, iteration
+and public attributes run there (an AssertionError raised there fails the test, even if the
+program catches it). A name the program binds that shadows a builtin is not seen by them.
+A test that is not valid Python is a verifier error naming it, not a 0 for the program.
 """
 
 from __future__ import annotations
@@ -328,12 +331,30 @@ def parse_tests(ground_truth: Any) -> list[CodeTest]:
             else:
                 tests.append(CodeTest(TestCase.stdio(_text(inp)), _text(out)))
     elif isinstance(gt, list):
-        tests = [_one_test(item) for item in gt]
+        for i, item in enumerate(gt):
+            try:
+                tests.append(_one_test(item))
+            except ValueError as e:
+                raise ValueError(f"test {i}: {e}") from None
     else:
         raise ValueError(f"no tests found in a ground truth of type {type(gt).__name__}")
     if not tests:
         raise ValueError("the ground truth has an empty list of tests")
     return tests
+
+
+def _python(source: Any) -> str:
+    """An assert test's source, if it compiles: one that does not is the test's fault, and run
+    it would fail every program (a 0 that looks like the program's). ValueError says where."""
+    if not isinstance(source, str):
+        raise ValueError(f"an assert test must be Python source text, not {type(source).__name__}")
+    try:
+        compile(source, "test.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # ValueError: a null byte
+        where = f"line {e.lineno}: " if isinstance(e, SyntaxError) and e.lineno else ""
+        raise ValueError(f"the assert test {source[:80]!r} is not valid Python ({where}"
+                         f"{getattr(e, 'msg', None) or type(e).__name__}); fix the test's source") from None
+    return source
 
 
 def _text(value: Any) -> str:
@@ -342,11 +363,11 @@ def _text(value: Any) -> str:
 
 def _one_test(item: Any) -> CodeTest:
     if isinstance(item, str):
-        return parse_assert(item)
+        return parse_assert(_python(item))
     if not isinstance(item, dict):
         raise ValueError(f"a test must be a string or a dict, not {type(item).__name__}")
     if "assert" in item:
-        return parse_assert(item["assert"])
+        return parse_assert(_python(item["assert"]))
     if item.get("fn_name"):
         if "expected" not in item and "output" not in item:  # None would be expected: `pass` passes
             raise ValueError(f"a call test needs its expected value (expected or output); got keys {sorted(item)}")

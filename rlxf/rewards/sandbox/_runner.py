@@ -23,6 +23,9 @@ What a test process emits on fd 3 (the result memfd):
   judge's calls over a socket with plain data only (``_judge``). So the program can neither
   patch what the test runs (builtins, exec, AssertionError, the test's own locals), nor hand
   it an object whose ``__eq__`` says yes, nor write the token it may find in its memory.
+  What the test passes the program that is not data (a callback, an object of its own class)
+  stays in the judge; the program's handle to it asks the judge to call or iterate it or to
+  read or set its public attributes (``_Channel.serve``), never its frames or globals.
 """
 
 import _socket
@@ -261,10 +264,14 @@ def _execute(code: str, test: dict) -> None:
 
 def _judge(code: str, test: dict) -> None:
     """Run an assert test's source against the program, which runs in a child: the source's
-    names that the program defines are the program's plain data (copied), stdlib modules
-    (imported here) or ``_Remote`` handles, whose calls the child answers with plain data. The
-    test passes when the source ran here without raising; this process exits with the status
-    the child's own exit gives it when the program ends early (``sys.exit``, a crash, a signal)."""
+    names that the program defines are the program's plain data (copied), modules (imported
+    here as installed, so a patched copy is not seen) or ``_Remote`` handles, whose calls the
+    child answers with plain data.
+    What the source passes that is not data (a lambda, a function or an object of its own)
+    stays here: the program gets a handle whose calls run here (``_Channel.serve``). The test
+    passes when the source ran here without raising, nor any of its callbacks with an
+    AssertionError the program might have caught; this process exits with the status the
+    child's own exit gives it when the program ends early (``sys.exit``, a crash, a signal)."""
     import ast  # noqa: PLC0415
     import builtins  # noqa: PLC0415
     import socket  # noqa: PLC0415
@@ -283,12 +290,17 @@ def _judge(code: str, test: dict) -> None:
         wanted = {n.id for n in ast.walk(ast.parse(test["source"])) if isinstance(n, ast.Name)}
         names = channel.ask(["start", sorted(n for n in wanted if n not in builtins.__dict__)])[1]
         namespace = {"__builtins__": builtins, "__name__": "__main__"}
-        for name, (how, what) in dict(names).items():
-            if how == "module" and (what in sys.modules or what.partition(".")[0] in sys.stdlib_module_names):
-                namespace[name] = __import__(what, fromlist=["_"])
+        for name, (how, what, *ref) in dict(names).items():
+            if how == "module":  # imported here, as installed: a copy the program patched is not seen
+                try:
+                    namespace[name] = __import__(what, fromlist=["_"])
+                except Exception:  # noqa: BLE001 - not installed (one the program made): its handle
+                    namespace[name] = _Remote(channel, ref[0])
             else:
                 namespace[name] = channel.decode(what) if how == "value" else _Remote(channel, what)
         exec(compile(test["source"], "test.py", "exec"), namespace)  # noqa: S102 - the test's own code
+        if channel.failed is not None:
+            raise channel.failed
         passed, status = True, 0
     except _ProgramGone:
         status = None
@@ -317,34 +329,96 @@ class _ProgramGone(Exception):
     """The program's process ended (or broke the protocol) before it answered the judge."""
 
 
+_REQUESTS = ("call", "getattr", "setattr", "iter", "next")  # the other messages are answers
+
+
+def _raised(reply: list, by: str) -> Exception:
+    """The exception an answer ``["raise", type name, message]`` from ``by`` stands for: the
+    builtin type of that name (RuntimeError for others), never a class the other side chose."""
+    import builtins  # noqa: PLC0415
+
+    kind = getattr(builtins, str(reply[1]), None) if len(reply) > 1 else None
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        kind = RuntimeError
+    return kind(f"(raised by the {by}) {reply[2] if len(reply) > 2 else ''}"[:300])
+
+
 class _Channel:
     """The judge's end of the socket to the program: length-prefixed JSON, values in ``_wire``'s
-    tagged form. Whatever comes back is decoded as data only."""
+    tagged form. Whatever comes back is decoded as data only. While it waits for an answer it
+    serves the program's calls of the test's own objects (``objects``: callbacks the test
+    passed, what they returned), which run here."""
 
     def __init__(self, sock):
         self.sock = sock
+        self.objects: list = []
+        self.failed: AssertionError | None = None   # an assertion of the test's that failed in a callback
 
     def ask(self, request: list):
         import json  # noqa: PLC0415
 
         _send(self.sock, json.dumps(request))
-        text = _recv(self.sock)
-        if text is None:
-            raise _ProgramGone
-        try:
-            reply = json.loads(text)
-        except RecursionError:
-            reply = None
-        if not (isinstance(reply, list) and len(reply) >= 2 and isinstance(reply[0], str)):
-            raise ValueError("the program's process answered the test with something that is not data")
+        while True:
+            text = _recv(self.sock)
+            if text is None:
+                raise _ProgramGone
+            try:
+                reply = json.loads(text)
+            except RecursionError:
+                reply = None
+            if not (isinstance(reply, list) and len(reply) >= 2 and isinstance(reply[0], str)):
+                raise ValueError("the program's process answered the test with something that is not data")
+            if reply[0] not in _REQUESTS:
+                break
+            _send(self.sock, json.dumps(self.serve(reply)))
         if reply[0] == "raise":  # the program's function raised: the same builtin type here
-            import builtins  # noqa: PLC0415
-
-            kind = getattr(builtins, str(reply[1]), None)
-            if not (isinstance(kind, type) and issubclass(kind, Exception)):
-                kind = RuntimeError
-            raise kind(f"(raised by the program) {reply[2] if len(reply) > 2 else ''}"[:300])
+            raise _raised(reply, "program")
         return reply
+
+    def serve(self, request: list) -> list:
+        """The answer to the program's request on one of the test's objects. The program may call
+        them (a test's callback runs as the test wrote it, with data as its arguments), iterate
+        them and read or set the attributes the test's own objects keep in their ``__dict__``
+        and their methods; nothing else (no ``_`` names, no module's or function's attributes:
+        those would lead to this process's frames and the test's token)."""
+        import types  # noqa: PLC0415
+
+        try:
+            op, ref, *rest = request
+            if type(ref) is not int or not 0 <= ref < len(self.objects):
+                raise ValueError("no such object of the test's")
+            target = self.objects[ref]
+            if op == "call":
+                args, kwargs = self.decode(rest[0]), self.decode(rest[1])
+                result = target(*args, **{str(k): v for k, v in kwargs.items()})
+            elif op == "iter":
+                result = iter(target)
+            elif op == "next":
+                result = next(target)
+            else:
+                name = rest[0]
+                opaque = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+                if type(name) is not str or name.startswith("_") or isinstance(target, opaque):
+                    raise AttributeError(f"the test's {type(target).__name__} shows no attribute {name!r} "
+                                         "to the program")
+                if op == "setattr":
+                    if not hasattr(target, "__dict__"):
+                        raise AttributeError(f"the test's {type(target).__name__} takes no attribute {name!r}")
+                    setattr(target, name, self.decode(rest[1]))
+                    result = None
+                else:
+                    own = name in getattr(target, "__dict__", {})
+                    result = getattr(target, name)
+                    if not (own or isinstance(result, (types.MethodType, types.BuiltinMethodType))
+                            and getattr(result, "__self__", None) is target):
+                        raise AttributeError(f"the test's {type(target).__name__} shows no attribute {name!r} "
+                                             "to the program")
+            return ["value", _wire(result, self.objects)]
+        except AssertionError as e:  # the test's own check failed, whatever the program does with it
+            self.failed = self.failed or e
+            return ["raise", "AssertionError", str(e)[:300]]
+        except Exception as e:  # noqa: BLE001 - the program's request failed: it sees why
+            return ["raise", type(e).__name__, str(e)[:300]]
 
     def value(self, reply, args: tuple = ()):
         """A call's or attribute's answer: plain data, or a handle to the program's object."""
@@ -382,6 +456,8 @@ class _Channel:
             return int(v, 16)
         if tag == "r" and type(v) is int:
             return _Remote(self, v)
+        if tag == "j" and type(v) is int and 0 <= v < len(self.objects):  # the test's own, given back
+            return self.objects[v]
         raise ValueError("the program's process answered the test with something that is not data")
 
 
@@ -395,7 +471,9 @@ class _Remote:
         self._channel, self._ref = channel, ref
 
     def __call__(self, *args, **kwargs):
-        return self._channel.value(self._channel.ask(["call", self._ref, _wire(list(args)), _wire(kwargs)]), args)
+        channel = self._channel
+        return channel.value(channel.ask(["call", self._ref, _wire(list(args), channel.objects),
+                                          _wire(kwargs, channel.objects)]), args)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -406,14 +484,17 @@ class _Remote:
         return f"<an object of the program's (#{self._ref})>"
 
 
-def _wire(value):
+def _wire(value, objects: list | None = None):
     """Plain data in a JSON form that keeps its types (tuples, sets, bytes, non-string keys,
-    huge integers; subclasses become their base type); ``_Remote`` handles pass as themselves.
-    Anything else is a TypeError."""
+    huge integers; subclasses become their base type); ``_Remote`` and ``_TestObject`` handles
+    pass as themselves. Anything else is a TypeError, or, given ``objects`` (the judge's), kept
+    there and passed as a handle."""
     if value is None or type(value) in (bool, str, float):
         return value
     if isinstance(value, _Remote):
         return {"r": value._ref}
+    if isinstance(value, _TestObject):
+        return {"j": object.__getattribute__(value, "_ref")}
     if isinstance(value, int):  # bool cannot be subclassed, so this is an int (subclass)
         value = int(value)
         return value if abs(value) < 1 << 4000 else {"i": hex(value)}  # JSON's digit limit
@@ -424,13 +505,16 @@ def _wire(value):
     if isinstance(value, (bytes, bytearray)):
         return {"b": bytes(value).decode("latin-1")}
     if isinstance(value, list):
-        return [_wire(v) for v in value]
+        return [_wire(v, objects) for v in value]
     if isinstance(value, tuple):
-        return {"t": [_wire(v) for v in value]}
+        return {"t": [_wire(v, objects) for v in value]}
     if isinstance(value, (set, frozenset)):
-        return {"f" if isinstance(value, frozenset) else "s": [_wire(v) for v in value]}
+        return {"f" if isinstance(value, frozenset) else "s": [_wire(v, objects) for v in value]}
     if isinstance(value, dict):
-        return {"d": [[_wire(k), _wire(v)] for k, v in value.items()]}
+        return {"d": [[_wire(k, objects), _wire(v, objects)] for k, v in value.items()]}
+    if objects is not None:
+        objects.append(value)
+        return {"j": len(objects) - 1}
     raise TypeError(f"a {type(value).__name__} is not plain data")
 
 
@@ -441,7 +525,7 @@ def _serve(code: str, sock) -> None:
     import types  # noqa: PLC0415
 
     namespace = _program_main(code)
-    handles: dict = {}
+    peer = _Peer(sock)
     status = 0
     try:
         request = json.loads(_recv(sock) or "[]")
@@ -451,58 +535,122 @@ def _serve(code: str, sock) -> None:
             if name in namespace:
                 value = namespace[name]
                 if isinstance(value, types.ModuleType):
-                    names[name] = ["module", value.__name__]
+                    names[name] = ["module", str(value.__name__), peer.describe(value)[1]]
                 else:
-                    names[name] = _describe(value, handles)
+                    names[name] = peer.describe(value)
         _send(sock, json.dumps(["names", names]))
         while (text := _recv(sock)) is not None:
-            op, ref, *rest = json.loads(text)
-            try:
-                target = handles[ref]
-                if op == "call":
-                    args, kwargs = _unwire(rest[0], handles), _unwire(rest[1], handles)
-                    reply = _describe(target(*args, **kwargs), handles)
-                    try:  # the arguments after the call, for a function that edits them in place
-                        reply.append(_wire(args) if any(type(a) in (list, dict, set) for a in args) else None)
-                    except (TypeError, ValueError, RecursionError):
-                        reply.append(None)
-                else:
-                    reply = _describe(getattr(target, rest[0]), handles)
-            except Exception as e:  # noqa: BLE001 - the program's answer is that it raised
-                reply = ["raise", type(e).__name__, str(e)[:300]]
-            _send(sock, json.dumps(reply))
+            peer.answer(json.loads(text))
     except BaseException as e:  # noqa: BLE001 - the program's failure is its verdict
         status = _exit_status(e)
     _exit(status)
 
 
-def _describe(value, handles: dict) -> list:
-    """A value for the judge: as data, or a handle to it (kept in ``handles``) if it is not data."""
-    try:
-        return ["value", _wire(value)]
-    except (TypeError, ValueError, RecursionError):
-        handles[len(handles)] = value
-        return ["ref", len(handles) - 1]
+class _Peer:
+    """The program's end of the socket: its objects the judge holds handles to (``handles``),
+    and the judge's requests answered, also while the program waits on a test's callback."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.handles: dict = {}
+
+    def answer(self, request: list) -> None:
+        import json  # noqa: PLC0415
+
+        op, ref, *rest = request
+        try:
+            target = self.handles[ref]
+            if op == "call":
+                args, kwargs = self.unwire(rest[0]), self.unwire(rest[1])
+                reply = self.describe(target(*args, **kwargs))
+                try:  # the arguments after the call, for a function that edits them in place
+                    reply.append(_wire(args) if any(type(a) in (list, dict, set) for a in args) else None)
+                except (TypeError, ValueError, RecursionError):
+                    reply.append(None)
+            else:
+                reply = self.describe(getattr(target, rest[0]))
+        except Exception as e:  # noqa: BLE001 - the program's answer is that it raised
+            reply = ["raise", type(e).__name__, str(e)[:300]]
+        _send(self.sock, json.dumps(reply))
+
+    def ask(self, request: list):
+        """A request on one of the test's objects; the judge's requests in between are answered."""
+        import json  # noqa: PLC0415
+
+        _send(self.sock, json.dumps(request))
+        while (text := _recv(self.sock)) is not None:
+            reply = json.loads(text)
+            if reply[0] not in _REQUESTS:
+                if reply[0] == "raise":
+                    raise _raised(reply, "test")
+                return self.unwire(reply[1])
+            self.answer(reply)
+        _exit(0)  # the judge is done: its verdict no longer depends on this process
+
+    def describe(self, value) -> list:
+        """A value for the judge: as data, or a handle to it (kept in ``handles``) if it is not data."""
+        try:
+            return ["value", _wire(value)]
+        except (TypeError, ValueError, RecursionError):
+            self.handles[len(self.handles)] = value
+            return ["ref", len(self.handles) - 1]
+
+    def unwire(self, data):
+        """The judge's values (``_wire``'s form) as Python values: handles are the program's
+        objects ("r") or proxies of the test's ("j")."""
+        if data is None or type(data) in (bool, int, float, str):
+            return data
+        if type(data) is list:
+            return [self.unwire(v) for v in data]
+        (tag, v), = data.items()
+        if tag == "t":
+            return tuple(self.unwire(x) for x in v)
+        if tag in ("s", "f"):
+            return (set if tag == "s" else frozenset)(self.unwire(x) for x in v)
+        if tag == "d":
+            return {self.unwire(k): self.unwire(x) for k, x in v}
+        if tag == "b":
+            return v.encode("latin-1")
+        if tag == "i":
+            return int(v, 16)
+        if tag == "j":
+            return _TestObject(self, v)
+        return self.handles[v]  # "r"
 
 
-def _unwire(data, handles: dict):
-    """The judge's arguments (``_wire``'s form) as Python values; handles are the program's objects."""
-    if data is None or type(data) in (bool, int, float, str):
-        return data
-    if type(data) is list:
-        return [_unwire(v, handles) for v in data]
-    (tag, v), = data.items()
-    if tag == "t":
-        return tuple(_unwire(x, handles) for x in v)
-    if tag in ("s", "f"):
-        return (set if tag == "s" else frozenset)(_unwire(x, handles) for x in v)
-    if tag == "d":
-        return {_unwire(k, handles): _unwire(x, handles) for k, x in v}
-    if tag == "b":
-        return v.encode("latin-1")
-    if tag == "i":
-        return int(v, 16)
-    return handles[v]  # "r"
+class _TestObject:
+    """One of the test's objects (a callback, an object of a class it defined), seen from the
+    program: calls, iteration and attributes are asked of the judge, where they run."""
+
+    __slots__ = ("_peer", "_ref")
+
+    def __init__(self, peer: _Peer, ref: int):
+        object.__setattr__(self, "_peer", peer)
+        object.__setattr__(self, "_ref", ref)
+
+    def _ask(self, *request):
+        return object.__getattribute__(self, "_peer").ask([request[0], object.__getattribute__(self, "_ref"),
+                                                           *request[1:]])
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", _wire(list(args)), _wire(kwargs))
+
+    def __iter__(self):
+        return self._ask("iter")
+
+    def __next__(self):
+        return self._ask("next")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name)
+
+    def __setattr__(self, name: str, value) -> None:
+        self._ask("setattr", name, _wire(value))
+
+    def __repr__(self) -> str:
+        return f"<an object of the test's (#{object.__getattribute__(self, '_ref')})>"
 
 
 def _send(sock, text: str) -> None:
