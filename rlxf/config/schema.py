@@ -154,9 +154,6 @@ class Config(Section):
 
     def _check_async(self) -> None:
         """What ``rollout.mode: async`` cannot run with, said before any work starts."""
-        if self.env is not None:
-            raise ValueError("rollout.mode=async runs single-turn rollouts only (each group is one request to "
-                             "the engine); set rollout.mode=sync for env (multi-turn) runs")
         if self.rollout.threads not in (None, 1):
             raise ValueError(f"rollout.mode=async runs the engine in its own process with one decode worker "
                              f"(one core) so that weights can be swapped between decode steps; "

@@ -164,10 +164,18 @@ class ProgramEpisodes:
                                         max_turns=limits.max_turns, only_opened=True)
         self._server: ChatServer | None = None
         self._calls = 0
+        self._running = threading.Lock()
 
     def run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
             first_group: int = 0) -> list[Trajectory]:
-        """``sampling.n`` episodes per prompt, as the agent loop's ``run_episodes`` makes them."""
+        """``sampling.n`` episodes per prompt, as the agent loop's ``run_episodes`` makes them.
+        Calls from several threads (async mode's episodes, an evaluation) take turns: the
+        endpoint samples every turn with one call's sampling parameters."""
+        with self._running:
+            return self._run(prompts, seeds, sampling, first_group)
+
+    def _run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams,
+             first_group: int) -> list[Trajectory]:
         if self._server is None:   # started on first use: constructing the rollout serves nothing yet
             self._server = ChatServer(self.recorder)
         self.recorder.sampling = sampling

@@ -7,11 +7,20 @@ the last model turn when ``env.use_verifiers`` is set. The loop and ``collect`` 
 trajectories. The local placement and Ray's colocated actor hold one ``EnvRollout``; under Ray's
 disaggregated mode each engine actor generates with its own and the driver scores with
 ``score_episodes``.
+
+``rollout.mode: async`` under ``local`` streams episodes through ``EpisodeStream``: each set of
+groups submitted runs its episodes in a thread of its own while the trainer trains, against the
+engine process (``rlxf.rollout.process``), which decodes the model turns of every such thread
+together and loads new weights between decode steps. An episode's turns may so be sampled under
+several versions of the weights; each token carries its own, and the staleness bound counts
+the oldest.
 """
 
 from __future__ import annotations
 
 import inspect
+import queue
+import threading
 from functools import partial
 from typing import Any
 
@@ -22,6 +31,7 @@ from rlxf.envs.programs import ProgramEpisodes, load_agent
 from rlxf.envs.tools import ToolSet
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import SamplingParams
+from rlxf.rollout.stream import GroupRequest, GroupStream
 from rlxf.types import Prompt, Trajectory
 
 
@@ -69,6 +79,58 @@ class EnvRollout:
             self.tools.close()
         if self.programs is not None:
             self.programs.close()
+
+
+class EpisodeStream(GroupStream):
+    """``rollout.mode: async`` with ``env:``: the groups of each ``submit`` run their episodes in a
+    thread of their own (``EnvRollout.generate``), against an engine that decodes on its own and
+    may be called from several threads (``EngineProcess``); ``ready`` hands back the groups of
+    every such call that has finished. A call that raised (the engine lost for good, a chat
+    template that cannot be appended to) raises in ``ready``, in the trainer's thread."""
+
+    def __init__(self, rollout: EnvRollout):
+        self.rollout = rollout
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()
+
+    def submit(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
+        if requests:
+            threading.Thread(target=self._run, args=(list(requests), sampling), name="rlxf-episodes",
+                             daemon=True).start()
+
+    def _run(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
+        try:
+            trajs = self.rollout.generate([r.prompt for r in requests], [r.seed for r in requests], sampling)
+        except BaseException as e:  # noqa: BLE001 - raised again in the trainer's thread by ready
+            self.finished.put(e)
+            return
+        groups: list[list[Trajectory]] = [[] for _ in requests]
+        for t in trajs:   # numbered by position in the call; give back the callers' ids
+            groups[t.group].append(t)
+            t.group = requests[t.group].group
+        self.finished.put([(r.group, g) for r, g in zip(requests, groups)])
+
+    def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:
+        try:
+            calls = [self.finished.get(timeout=timeout) if timeout != 0 else self.finished.get_nowait()]
+        except queue.Empty:
+            return []
+        while True:   # and every other call that has finished by now
+            try:
+                calls.append(self.finished.get_nowait())
+            except queue.Empty:
+                break
+        out: list[tuple[int, list[Trajectory]]] = []
+        for call in calls:
+            if isinstance(call, BaseException):
+                raise call
+            out += call
+        return out
+
+    def engine_stats(self) -> dict[str, float]:
+        engine = self.rollout.engine
+        if not hasattr(engine, "idle_seconds"):
+            return {}
+        return {"engine_idle_s": engine.idle_seconds(), "engine_restarts": float(engine.restarts)}
 
 
 def score_episodes(trajs: list[Trajectory], max_new_tokens: int, reward=None) -> dict[str, float]:

@@ -110,6 +110,7 @@ class LocalPlacement(Placement):
         self.engine = engine
         self.reward = reward
         self.tokenizer = learner.tokenizer
+        self.env = env
         if env is None:
             self._rollout = EngineRollout(engine, learner.tokenizer, reward)
         else:  # multi-turn: generate runs episodes whose trajectories carry the environment's masks
@@ -164,6 +165,10 @@ class LocalPlacement(Placement):
 
     def stream(self) -> GroupStream:
         if hasattr(self.engine, "submit"):  # an EngineProcess: it decodes while the learner trains
+            if self.env is not None:        # episodes run in threads of their own, its turns decode there
+                from rlxf.envs.rollout import EpisodeStream
+
+                return EpisodeStream(self._rollout)
             return EngineStream(self.engine, self.tokenizer)
         return super().stream()
 

@@ -23,6 +23,12 @@ request samples the same tokens again), up to ``max_restarts`` times. No Ray is 
 If the trainer dies without closing it (``kill -9``, out of memory), the engine exits too rather
 than hold the model (and a GPU's KV cache) forever: on Linux the kernel kills it
 (``PR_SET_PDEATHSIG``); elsewhere, and as a backstop, it checks its parent pid while it waits.
+
+Several threads of the trainer may use one ``EngineProcess`` at once (``rollout.mode: async`` with
+``env:`` runs each submitted set of groups' episodes in a thread of its own, whose model turns
+``generate`` waits for, while the trainer's thread sends weights and evaluates). One thread at a
+time reads the engine's messages and files each answer under its request id; the others wait on
+a condition until theirs is filed. What ``generate`` waits for is never handed out by ``ready``.
 """
 
 from __future__ import annotations
@@ -134,6 +140,11 @@ class EngineProcess:
         self._ids = itertools.count()
         self._inflight: dict[int, tuple[Any, SamplingParams]] = {}   # submitted, not yet answered
         self._done: dict[int, list[Completion]] = {}                 # answered, not yet handed out
+        self._awaited: set[int] = set()      # ids a ``generate`` call waits for: not ``ready``'s to hand out
+        self._cond = threading.Condition(threading.RLock())  # guards all of the above (several threads)
+        self._reading = False                # a thread is polling the pipe outside the lock
+        self._failed: EngineLost | None = None  # the engine reported an error: every waiter raises it
+        self._closed = False
         self._loaded = -1                    # the newest version the engine acknowledged loading
         self._idle_s, self._idle_since = 0.0, None  # the engine's waiting time (its clock: monotonic)
         self._idle_before = 0.0              # waiting time of the engine processes that died
@@ -141,20 +152,29 @@ class EngineProcess:
 
     # -- the engine interface ------------------------------------------------------------------
     def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
-        ids = [self.submit(r, sampling, index=i) for i, r in enumerate(as_requests(requests))]
-        self._wait(lambda: all(i in self._done for i in ids))
-        return [self._done.pop(i) for i in ids]
+        with self._cond:
+            ids = [self.submit(r, sampling, index=i) for i, r in enumerate(as_requests(requests))]
+            self._awaited.update(ids)
+        try:
+            self._wait(lambda: all(i in self._done for i in ids))
+            with self._cond:
+                return [self._done.pop(i) for i in ids]
+        finally:
+            with self._cond:
+                self._awaited.difference_update(ids)
+                for i in ids:  # a call that failed leaves nothing behind for ``ready``
+                    self._done.pop(i, None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Write the weights into shared memory and tell the engine (it loads them between decode
         steps). Waits first until the engine has loaded the previous version (it has, unless it
         is in one very long decode step), so that it never copies a half-written buffer."""
         self._wait(lambda: self._loaded >= self.policy_version)
-        with torch.no_grad():
+        with self._cond, torch.no_grad():  # a restart in another thread hands the buffer over whole
             for name, tensor in named_tensors:
                 self._weights[name].copy_(tensor.detach())
-        self.policy_version = int(version)
-        self._commands.put(("weights", self.policy_version))
+            self.policy_version = int(version)
+            self._commands.put(("weights", self.policy_version))
 
     # -- the stream interface ------------------------------------------------------------------
     def submit(self, request: RequestLike, sampling: SamplingParams, index: int = 0) -> int:
@@ -166,18 +186,20 @@ class EngineProcess:
         (request,) = as_requests([request])
         if request.seed is None and sampling.seed is not None:
             request = GenerationRequest(request.prompt_ids, seed=derive_seed(sampling.seed, index))
-        rid = next(self._ids)
-        self._inflight[rid] = (request, sampling)
-        self._commands.put(("generate", rid, request, sampling))
+        with self._cond:
+            self._check_usable()
+            rid = next(self._ids)
+            self._inflight[rid] = (request, sampling)
+            self._commands.put(("generate", rid, request, sampling))
         return rid
 
     def ready(self, timeout: float | None = None) -> list[tuple[int, list[Completion]]]:
         """The groups answered since the last call, as (id, completions); waits up to ``timeout``
         seconds (None: as long as it takes) for at least one when none is there yet."""
         self._drain()
-        self._wait(lambda: bool(self._done), timeout)
-        out = list(self._done.items())
-        self._done.clear()
+        self._wait(lambda: bool(self._done.keys() - self._awaited), timeout)
+        with self._cond:
+            out = [(rid, self._done.pop(rid)) for rid in list(self._done) if rid not in self._awaited]
         return out
 
     def idle_seconds(self) -> float:
@@ -192,6 +214,13 @@ class EngineProcess:
         return self._idle_s + waiting
 
     def close(self) -> None:
+        with self._cond:
+            self._closed = True             # threads still waiting raise EngineLost instead
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: not self._reading)   # the pipe is closed by no one mid-poll
+            self._close_process()
+
+    def _close_process(self) -> None:
         if self._proc is None:
             return
         try:
@@ -234,8 +263,9 @@ class EngineProcess:
         code = self._proc.exitcode
         self.restarts += 1
         if self.restarts > self.max_restarts:
-            raise EngineLost(f"the engine process died {self.restarts} times (last exit code {code}); "
-                             f"giving up after max_restarts={self.max_restarts}")
+            self._failed = EngineLost(f"the engine process died {self.restarts} times (last exit code {code}); "
+                                      f"giving up after max_restarts={self.max_restarts}")
+            raise self._failed
         log.warning("the engine process died (exit code %s); starting a new one and retrying %d requests "
                     "(restart %d of %d)", code, len(self._inflight), self.restarts, self.max_restarts)
         self._commands.cancel_join_thread()
@@ -246,34 +276,73 @@ class EngineProcess:
         self._idle_s, self._idle_since = 0.0, None
         self._start()
 
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise EngineLost("the engine process was closed while this call waited for it")
+
     def _wait(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait until ``done()`` (True) or ``timeout`` seconds pass (False). The thread that finds
+        no other reading polls the pipe, with the lock released so that others may submit and
+        check their own answers, and files what it reads; the others wait to be told."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not done():
-            left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
-            if left <= 0:
-                return False
-            message = self._next_message(left)
-            if message is not None:
-                self._receive(message)
+        with self._cond:
+            while not done():
+                self._check_usable()
+                left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                if self._reading:
+                    self._cond.wait(left)
+                    continue
+                self._reading = True
+                try:
+                    self._cond.release()
+                    try:
+                        arrived = self._poll(left)
+                    finally:
+                        self._cond.acquire()
+                    self._take_in(arrived)
+                finally:
+                    self._reading = False
+                    self._cond.notify_all()
         return True
 
     def _drain(self) -> None:
-        """Take in every message already sent, without waiting."""
-        while (message := self._next_message(0)) is not None:
-            self._receive(message)
+        """Take in every message already sent, without waiting (unless another thread is reading:
+        it takes them in)."""
+        with self._cond:
+            if self._reading:
+                return
+            self._check_usable()
+            while self._take_in(self._poll(0)):
+                pass
+            self._cond.notify_all()
 
-    def _next_message(self, timeout: float) -> tuple | None:
-        """The engine's next message, or None when none came within ``timeout`` seconds (or the
-        engine was found dead, and restarted)."""
+    def _poll(self, timeout: float) -> bool | None:
+        """Whether a message is waiting (within ``timeout`` seconds); None: the engine's end closed."""
         try:
-            if self._results.poll(timeout):
-                return self._results.recv()
-            if self._proc.is_alive():
-                return None
-        except (EOFError, OSError):  # the engine's end closed: it died
-            self._proc.join(timeout=10)
+            return self._results.poll(timeout)
+        except (EOFError, OSError):
+            return None
+
+    def _take_in(self, arrived: bool | None) -> bool:
+        """File the waiting message (under the lock), or restart an engine found dead. Returns
+        whether a message was taken in."""
+        if arrived:
+            try:
+                message = self._results.recv()
+            except (EOFError, OSError):  # the engine's end closed, halfway through a message
+                arrived = None
+            else:
+                self._receive(message)
+                return True
+        if arrived is False and self._proc.is_alive():
+            return False
+        self._proc.join(timeout=10)
         self._restart()
-        return None
+        return False
 
     def _receive(self, message: tuple) -> None:
         kind = message[0]
@@ -286,7 +355,8 @@ class EngineProcess:
         elif kind == "idle":
             self._idle_s, self._idle_since = message[1], message[2]
         elif kind == "error":
-            raise EngineLost(f"the engine process failed:\n{message[1]}")
+            self._failed = EngineLost(f"the engine process failed:\n{message[1]}")
+            raise self._failed
 
 
 def serve(recipe: EngineRecipe, weights: dict[str, torch.Tensor], version: int, commands, connection,

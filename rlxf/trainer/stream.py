@@ -278,6 +278,7 @@ class AsyncBatches:
         self.since = time.perf_counter()         # end of the previous take: the step's wall clock
         self.engine_before = stream.engine_stats()
         self.dropped_before = 0
+        self.failure_keys: set[str] = set()  # every failure count logged so far: 0 on a step none arrived in
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -337,7 +338,8 @@ class AsyncBatches:
         now = time.perf_counter()
         wall, self.since = max(now - self.since, 1e-9), now
         # rewards and accuracy of everything sampled: the policy's performance, not the filtered batch's
-        metrics = batch_metrics_of(generated) | self.failures
+        self.failure_keys |= self.failures.keys()
+        metrics = batch_metrics_of(generated) | dict.fromkeys(self.failure_keys, 0.0) | self.failures
         if self.algo.dynamic_sampling:
             informative = sum(len(g.item) for g in batch if g.informative)
             metrics |= {"sampling/rounds": float(max(rnd for _, rnd, _ in sampled) + 1),

@@ -231,5 +231,5 @@ def test_async_mode_refuses_what_it_cannot_run(cfg_file):
         load_config(cfg_file(), ["rollout.mode=async", "rollout.threads=2"])
     with pytest.raises(ConfigError, match="ray.mode=colocated"):
         load_config(cfg_file(), ["rollout.mode=async", "run.placement=ray"])
-    with pytest.raises(ConfigError, match="single-turn"):
-        load_config(cfg_file(), ["rollout.mode=async", "env.name=calculator"])
+    # multi-turn episodes stream too (rlxf.envs.rollout.EpisodeStream)
+    assert load_config(cfg_file(), ["rollout.mode=async", "env.name=guess_number"]).env.name == "guess_number"

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 from rlxf.rollout import process
 
@@ -88,7 +89,8 @@ def test_idle_seconds_keep_counting_across_an_engine_restart(monkeypatch):
     all. (Before, the total fell back to the new process's 0.5 s, and a step's idle fraction,
     a difference of totals, read 0.)"""
     engine = process.EngineProcess.__new__(process.EngineProcess)
-    engine.max_restarts, engine.restarts, engine._inflight = 3, 0, {}
+    engine.max_restarts, engine.restarts, engine._inflight, engine._done, engine._awaited = 3, 0, {}, {}, set()
+    engine._cond, engine._reading, engine._failed, engine._closed = threading.Condition(), False, None, False
     engine._proc, engine._results, engine._commands = _Process(), _Connection(), _Commands()
     engine._idle_s, engine._idle_since, engine._idle_before = 2.0, None, 0.0
     monkeypatch.setattr(engine, "_start", lambda: None)
