@@ -36,7 +36,14 @@ from rlxf.data.sources import (
     split_records,
 )
 from rlxf.data.tasks import check_disjoint, get_task
-from rlxf.data.templates import check_messages, check_not_blank, check_prompt, encode_prompts, get_field
+from rlxf.data.templates import (
+    check_messages,
+    check_not_blank,
+    check_prompt,
+    content_text,
+    encode_prompts,
+    get_field,
+)
 from rlxf.types import Prompt
 
 log = logging.getLogger("rlxf.data")
@@ -68,10 +75,12 @@ def content_key(prompt: str | list[dict[str, Any]]) -> str:
     Chat messages hash their roles and contents, without system turns (a system prompt is
     templating, as ``data.system_prompt`` is); a conversation of one user turn is keyed as that
     turn's text, since a text prompt becomes exactly that turn, and content given as parts
-    (``[{"type": "text", "text": ...}]``) as its text parts joined. So the same question held out
-    by one source as text and given by another as ``messages`` is still kept out of training."""
+    (``[{"type": "text", "text": ...}]``) as the text the template renders of them
+    (``content_text``). So the same question held out by one source as text and given by another
+    as ``messages`` is still kept out of training."""
     if not isinstance(prompt, str):
-        turns = [{**m, "content": _text_of(m.get("content"))} for m in prompt if m.get("role") != "system"]
+        turns = [{**m, "content": content_text(m.get("content"), "prompt", f"messages[{i}]")}
+                 for i, m in enumerate(prompt) if m.get("role") != "system"]
         if len(turns) == 1 and turns[0].get("role") == "user":
             prompt = turns[0]["content"]
         else:
@@ -107,15 +116,6 @@ def _fold(ch: str) -> str:
     if not rest or (tag and f"{tag}>" not in _PRESENTATION):
         return ch
     return "".join(_fold(chr(int(code, 16))) for code in rest.split())
-
-
-def _text_of(content: Any) -> str:
-    """A message's content as text: the text of its parts when it is a list of content parts."""
-    if isinstance(content, list):
-        parts = [p.get("text") if isinstance(p, dict) else p for p in content]
-        if all(isinstance(p, str) for p in parts):
-            return "\n".join(parts)
-    return content if isinstance(content, str) else str(content)
 
 
 def _finish(raw: list[tuple[str, str, list[int], str, Any, dict[str, Any]]], split: str, cfg: DataConfig,

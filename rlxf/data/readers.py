@@ -224,7 +224,24 @@ def _read_hf(name: str, split: str, subset: str | None = None) -> Iterator[tuple
         yield f"{name}[{split}] row {i}", dict(record)
 
 
-_SPLIT_FIX = "Set data.train_split / data.test_split to one of them (data.test_split: null for no held-out split)"
+_SPLIT_FIX = ("Set data.train_split / data.test_split to one of them (data.test_split: null for no held-out split), "
+              "or hold out a slice of one: data.train_split: train[:90%], data.test_split: train[90%:]")
+
+
+def _slice_split(datasets, splits: dict[str, Any], name: str, split: str):
+    """``split`` as ``load_dataset`` reads it (``train[:90%]``, ``train[:100]+test[:10]``), of the
+    splits of a dataset saved with ``save_to_disk``: the usual way to hold out part of a
+    one-split dataset reads the same from the hub and from disk."""
+    from datasets.arrow_reader import ReadInstruction
+
+    try:
+        parts = ReadInstruction.from_spec(split).to_absolute({k: len(v) for k, v in splits.items()})
+    except (ValueError, AssertionError) as e:
+        detail = f" ({str(e).rstrip('.')})" if "[" in split or "+" in split else ""
+        raise DataError(f"{name}: no split {split!r}{detail}; available splits: {', '.join(splits)}. {_SPLIT_FIX}") \
+            from None
+    pieces = [splits[p.splitname].select(range(p.from_, p.to)) for p in parts]
+    return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
 
 
 def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
@@ -235,18 +252,22 @@ def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
                            and (local / "state.json").is_file()):
         loaded = datasets.load_from_disk(str(local))
         if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise DataError(f"{name}: no split {split!r}; available splits: {', '.join(loaded)}. {_SPLIT_FIX}")
-            return loaded[split]
+            if split in loaded:
+                return loaded[split]
+            return _slice_split(datasets, dict(loaded), name, split)
         if split != "train":
-            raise DataError(f"{name} is a single dataset (no splits); it can only be read as split 'train'")
+            try:
+                return _slice_split(datasets, {"train": loaded}, name, split)
+            except DataError:
+                raise DataError(f"{name} is a single dataset (no splits), read as split 'train' or a slice of it "
+                                f"(not {split!r}). {_SPLIT_FIX}") from None
         return loaded
     try:
         return datasets.load_dataset(str(local) if local.is_dir() else name, subset, split=split)
     except ValueError as e:
         if "config name is missing" in str(e).lower():
             raise DataError(f"{name} has several configurations; name one with data.hf_subset ({e})") from None
-        if "split" in str(e).lower():
+        if "split" in str(e).lower() or "instruction" in str(e).lower():   # a split name or slice it cannot read
             raise DataError(f"{name}: no split {split!r} ({str(e).rstrip('.')}). {_SPLIT_FIX}") from None
         raise DataError(f"cannot load dataset {name!r}: {e}") from None
     except (FileNotFoundError, ConnectionError, OSError) as e:

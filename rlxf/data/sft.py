@@ -65,8 +65,9 @@ def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, 
         if msgs[-1]["role"] == "assistant":
             if len(msgs) == 1:
                 raise DataError(f"{where}: {f.messages!r} holds only an assistant message; nothing to prompt with")
-            return check_not_blank(msgs[:-1], where, f.messages), answer_text(msgs[-1], where,
-                                                                              f"{f.messages}[{len(msgs) - 1}]")
+            field = f"{f.messages}[{len(msgs) - 1}]"
+            return check_not_blank(msgs[:-1], where, f.messages), _target(answer_text(msgs[-1], where, field),
+                                                                          where, field)
         prompt: str | list = check_not_blank(msgs, where, f.messages)
     else:
         assert f.prompt is not None
@@ -77,7 +78,17 @@ def record_pair(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, 
     response = get_field(record, f.response, where, "response")
     if not isinstance(response, str):
         raise DataError(f"{where}: field {f.response!r} (data.fields.response) must be text, got {type(response).__name__}")
-    return prompt, response
+    return prompt, _target(response, where, f.response)
+
+
+def _target(response: str, where: str, field: str) -> str:
+    """``response``, or a DataError when it holds no text: an empty CSV cell or a field mapped
+    wrongly would teach the model to end its turn at once (the target is the eos alone)."""
+    if not response.strip():
+        raise DataError(f"{where}: field {field!r} holds an empty response (no text but whitespace), so the "
+                        f"example would train the model to answer with nothing; fix or remove the record, or "
+                        f"point data.fields.response (or .messages) at the key that holds the answer")
+    return response
 
 
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,

@@ -29,10 +29,14 @@ def get_field(record: dict[str, Any], name: str, where: str, config_key: str) ->
 
 
 def check_messages(messages: Any, where: str, field: str) -> Messages:
-    """A list of {"role", "content"} dicts with known roles, or a DataError saying what is wrong."""
+    """A list of {"role", "content"} dicts with known roles, or a DataError saying what is wrong.
+
+    Content given as parts comes back as its text (``content_text``), so the template, the
+    held-out key and the blank check all read one string."""
     if not isinstance(messages, list) or not messages:
         raise DataError(f"{where}: field {field!r} must be a non-empty list of chat messages, "
                         f"got {type(messages).__name__}")
+    out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise DataError(f"{where}: {field}[{i}] must be an object with 'role' and 'content', got {m!r:.80}")
@@ -44,29 +48,43 @@ def check_messages(messages: Any, where: str, field: str) -> Messages:
                                                        and m.get("tool_calls"))):
             raise DataError(f"{where}: {field}[{i}] ({m['role']}) has content of type {type(content).__name__}; "
                             f"a message's content must be text")
-    return [dict(m) for m in messages]
+        out.append({**m, "content": content_text(content, where, f"{field}[{i}]")})
+    return out
 
 
-def answer_text(message: dict[str, Any], where: str, field: str) -> str:
-    """The text of an assistant message that is a training target (an SFT response, a chosen or
-    rejected answer): its content, or its text parts joined as chat templates render them. A
-    turn that only calls tools, or holds an image, has no text to train on: an error, where
-    ``str()`` would train on the Python repr (``"None"``, ``"[{'type': 'text', ...}]"``)."""
-    content = message["content"]
-    if isinstance(content, str):
+def content_text(content: Any, where: str, field: str) -> str | None:
+    """A message's content as the one string the chat template renders: text as it is, text parts
+    joined with nothing between them (as the templates that read parts render them, Qwen2-VL's
+    and Llama 3.2's, and as rlxf's chat endpoint passes them on), None as None.
+
+    The one reader of content parts: most chat templates concatenate ``message.content`` as a
+    string (a TypeError on a list) or filter it (Llama 3's ``| trim``: the list's Python repr),
+    and a key joined otherwise would tell the same model input apart. A part that is not text (an
+    image) is an error: the policy reads text only, and would train without what the part held."""
+    if not isinstance(content, list):
         return content
-    if content is None:
-        raise DataError(f"{where}: {field} is an assistant turn with no text content (a tool call); a training "
-                        f"target must be text: end the conversation with the assistant's text answer")
     texts = []
     for j, part in enumerate(content):
         text = _part_text(part)
         if not isinstance(text, str):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise DataError(f"{where}: {field}.content[{j}] is a {kind!r} part; a training target must be text "
-                            f"(content parts of type 'text'): drop the part or the record")
+            kind = part.get("type", "text") if isinstance(part, dict) else type(part).__name__
+            what = (f"is a text part whose 'text' is {type(text).__name__}" if kind == "text" else
+                    f"is a {kind!r} part; rlxf reads text only")
+            raise DataError(f"{where}: {field}.content[{j}] {what} (parts {{\"type\": \"text\", \"text\": "
+                            f"\"...\"}}): fix or drop the part, or drop the record")
         texts.append(text)
     return "".join(texts)
+
+
+def answer_text(message: dict[str, Any], where: str, field: str) -> str:
+    """The text of an assistant message that is a training target (an SFT response, a chosen or
+    rejected answer), its parts joined (``content_text``). A turn that only calls tools has no
+    text to train on: an error, where ``str()`` would train on ``"None"``."""
+    content = content_text(message["content"], where, field)
+    if content is None:
+        raise DataError(f"{where}: {field} is an assistant turn with no text content (a tool call); a training "
+                        f"target must be text: end the conversation with the assistant's text answer")
+    return content
 
 
 def check_prompt(value: Any, where: str, field: str, config_key: str) -> str | Messages:
@@ -141,7 +159,7 @@ def render_prompt(
             f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; set "
             f"model.chat_template (Jinja text or file) or data.apply_chat_template=false"
         )
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    messages = _chat(prompt)
     if messages[-1]["role"] == "assistant":
         raise DataError("the prompt's last message is an assistant turn; a prompt must end with the turn "
                         "the model answers (drop the answer from the prompt messages)")
@@ -215,6 +233,15 @@ def encode_prompts(
     return [(list(i), t) for i, t in zip(ids, texts, strict=True)]
 
 
+def _chat(prompt: str | Messages) -> Messages:
+    """The messages the template renders: text as one user turn; messages with their content
+    parts as text (``content_text``), for callers that pass messages not read by ``check_messages``."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{**m, "content": content_text(m.get("content"), "the prompt", f"messages[{i}]")}
+            if isinstance(m, dict) and isinstance(m.get("content"), list) else m for i, m in enumerate(prompt)]
+
+
 def _render_batch(tokenizer, prompts: list[str | Messages], system_prompt: str | None) -> list[str] | None:
     """The prompts through the chat template in one ``apply_chat_template`` call (as
     ``render_prompt`` renders each: its per-call overhead, not the template, is most of the time);
@@ -222,7 +249,10 @@ def _render_batch(tokenizer, prompts: list[str | Messages], system_prompt: str |
     to say which and why."""
     if getattr(tokenizer, "chat_template", None) is None:
         return None
-    chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    try:
+        chats = [_chat(p) for p in prompts]
+    except DataError:
+        return None
     if any(chat[-1]["role"] == "assistant" for chat in chats):
         return None
     try:

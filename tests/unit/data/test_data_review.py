@@ -78,7 +78,7 @@ def test_top_level_source_fields_beside_a_mixture_are_said_to_be_ignored(tmp_pat
 
 def test_content_parts_have_the_key_of_their_text(tmp_path, tokenizer_for_tests):
     parts = [{"role": "system", "content": "Be brief."},
-             {"role": "user", "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "2+2?"}]}]
+             {"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "2+2?"}]}]
     assert content_key(parts) == content_key("What is 2+2?")
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     train.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}]}) + "\n"

@@ -50,7 +50,7 @@ def test_preference_answers_given_as_content_parts_are_their_text(tmp_path, toke
     ({"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
      "messages[1] is an assistant turn with no text content (a tool call)"),
     ({"role": "assistant", "content": [{"type": "image", "url": "x.png"}]},
-     "messages[1].content[0] is a 'image' part; a training target must be text"),
+     "messages[1].content[0] is a 'image' part; rlxf reads text only"),
 ])
 def test_an_sft_answer_without_text_is_an_error_naming_line_and_message(tmp_path, tokenizer_for_tests, answer,
                                                                         message):
