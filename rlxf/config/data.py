@@ -77,9 +77,11 @@ class SourceFields(Section):
         description="HF datasets: the configuration (subset) of a hub dataset that has several, "
         "passed to `load_dataset` as its name, e.g. `main` for `openai/gsm8k`.",
     )
-    train_split: str = Field("train", description="HF datasets: split for training.")
+    train_split: str = Field("train", description="HF datasets: split for training; a slice such as "
+                             "`train[:90%]` (with `test_split: train[90%:]`) holds out part of a dataset "
+                             "that has one split.")
     test_split: str | None = Field(
-        "test", description="HF datasets: split for evaluation; null = no held-out split."
+        "test", description="HF datasets: split (or slice) for evaluation; null = no held-out split."
     )
     fields: FieldMap = Field(default_factory=FieldMap, description="Record keys for prompt, answer, etc.")
 

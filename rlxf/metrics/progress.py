@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -18,6 +19,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+log = logging.getLogger("rlxf")
+
 
 def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
     """``metrics[key]`` formatted by ``spec``; "-" when absent, and as it is when no number
@@ -29,6 +32,15 @@ def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
         return format(value, spec)
     except (TypeError, ValueError):
         return str(value)
+
+
+class _Console(Console):
+    """A console that falls silent when its reader goes away (``rlxf train ... 2>&1 | head``, a
+    ``tee`` that was killed): rich's own ends the process with exit status 1 and no word said,
+    and a progress line must never be what stops a run."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
 
 
 class _MetricsBelow(Progress):
@@ -63,7 +75,7 @@ class ProgressDisplay:
         self.spent = spent  # of max_seconds, before this display (a resumed run's training time so far)
         self._last_eval = ""
         self.fields = fields or self.FIELDS
-        self.console = console or Console(stderr=True)
+        self.console = console or _Console(stderr=True)
         self.total = total
         self.log_every = log_every
         self.live = enabled and sys.stderr.isatty()
@@ -101,6 +113,18 @@ class ProgressDisplay:
         return self._last_eval
 
     def update(self, step: int, metrics: dict[str, Any]) -> None:
+        try:
+            self._show(step, metrics)
+        except OSError as e:  # a terminal that hung up (EIO): the run goes on, silent here
+            self._silence(e)
+
+    def _silence(self, e: OSError) -> None:
+        if not self.console.quiet:
+            self.console.quiet = True
+            log.warning("the progress display cannot write to the terminal (%s); the run goes on, and its log "
+                        "and metrics.jsonl say how it does", e)
+
+    def _show(self, step: int, metrics: dict[str, Any]) -> None:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, description=self.summary(metrics))
         elif step % self.log_every == 0 or step == self.total:
@@ -118,8 +142,11 @@ class ProgressDisplay:
 
     def close(self) -> None:
         if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+            progress, self._progress = self._progress, None
+            try:
+                progress.stop()
+            except OSError as e:
+                self._silence(e)
 
     def __enter__(self) -> ProgressDisplay:
         return self

@@ -24,6 +24,7 @@ from typing import Any
 from rlxf.errors import UserInputError
 from rlxf.metrics.report_plots import PHASES, Plot, line_plot, phase_means, png, time_plot
 from rlxf.metrics.sinks import read_jsonl
+from rlxf.run_dir import write_atomically
 
 __all__ = ["PLOTS", "PHASES", "Plot", "RunMetrics", "default_output", "load_run", "run_names", "write_report"]
 
@@ -319,7 +320,7 @@ values faint behind. Eval metrics: one point per evaluation.</p>
 </body></html>
 """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(page)
-    tmp.replace(out)
+    # a scratch file of this process's own: a fixed ``report.html.tmp`` was shared by the report a
+    # run writes at its end and an `rlxf report` of it, and replaced whatever held that name
+    write_atomically(out, page.encode())
     return out

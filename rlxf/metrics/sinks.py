@@ -2,7 +2,8 @@
 
 ``metrics.jsonl`` is always written; TensorBoard, W&B and MLflow are added when enabled in
 ``logging.sinks`` (each imported only then). The loop calls one sink and never asks which
-ones are on: ``sink.log(step, metrics)``.
+ones are on: ``sink.log(step, metrics)``. Only metrics.jsonl's failures stop a run: the others
+are conveniences (:class:`OutsideSink`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
+import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,11 +76,14 @@ class JsonlWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         data = encode_line(record)
-        written = os.write(self._fd, data)
+        try:
+            written = os.write(self._fd, data)
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError as e:  # os.write names no file: "[Errno 28] No space left on device" said not which
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
         if written != len(data):  # a regular file short-writes only when the disk is full
             raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes (disk full?)")
-        if self.fsync:
-            os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -205,10 +212,20 @@ class TensorBoardSink:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if self._writer is None:
             self._writer = self._summary_writer(log_dir=self._log_dir, purge_step=step)
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)):
-                self._writer.add_scalar(key, value, step)
-        self._writer.flush()
+        try:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+        except Exception:
+            # a writer whose thread failed (a full disk) raises that error at every call after:
+            # drop it, so that a retry opens another event file
+            broken, self._writer = self._writer, None
+            try:
+                broken.close()
+            except Exception:  # the error being raised says what went wrong
+                pass
+            raise
 
     def close(self) -> None:
         if self._writer is not None:
@@ -339,18 +356,27 @@ class MlflowSink:
         self._sent.run_id = mlflow.start_run(run_name=name).info.run_id
         save_run_id(run_dir, "mlflow", self._sent.run_id)
         flat = _flatten(config)
-        mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
+        mlflow.log_params({mlflow_key(k): str(v)[:500] for k, v in flat.items()})
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if not self._sent.new(step):
             return
-        clean = {k.replace("@", "_at_"): v for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and math.isfinite(v)}
+        clean = {mlflow_key(k): v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         self._mlflow.log_metrics(clean, step=step)
         self._sent.sent(step)
 
     def close(self) -> None:
         self._mlflow.end_run()
+
+
+MLFLOW_NAME = re.compile(r"[^/\w.\- ]")  # what MLflow refuses in a metric name
+
+
+def mlflow_key(key: str) -> str:
+    """``key`` as a name MLflow accepts (letters, digits, ``_ - . /`` and space): metric names hold
+    the user's verifier and source names (``reward/judge(gpt)``), params the keys of the user's
+    options (``env.options``), and MLflow refused the whole call for one such name."""
+    return MLFLOW_NAME.sub("_", key.replace("@", "_at_"))
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -364,6 +390,122 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# next to metrics.jsonl: the steps each outside sink could not take (``{"mlflow": [[first, last], ...]}``)
+SINK_MISSED = "sink_missed.json"
+
+
+class OutsideSink:
+    """A sink outside metrics.jsonl (TensorBoard, W&B, MLflow) whose failures do not end the run.
+
+    metrics.jsonl is the record and these are conveniences: a tracking server that blinks, or a
+    full disk under TensorBoard's events, ended a long run. A failed ``log`` is said once per
+    outage (which sink, the error, that metrics.jsonl has every step); the sink is tried again
+    after a pause that doubles from ``RETRY_FIRST_S`` to ``RETRY_MAX_S`` (an unreachable server
+    can hold each call for minutes of HTTP retries), and the steps it missed are kept in
+    ``SINK_MISSED`` and said when it recovers, at the end, and on resume. A failed close is said,
+    not raised: the run's work is done.
+    """
+
+    RETRY_FIRST_S = 10.0
+    RETRY_MAX_S = 600.0
+
+    def __init__(self, name: str, start: Callable[[], MetricsSink], run_dir: Path,
+                 clock: Callable[[], float] = time.monotonic):
+        """``start()`` starts the sink, once ``SINK_MISSED`` was read (a damaged one stops the run
+        before a W&B or MLflow run is started, and left running)."""
+        self.name, self.path, self.clock = name, run_dir / SINK_MISSED, clock
+        self.failures = 0          # in a row, in this outage
+        self.retry_at = 0.0
+        self.outage: list[list[int]] = []  # the steps missed in this outage, as ``[first, last]`` runs
+        self.missed = self._read().get(name, [])  # in the whole run, earlier processes included
+        self.sink = start()
+        if self.missed:
+            log.warning("logging.sinks %r missed %s before this resume; metrics.jsonl has every step", name,
+                        _steps(self.missed))
+
+    def _read(self) -> dict[str, list[list[int]]]:
+        if not self.path.exists():
+            return {}
+        try:
+            missed = json.loads(self.path.read_text())
+        except ValueError as e:
+            missed = e
+        if not isinstance(missed, dict) or not all(
+                isinstance(v, list) and all(isinstance(r, list) and len(r) == 2 and all(type(s) is int for s in r)
+                                            for r in v) for v in missed.values()):
+            raise DamagedFileError(f"{self.path}: not a JSON object of {{sink: [[first, last], ...]}} ({missed}); it "
+                                   f"holds the steps each outside sink missed: repair it, or delete it")
+        return missed
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self.failures and self.clock() < self.retry_at:
+            self._missed(step)
+            return
+        try:
+            self.sink.log(step, metrics)
+        except Exception as e:  # whatever the backend raises: metrics.jsonl has the step
+            if not self.failures:
+                log.warning("logging.sinks %r failed at step %d (%s); the run goes on, metrics.jsonl has every "
+                            "step, and %s is tried again in %g s (the pause doubles while it fails, up to %g s)",
+                            self.name, step, _said(e), self.name, self.RETRY_FIRST_S, self.RETRY_MAX_S)
+            self.failures += 1
+            self.retry_at = self.clock() + min(self.RETRY_FIRST_S * 2 ** (self.failures - 1), self.RETRY_MAX_S)
+            self._missed(step)
+            return
+        if self.failures:
+            log.warning("logging.sinks %r works again from step %d; it missed %s, which metrics.jsonl has",
+                        self.name, step, _steps(self.outage))
+            self.failures, self.outage = 0, []
+
+    def _missed(self, step: int) -> None:
+        _add(self.outage, step)
+        _add(self.missed, step)
+        try:
+            record = {**self._read(), self.name: self.missed}
+            write_atomically(self.path, (json.dumps(record) + "\n").encode())
+        except (OSError, DamagedFileError) as e:  # the disk that failed TensorBoard: close still says the count
+            log.debug("cannot record %s's missed step %d in %s: %s", self.name, step, self.path, e)
+
+    def close(self) -> None:
+        try:
+            self.sink.close()
+        except Exception as e:  # the run is done, and its record is metrics.jsonl
+            log.warning("logging.sinks %r failed to close (%s); its run may show as unfinished there, and "
+                        "metrics.jsonl has every step", self.name, _said(e))
+        if self.missed:
+            log.warning("logging.sinks %r missed %s of this run; metrics.jsonl has every step", self.name,
+                        _steps(self.missed))
+
+
+def _said(e: BaseException, limit: int = 300) -> str:
+    """An error in one line of at most ``limit`` characters (a server's reply can be a page of HTML)."""
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _add(ranges: list[list[int]], step: int) -> None:
+    """Put ``step`` into ``ranges``, sorted ``[first, last]`` runs of consecutive steps (a long
+    outage is one pair, not a list of every step)."""
+    if any(lo <= step <= hi for lo, hi in ranges):
+        return
+    ranges.append([step, step])
+    ranges.sort()
+    merged = [ranges[0]]
+    for lo, hi in ranges[1:]:
+        if lo == merged[-1][1] + 1:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi])
+    ranges[:] = merged
+
+
+def _steps(ranges: list[list[int]]) -> str:
+    """``3 steps (2-3, 7)``."""
+    count = sum(hi - lo + 1 for lo, hi in ranges)
+    spans = ", ".join(f"{lo}-{hi}" if hi > lo else f"{lo}" for lo, hi in ranges[:5])
+    return f"{count} step{'s' if count != 1 else ''} ({spans}{', ...' if len(ranges) > 5 else ''})"
+
+
 class MultiSink:
     """Fans one ``log`` call out to several sinks."""
 
@@ -375,8 +517,8 @@ class MultiSink:
             sink.log(step, metrics)
 
     def close(self) -> None:
-        """Close every sink, also after one fails (W&B's finish without a network must not leave
-        metrics.jsonl open); then raise the first failure."""
+        """Close every sink, also after one fails; then raise the first failure (metrics.jsonl's:
+        an outside sink's, W&B's finish without a network, is said, not raised)."""
         close_all(sink.close for sink in self.sinks)
 
 
@@ -391,22 +533,42 @@ class SinkUnavailableError(UserInputError):
     """A sink in ``logging.sinks`` whose package is not installed."""
 
 
+class SinkStartError(UserInputError):
+    """A sink in ``logging.sinks`` that could not start (no network, a bad tracking URI or key)."""
+
+
+# what to check when a sink cannot start
+SINK_START_HELP = {
+    "tensorboard": "check that the run directory can be written",
+    "wandb": "check `wandb login` and the network, or set WANDB_MODE=offline and `wandb sync` the run later "
+             f"(a resume logs to the run in {SINK_RUNS}: delete it to start another)",
+    "mlflow": f"check MLFLOW_TRACKING_URI and that the tracking server is up (a resume logs to the run in "
+              f"{SINK_RUNS}: delete it to start another)",
+}
+
+
 def build_sinks(names: list[str], run_dir: Path, *, project: str, run_name: str,
                 config: dict[str, Any]) -> MultiSink:
     """metrics.jsonl plus every sink named in ``names`` (``logging.sinks``).
 
     A sink whose package is not installed is an error (:class:`SinkUnavailableError`) that
-    names the extra to install; the config check catches it before a run starts.
+    names the extra to install; the config check catches it before a run starts. One that
+    cannot start stops the run before it trains (:class:`SinkStartError`: a bad URI or key
+    is better found then); once started, its failures no longer stop it (:class:`OutsideSink`).
     """
     sinks: list[MetricsSink] = [JsonlSink(run_dir / "metrics.jsonl")]
     for name in names:
         if name not in SINKS:  # the config schema only admits the names above
             raise ValueError(f"unknown metrics sink {name!r}; valid: {', '.join(SINKS)}")
         try:
-            sinks.append(SINKS[name](run_dir, project, run_name, config))
+            sinks.append(OutsideSink(name, partial(SINKS[name], run_dir, project, run_name, config), run_dir))
         except BaseException as e:  # the sinks opened so far end too (an MLflow run left running, ...)
             close_during(e, MultiSink(sinks).close, "closing the sinks started before it")
             if isinstance(e, ImportError):
                 raise SinkUnavailableError(f"{e}, or remove {name!r} from logging.sinks") from None
+            if isinstance(e, Exception) and not isinstance(e, UserInputError):
+                raise SinkStartError(f"logging.sinks has {name!r}, and it could not start ({_said(e, 1000)}); "
+                                     f"{SINK_START_HELP[name]}, or remove {name!r} from logging.sinks "
+                                     f"(metrics.jsonl is always written)") from e
             raise
     return MultiSink(sinks)
