@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from rlxf.config.data import DataConfig
 from rlxf.data.errors import DataError
-from rlxf.data.prompts import content_key
+from rlxf.data.prompts import content_key, normalise_text
 from rlxf.data.sources import Record, drop_held_out, fit_length, log_report, require_some, split_records
 from rlxf.data.templates import (
     answer_text,
@@ -78,20 +78,43 @@ def _response(value: Any, where: str, key: str) -> tuple[str, list | None]:
     return answer_text(msgs[-1], where, f"{key}[{len(msgs) - 1}]"), msgs[:-1]
 
 
+def _first_difference(a: list[dict], b: list[dict]) -> int | None:
+    """The first turn at which two conversations differ in role or in text (up to spacing and
+    Unicode presentation, ``normalise_text``); None when they are the same."""
+    def turn(m: dict) -> tuple:
+        content = m.get("content")
+        return m.get("role"), normalise_text(content) if isinstance(content, str) else content
+    for i in range(max(len(a), len(b))):
+        if i >= len(a) or i >= len(b) or turn(a[i]) != turn(b[i]):
+            return i
+    return None
+
+
 def record_triple(record: dict, where: str, cfg: DataConfig) -> tuple[str | list, str, str]:
     f = cfg.fields
     chosen, chosen_ctx = _response(get_field(record, f.chosen, where, "chosen"), where, f.chosen)
     rejected, rejected_ctx = _response(get_field(record, f.rejected, where, "rejected"), where, f.rejected)
     key, config_key = (f.messages, "messages") if f.messages is not None else (f.prompt, "prompt")
-    # two conversations that differ before the answer answer two prompts, whichever one is trained on
-    if chosen_ctx and rejected_ctx and chosen_ctx != rejected_ctx:
+    # two conversations that differ before the answer answer two prompts, whichever one is trained on;
+    # spacing alone (a trailing newline one exporter kept) is not a difference, and chosen's turns are the prompt
+    turn = _first_difference(chosen_ctx, rejected_ctx) if chosen_ctx and rejected_ctx else None
+    if turn is not None:
         raise DataError(f"{where}: {f.chosen!r} and {f.rejected!r} have different conversations before the answer, "
-                        f"so they answer different prompts; fix the record (the two must share the turns before "
-                        f"the answer) or give each response as the answer alone")
+                        f"so they answer different prompts (from turn {turn}: {chosen_ctx[turn:turn + 1]} vs "
+                        f"{rejected_ctx[turn:turn + 1]}); fix the record (the two must share the turns before the "
+                        f"answer) or give each response as the answer alone")
     if key is not None and key in record:
         prompt = record[key]
         prompt = check_messages(prompt, where, key) if config_key == "messages" else \
             check_prompt(prompt, where, key, config_key)
+        conv, ctx = (f.chosen, chosen_ctx) if chosen_ctx else (f.rejected, rejected_ctx)
+        # the answers were written to the conversation before them: another prompt (its last turn
+        # alone, say) would train on them without the history they answer
+        if ctx and content_key(ctx) != content_key(check_not_blank(prompt, where, key)):
+            raise DataError(f"{where}: the prompt in {key!r} is not the conversation before the answer in {conv!r} "
+                            f"({len(ctx)} turn(s)), so the pair would train on answers to another prompt; fix the "
+                            f"record, or to read the prompt from the conversation remove {key!r} from the records "
+                            f"(or point data.fields.{config_key} at a key they lack)")
     elif chosen_ctx or rejected_ctx:
         if not (chosen_ctx and rejected_ctx):
             conv, other = (f.chosen, f.rejected) if chosen_ctx else (f.rejected, f.chosen)
@@ -112,7 +135,8 @@ def _after_truncation(cfg: DataConfig) -> str:
 
 
 def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tokenizer,
-              counts: Counter, keys: dict[str, str], keep_response: str) -> list[PreferenceExample]:
+              counts: Counter, keys: dict[str, str], keep_response: str,
+              context_window: int | None = None) -> list[PreferenceExample]:
     """The pairs of ``records``; each one's prompt ``content_key`` goes into ``keys`` by uid."""
     counts[f"{split}_read"] = len(records)
     triples = [record_triple(rec, where, cfg) for where, rec in records]
@@ -129,6 +153,14 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
                             where, f"{split}_response", keep_response, counts)
         if kept_p is None or kept_c is None or kept_r is None:
             continue
+        longest = len(kept_p) + max(len(kept_c), len(kept_r))
+        if context_window is not None and longest > context_window:
+            # past it a model with learned positions (GPT-2) fails in an embedding lookup mid-run
+            raise DataError(
+                f"{where}: the pair is {longest} tokens (prompt {len(kept_p)} + longer response "
+                f"{max(len(kept_c), len(kept_r))}), more than the model's context window of {context_window}; set "
+                f"data.max_prompt_len and data.max_response_len (with data.overlong_prompt: truncate or drop) to at "
+                f"most {context_window} together (now {cfg.max_prompt_len} and {cfg.max_response_len})")
         if kept_c == kept_r:
             counts[f"{split}_dropped_identical"] += 1
             continue
@@ -142,11 +174,13 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
 
 
 def build_preference_data(cfg: DataConfig, tokenizer, seed: int, *,
-                          keep_response: Literal["first", "last"] = "first") -> PreferenceData:
+                          keep_response: Literal["first", "last"] = "first",
+                          context_window: int | None = None) -> PreferenceData:
     """Train/test preference pairs from files or a HF dataset (tasks have no preferences).
 
     ``keep_response``: the end of an over-long response that truncation keeps, ``first`` (DPO)
     or ``last`` (a reward model, whose score is read at the final eos).
+    ``context_window``: the model's longest sequence; a longer pair is an error naming its record.
     """
     if keep_response not in ("first", "last"):
         raise ValueError(f"keep_response must be 'first' or 'last', got {keep_response!r}")
@@ -164,7 +198,8 @@ def build_preference_data(cfg: DataConfig, tokenizer, seed: int, *,
     for split in ("train", "test"):
         found = split_records(cfg, split)
         if found is not None:
-            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts, keys, keep_response)
+            splits[split] = _examples(found[0], split, found[1], cfg, tokenizer, counts, keys, keep_response,
+                                      context_window)
     # held-out prompts are never trained on (data.test_path: its prompts are removed from training):
     # the test accuracy would otherwise measure pairs the model was fitted to
     splits["train"], removed = drop_held_out(splits["train"], keys, {keys[e.uid] for e in splits["test"]})

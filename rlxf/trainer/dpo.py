@@ -116,11 +116,13 @@ def run_dpo(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     """``rlxf dpo``: train ``model.path`` on ``data`` (preference pairs); writes
     ``<run>/checkpoints/step_N/model``."""
     from rlxf.config import dump_config
+    from rlxf.rollout.hf import model_context_window
 
     run.write_config(dump_config(cfg))
     torch.manual_seed(cfg.seeds.init)  # LoRA's initialisation
     model, tokenizer = load_from_config(cfg.model)
-    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data)
+    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data,
+                                 context_window=model_context_window(model.config))
     reference = None
     if get_preference_loss(cfg.dpo.loss).needs_reference:
         # before any step (and before a resumed run loads its checkpoint): the weights are π_ref's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -17,7 +18,8 @@ def _label_config(tmp_path, model_dir, **label) -> dict:
         "model": {"path": str(model_dir)},
         "data": {"task": "arithmetic", "task_options": {"max_digits": 2, "ops": "+"}, "train_size": 24,
                  "test_size": 8, "max_prompt_len": 32},
-        "rollout": {"max_new_tokens": 8, "temperature": 1.0},
+        # most of a random model's samples end at a stop string, not cut at max_new_tokens (never chosen)
+        "rollout": {"max_new_tokens": 8, "temperature": 1.0, "stop_strings": ["e", "o"]},
         # dense enough that a random model's samples differ: the fraction of capital letters
         "reward": {"verifiers": [{"type": "custom", "function": "rl_plugins:upper_fraction"}]},
         "label": {"k": 4, "test_prompts": 8, **label},
@@ -33,7 +35,8 @@ def test_labelled_pairs_rank_by_the_reward_and_round_trip_through_rm(tmp_path, n
     run = tmp_path / "runs" / "label"
     train = [json.loads(line) for line in (run / "pairs_train.jsonl").read_text().splitlines()]
     summary = json.loads((run / "label_summary.json").read_text())
-    assert summary["train"]["pairs"] + summary["train"]["ties"] == 24 and len(train) == summary["train"]["pairs"]
+    assert summary["train"]["pairs"] + summary["train"]["ties"] + summary["train"]["truncated_unpaired"] == 24
+    assert len(train) == summary["train"]["pairs"]
     assert len(train) >= 12
     for p in train:
         upper = [sum(c.isupper() for c in t) / max(1, len(t)) for t in (p["chosen"], p["rejected"])]
@@ -62,3 +65,45 @@ def test_label_refuses_greedy_sampling(tmp_path, nano_model_dir, capsys):
     path.write_text(yaml.safe_dump(cfg))
     assert main(["label", str(path)]) == 2
     assert "rollout.temperature" in capsys.readouterr().err
+
+
+BREAKABLE = """\
+from pathlib import Path
+
+
+def upper_unless_broken(sample, **_):
+    # while BROKEN exists the judge is down for every prompt after the first batch of 4
+    if Path(__file__).with_name("BROKEN").exists() and int(sample.uid.rsplit(":", 1)[1]) >= 4:
+        raise ConnectionError("judge unreachable")
+    return sum(c.isupper() for c in sample.response) / max(1, len(sample.response))
+"""
+
+
+def test_a_stopped_label_run_resumes_to_the_pairs_of_an_uninterrupted_one(tmp_path, nano_model_dir, monkeypatch,
+                                                                         capsys):
+    from rlxf.cli.errors import UsageError
+    from rlxf.cli.label import run as label_run
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "breakable_judge.py").write_text(BREAKABLE)
+    cfg = _label_config(tmp_path, nano_model_dir, batch_prompts=4, test_prompts=4)
+    cfg["data"]["train_size"] = 8
+    cfg["reward"] = {"verifiers": [{"type": "custom", "function": "breakable_judge:upper_unless_broken"}]}
+    path = tmp_path / "label.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["label", str(path), "run.name=whole"]) == 0
+
+    (tmp_path / "BROKEN").touch()
+    assert main(["label", str(path)]) == 1          # prompts 4-7: every reward failed
+    assert "rlxf label" in capsys.readouterr().err
+    run, whole = tmp_path / "runs" / "label", tmp_path / "runs" / "whole"
+    assert len((run / "label_progress_train.jsonl").read_text().splitlines()) == 1
+    assert "--resume` goes on from its last finished batch" in (run / "train.log").read_text()
+    (tmp_path / "BROKEN").unlink()
+    with pytest.raises(UsageError, match=r"differs from the run's .* in label\.k"):
+        label_run(path, ["label.k=3"], overwrite=False, resume=True)
+    # `rlxf label CONFIG --resume` (its option is added in rlxf/cli/commands.py)
+    label_run(path, [], overwrite=False, resume=True)
+    for name in ("pairs_train.jsonl", "pairs_test.jsonl", "label_summary.json"):
+        assert (run / name).read_bytes() == (whole / name).read_bytes(), name
+    assert "label train: resuming at prompt 4 of 8" in (run / "train.log").read_text()

@@ -36,7 +36,8 @@ def label_config(tmp_path, nano_model_dir, monkeypatch):
             "model": {"path": str(nano_model_dir)},
             "data": {"task": "arithmetic", "task_options": {"max_digits": 2, "ops": "+"}, "train_size": 24,
                      "test_size": 8, "max_prompt_len": 32},
-            "rollout": {"max_new_tokens": 8, "temperature": 1.0},
+            # most samples end at a stop string, not cut at max_new_tokens (a cut one is never chosen)
+            "rollout": {"max_new_tokens": 8, "temperature": 1.0, "stop_strings": ["e"]},
             "reward": {"verifiers": [{"type": "custom", "function": f"flaky_judge_lbl:{function}"}]},
             "label": {"k": 4},
             "logging": {"progress": False},
@@ -61,7 +62,8 @@ def test_label_leaves_failed_samples_out_of_the_pairs(label_config, tmp_path):
     pairs = [json.loads(line) for line in (run / "pairs_train.jsonl").read_text().splitlines()]
     summary = json.loads((run / "label_summary.json").read_text())["train"]
     assert summary["reward_failed"] > 0                      # the seed makes some responses hold a "q"
-    assert summary["pairs"] + summary["ties"] + summary["unscored"] == 24 and len(pairs) == summary["pairs"] > 0
+    assert summary["pairs"] + summary["ties"] + summary["unscored"] + summary["truncated_unpaired"] == 24
+    assert len(pairs) == summary["pairs"] > 0
     for p in pairs:   # neither end of a pair is a failed sample, scored 0 for want of a score
         assert "q" not in p["chosen"].lower() and "q" not in p["rejected"].lower()
         assert p["chosen_score"] > p["rejected_score"]

@@ -54,8 +54,8 @@ def test_failed_samples_are_never_chosen_or_rejected_and_are_counted():
     pairs, counts = _label(RewardConfig(max_error_frac_first_step=1.0))
     assert [(p["uid"], p["chosen"], p["rejected"]) for p in pairs] == [("0", "good", "bad"), ("1", "high", "low")]
     assert [(p["chosen_score"], p["rejected_score"]) for p in pairs] == [(0.9, 0.2), (-0.1, -0.5)]
-    assert counts == {"prompts": 3.0, "pairs": 2.0, "ties": 0.0, "unscored": 1.0, "reward_failed": 6.0,
-                      "gap_mean": pytest.approx((0.7 + 0.4) / 2)}
+    assert counts == {"prompts": 3.0, "pairs": 2.0, "ties": 0.0, "unscored": 1.0, "truncated_unpaired": 0.0,
+                      "reward_failed": 6.0, "truncated": 0.0, "gap_mean": pytest.approx((0.7 + 0.4) / 2)}
 
 
 def test_best_and_worst_needs_two_scored_samples():
