@@ -23,14 +23,21 @@ from typing import Any
 from rlxf.data.errors import DataError
 from rlxf.types import Prompt, source_of
 
+TARGETS = ("response_ids", "chosen_ids", "rejected_ids")  # what SFT and preference examples train towards
+
 
 def fingerprint(prompts: Sequence[Prompt]) -> str:
-    """A short hash of the prompts' uids and ids: a resumed run must see the same data."""
+    """A short hash of the examples' uids and ids, their targets included (an SFT example's
+    response, a pair's chosen and rejected ones): a resumed run must see the same data, and a
+    pairs file relabelled or with chosen and rejected swapped is not the same data."""
     h = hashlib.sha256()
     for p in prompts:
         h.update(p.uid.encode())
         h.update(b"\0")
         h.update(",".join(map(str, p.prompt_ids)).encode())
+        for name in TARGETS:
+            if (ids := getattr(p, name, None)) is not None:
+                h.update(f"\0{name}:".encode() + ",".join(map(str, ids)).encode())
         h.update(b"\n")
     return h.hexdigest()[:16]
 

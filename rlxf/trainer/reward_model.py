@@ -75,6 +75,7 @@ def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[
     """``rlxf rm``: train on ``data`` (preference pairs); writes ``<run>/checkpoints/step_N/model``
     with reward_stats.json from the first ``rm.stats_pairs`` training pairs."""
     from rlxf.config import dump_config
+    from rlxf.rollout.hf import model_context_window
 
     run.write_config(dump_config(cfg))
     m = cfg.model
@@ -86,7 +87,8 @@ def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[
                                        trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
                                        linear_kernels=m.linear_kernels, lora=m.lora)
     # an over-long response keeps its end, the eos the score is read at, as the verifier cuts it
-    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data, keep_response="last")
+    data = build_preference_data(cfg.data, tokenizer, seed=cfg.seeds.data, keep_response="last",
+                                 context_window=model_context_window(model.config))
     core = TrainableModel(model, cfg.rm.optim, cfg.rm.steps, cfg.rm.micro_batch_size)
     objective = BradleyTerryObjective(model, cfg.rm.margin, cfg.rm.micro_batch_size)
     stats_pairs = data.train[: cfg.rm.stats_pairs]

@@ -64,3 +64,24 @@ def test_resume_with_different_data_is_refused():
 def test_empty_prompts_are_an_error():
     with pytest.raises(DataError, match="no prompts"):
         PromptSampler([], seed=0)
+
+
+def test_resume_with_pairs_swapped_or_relabelled_is_refused():
+    """The same prompts with chosen and rejected swapped (or an SFT answer changed) are other data."""
+    from rlxf.data.preference import PreferenceExample
+
+    def pairs(swap: int | None = None) -> list[PreferenceExample]:
+        out = []
+        for i in range(6):
+            good, bad = [10 + i, 2], [20 + i, 2]
+            if i == swap:
+                good, bad = bad, good
+            out.append(PreferenceExample(uid=f"p:{i}", prompt_ids=[1, i], chosen_ids=good, rejected_ids=bad,
+                                         prompt_text=str(i), chosen_text="a", rejected_text="b"))
+        return out
+
+    s = PromptSampler(pairs(), seed=0)
+    s.next_batch(2)
+    PromptSampler(pairs(), seed=0).load_state_dict(s.state_dict())   # the same pairs: resumes
+    with pytest.raises(DataError, match="fingerprint"):
+        PromptSampler(pairs(swap=3), seed=0).load_state_dict(s.state_dict())

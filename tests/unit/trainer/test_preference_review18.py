@@ -59,17 +59,19 @@ def test_a_pair_longer_than_the_context_window_is_an_error_naming_its_record(tmp
     assert len(build_preference_data(cfg, tokenizer_for_tests, 0, context_window=longest).train) == 2
 
 
-def test_dpo_refuses_pairs_longer_than_its_model_before_training(tmp_path, nano_model_dir, capsys):
+@pytest.mark.parametrize("command", ["dpo", "rm"])
+def test_dpo_refuses_pairs_longer_than_its_model_before_training(command, tmp_path, nano_model_dir, capsys):
+    """DPO and the reward model alike (the reward model's pairs keep their responses' ends)."""
     import yaml
 
     from rlxf.cli.main import main
 
     path = _jsonl(tmp_path / "p.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"},
                                          {"prompt": "q", "chosen": "apple " * 2100, "rejected": "b"}])
-    cfg = {"run": {"name": "dpo", "output_dir": str(tmp_path / "runs")}, "model": {"path": str(nano_model_dir)},
+    cfg = {"run": {"name": command, "output_dir": str(tmp_path / "runs")}, "model": {"path": str(nano_model_dir)},
            "data": {"source": "jsonl", "train_path": path, "fields": {"ground_truth": None}},
-           "dpo": {"steps": 1, "batch_size": 2, "micro_batch_size": 2}, "logging": {"progress": False}}
-    (tmp_path / "dpo.yaml").write_text(yaml.safe_dump(cfg))
-    assert main(["dpo", str(tmp_path / "dpo.yaml")]) == 2
+           command: {"steps": 1, "batch_size": 2, "micro_batch_size": 2}, "logging": {"progress": False}}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    assert main([command, str(tmp_path / "cfg.yaml")]) == 2
     assert re.search(rf"{re.escape(path)}:2: the pair is \d+ tokens .* context window of 2048",
                      capsys.readouterr().err)
