@@ -79,7 +79,7 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
     last metrics."""
     core, objective, prefix = job.core, job.objective, job.objective.prefix
     sampler = PromptSampler(job.data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
-    start = resume_trainable(run, core, sampler) if resume else 0
+    start = resume_trainable(run, core, sampler, steps=section.steps, field=f"{prefix}.steps") if resume else 0
 
     def checkpoint(step: int) -> Path:
         return checkpoint_trainable(run, step, core, job.tokenizer, sampler, keep_last=cfg.checkpoint.keep_last,

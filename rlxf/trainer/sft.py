@@ -104,7 +104,7 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     data = build_sft_data(cfg.data, tokenizer, seed=cfg.seeds.data)
     sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
-    start = resume_trainable(run, core, sampler) if resume else 0
+    start = resume_trainable(run, core, sampler, steps=cfg.sft.steps, field="sft.steps") if resume else 0
     # the training time so far, which sft.max_seconds budgets (restarted, a resume got a whole budget more)
     resumed_from = run.checkpoints / f"step_{start}"
     clock = TrainClock.restored(load_trainer_state(resumed_from), resumed_from) if start else TrainClock()

@@ -143,11 +143,12 @@ def checkpoint_trainable(run: RunDir, step: int, core: TrainableModel, tokenizer
                            keep_last=keep_last)
 
 
-def resume_trainable(run: RunDir, core: TrainableModel, sampler) -> int:
+def resume_trainable(run: RunDir, core: TrainableModel, sampler, *, steps: int, field: str) -> int:
     """Load the run's newest checkpoint into ``core``, the data ``sampler`` and the RNGs, and cut
     metrics.jsonl back to its step; returns that step (0 when there is no checkpoint yet: the
     run starts over, and what it logged before, its first evaluation too, is dropped). A newest
-    checkpoint whose files do not read back is skipped for the one before it (``intact_checkpoint``)."""
+    checkpoint whose files do not read back is skipped for the one before it (``intact_checkpoint``).
+    A run already at or past ``steps`` (the config's ``field``, lowered since) is said to train nothing."""
     ckpt = intact_checkpoint(run.checkpoints)
     if ckpt is None:
         truncate_after_step(run.metrics, -1)
@@ -159,4 +160,7 @@ def resume_trainable(run: RunDir, core: TrainableModel, sampler) -> int:
     step = int(state["step"])
     truncate_after_step(run.metrics, step)
     log.info("resumed from %s (step %d)", ckpt, step)
+    if step >= steps:
+        log.warning("--resume: the run has done %d steps and %s is %d: nothing to train; raise %s to train on",
+                    step, field, steps, field)
     return step

@@ -130,3 +130,15 @@ def test_rm_with_lora_trains_adapters_and_the_head_and_saves_a_merged_model(tmp_
     chosen = verifier.score_batch([RewardInput(prompt=t["prompt"], response=t["chosen"]) for t in test])
     rejected = verifier.score_batch([RewardInput(prompt=t["prompt"], response=t["rejected"]) for t in test])
     assert sum(c.score > r.score for c, r in zip(chosen, rejected, strict=True)) > len(test) / 2
+
+
+def test_a_resume_with_fewer_steps_than_done_says_it_trains_nothing(tmp_path, nano_model_dir, capsys):
+    """rm.steps lowered below the checkpoint's step: the resume ended at once, silently."""
+    path = pair_config(tmp_path, nano_model_dir, "rm", {"steps": 2, "batch_size": 4, "micro_batch_size": 4},
+                       checkpoint={"every": 1}, n_train=16, n_test=4)
+    assert main(["rm", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["rm", str(path), "--resume", "rm.steps=1"]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the run has done 2 steps and rm.steps is 1: nothing to train; raise rm.steps" in said
+    assert [r["step"] for r in read_metrics(tmp_path / "runs" / "rm")][-1] == 2
