@@ -17,7 +17,9 @@
 
 `--overwrite` moves the old run aside (``.<name>.replaced-<pid>`` next to it) and deletes it
 when the command ends, or fails after its run logged or saved something; a start that fails
-(bad data found after the directory was made) puts it back.
+(bad data found after the directory was made) puts it back. A directory left by a start that
+died before its first step (nothing logged or saved, its lock free) does not refuse the next run
+of that name: that run clears it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,24 @@ def looks_like_run(path: Path) -> bool:
     return ((path / "config.yaml").is_file() and any(written)) or all(written[:2])
 
 
+def _unused(path: Path) -> bool:
+    """Whether the run at ``path`` logged nothing (no records in metrics.jsonl or any other .jsonl,
+    such as `rlxf label`'s pairs) and saved no checkpoint or model: its start failed or stopped."""
+    logged = any(f.is_file() and f.stat().st_size > 0 for f in path.glob("*.jsonl"))
+    checkpoints = path / "checkpoints"
+    saved = (checkpoints.exists() and any(checkpoints.iterdir())) or (path / "model").exists()
+    return not (logged or saved)
+
+
+def _abandoned(path: Path) -> bool:
+    """``path`` was left by a start that died before its first step (a kill, an out-of-memory
+    kill while the model loaded, a Ctrl-C no handler saw): made by ``RunDir.open`` (its record
+    and lock), unused, and its lock held by no process. Nothing in it is worth a refusal: the
+    next run of that name clears it (``RunDir.open``) instead of "already exists"."""
+    return ((path / RECORD).is_file() and (path / LOCK).is_file() and _held_here(path) is None
+            and _user(path) is None and _unused(path))
+
+
 def _held_here(path: Path) -> int | None:
     """The fd of ``path``'s lock if this process holds it (the lock file is still the one locked)."""
     fd = _held.get(path.resolve())
@@ -80,6 +100,12 @@ def _held_here(path: Path) -> int | None:
     except OSError:
         pass
     return None
+
+
+def holds_lock(path: Path) -> bool:
+    """Whether this process holds the lock of the run directory ``path`` (opened it, and has not
+    released or discarded it)."""
+    return _held_here(path) is not None
 
 
 def _user(path: Path) -> str | None:
@@ -234,7 +260,8 @@ class RunDir:
         """Create ``output_dir/name`` (or reopen it with ``resume``).
 
         An existing directory is never reused silently: pass ``resume`` to continue it or
-        ``overwrite`` to delete it and start over. ``command`` (``train``, ``sft``, ...) is
+        ``overwrite`` to delete it and start over (one a start left unused is cleared, with a
+        warning: ``_abandoned``). ``command`` (``train``, ``sft``, ...) is
         recorded in a new run and checked against the record on ``resume``. ``options``: how the
         caller spells ``resume`` and ``overwrite`` in its errors (``API_OPTIONS`` for ``rlxf.train``).
         """
@@ -242,6 +269,16 @@ class RunDir:
         replaced = None
         try:
             _sweep_replaced(path)
+            if not (resume or overwrite) and path.is_dir() and any(path.iterdir()):  # abandoned, as check found
+                _lock(path)  # first, so that two runs starting at once do not both clear it
+                log = logging.getLogger("rlxf")
+                log.warning("%s was left by a start that stopped before its first step (nothing logged or saved); "
+                            "cleared for this run", path)
+                for item in path.iterdir():
+                    if item.is_dir() and not item.is_symlink():
+                        shutil.rmtree(item)
+                    elif item.name != LOCK:
+                        item.unlink()
             if overwrite and path.exists() and any(path.iterdir()):
                 replaced = path.with_name(f".{path.name}.replaced-{os.getpid()}")
                 if replaced.exists():
@@ -249,23 +286,30 @@ class RunDir:
                 path.rename(replaced)
                 _release(path)
             run = cls(path, replaced)
-            run.checkpoints.mkdir(parents=True, exist_ok=True)
-            _lock(path)
+            path.mkdir(parents=True, exist_ok=True)
+            _lock(path)  # before anything else is made in it: an empty directory is no run to refuse
+            run.checkpoints.mkdir(exist_ok=True)
             if command is not None and not resume:
                 run.record.write_text(json.dumps({"command": command}) + "\n")
         except OSError as e:
             raise _unusable(path, e) from None
+        except BaseException:  # a Ctrl-C while it was made: no half-made directory, the old run back
+            if not resume and (replaced is not None or holds_lock(path)):  # never one another process holds
+                cls(path, replaced).discard_if_unused()
+            raise
         return run
 
     @staticmethod
     def check(output_dir: str | Path, name: str, *, resume: bool = False, overwrite: bool = False,
               command: str | None = None, options: Options = CLI_OPTIONS) -> Path:
         """The path ``open`` would use, or the RunDirError it would raise; creates nothing (a
-        command checks this before validating its inputs, then opens)."""
+        command checks this before validating its inputs, then opens), but first puts back a run
+        that an --overwrite killed before its first step had set aside (``_put_back_replaced``)."""
         if resume and overwrite:
             raise RunDirError(f"{options.resume} and {options.overwrite} contradict each other; pass one")
         path = Path(output_dir) / name
         try:
+            _put_back_replaced(path)
             if path.exists() and not path.is_dir():
                 raise RunDirError(f"run.output_dir/run.name: {path} is a file, not a run directory; choose "
                                   f"another run.name (or run.output_dir)")
@@ -277,7 +321,7 @@ class RunDir:
         if resume and not exists:
             raise RunDirError(f"{options.resume}: {path} does not exist (or is empty); start the run without "
                               f"{options.resume}")
-        if exists and not (resume or overwrite):
+        if exists and not (resume or overwrite) and not _abandoned(path):
             raise RunDirError(
                 f"{path} already exists. Pass {options.resume} to continue that run, {options.overwrite} to delete it "
                 f"and start over, or choose another run.name (e.g. run.name={name}-2)"
@@ -305,9 +349,7 @@ class RunDir:
         """Delete this run directory if the run logged nothing (no records in metrics.jsonl or any
         other .jsonl, such as `rlxf label`'s pairs) and saved no checkpoint or model (its start
         failed), so that the corrected command can use the name again; True if deleted."""
-        logged = any(f.is_file() and f.stat().st_size > 0 for f in self.path.glob("*.jsonl"))
-        saved = (self.checkpoints.exists() and any(self.checkpoints.iterdir())) or (self.path / "model").exists()
-        if logged or saved:
+        if not _unused(self.path):
             self.drop_replaced()
             return False
         _release(self.path)
@@ -328,13 +370,37 @@ class RunDir:
             shutil.rmtree(self.replaced, ignore_errors=True)
 
 
-def _sweep_replaced(path: Path) -> None:
-    """Delete old runs set aside for ``path`` by an --overwrite whose process is gone (killed
-    after the new run started; a failed start puts its old run back)."""
+def _orphans(path: Path) -> list[Path]:
+    """Old runs set aside for ``path`` by an --overwrite whose process is gone, newest first."""
+    found = []
     for aside in path.parent.glob(f".{path.name}.replaced-*") if path.parent.is_dir() else ():
         pid = aside.name.rpartition("-")[2]
         if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            shutil.rmtree(aside, ignore_errors=True)
+            found.append(aside)
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _put_back_replaced(path: Path) -> None:
+    """An --overwrite killed before its new run logged or saved anything (kill -9, out of memory
+    while the model loaded, a Ctrl-C before its guard) left the old run set aside: put it back,
+    as a start that fails does, instead of deleting it with the next start's sweep."""
+    orphans = _orphans(path)
+    if not orphans:
+        return
+    if path.exists() and not (_held_here(path) is None and _user(path) is None and _unused(path)):
+        return  # the new run got going (or is starting now): the old one is deleted by the sweep
+    if path.exists():
+        shutil.rmtree(path)
+    orphans[0].rename(path)
+    logging.getLogger("rlxf").warning("put back the run at %s: the --overwrite that set it aside stopped before its "
+                                      "first step", path)
+
+
+def _sweep_replaced(path: Path) -> None:
+    """Delete old runs set aside for ``path`` by an --overwrite whose process is gone (killed
+    after the new run started; one killed before is put back by ``_put_back_replaced``)."""
+    for aside in _orphans(path):
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def setup_logging(log_file: Path | None, *, console: bool = True, level: int = logging.INFO) -> logging.Logger:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 
-def _model_dims(path: str, trust_remote_code: bool):
+def _model_dims(path: str, trust_remote_code: bool, revision: str | None = None):
     """Read the model's architecture (config.json only; weights are not loaded). ``path`` is read
     as `rlxf train` reads model.path: a model, checkpoint or run directory (``rlxf.models.paths``)
     or a hub id; a local directory that holds no model raises ModelLoadError, which says why."""
@@ -21,10 +21,11 @@ def _model_dims(path: str, trust_remote_code: bool):
     from rlxf.config.explain import ModelDims
     from rlxf.models.loading import adapter_base, check_source, is_adapter_dir
 
-    source = check_source(path, "model.path", adapters=True)
+    source = check_source(path, "model.path", adapters=True, revision=revision)
     if is_adapter_dir(source):   # a LoRA adapter: the architecture is its base model's (the merge keeps it)
-        source = check_source(adapter_base(source, "model.path"), f"the base model of the LoRA adapter {source}")
-    hf_config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+        source = check_source(adapter_base(source, "model.path"), f"the base model of the LoRA adapter {source}",
+                              revision=revision)
+    hf_config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=trust_remote_code)
     params = sum(p.numel() for p in model.parameters())
@@ -177,7 +178,7 @@ def _print_tables(console: Console, cfg) -> None:
 
     console.rule("memory estimate (GiB, rough upper bound)")
     try:
-        dims = _model_dims(cfg.model.path, cfg.model.trust_remote_code)
+        dims = _model_dims(cfg.model.path, cfg.model.trust_remote_code, cfg.model.revision)
     except (OSError, ValueError) as e:
         console.print(f"memory estimate skipped: {_unreadable(cfg.model.path, e)}", markup=False)
         _print_placement(console, cfg, None)

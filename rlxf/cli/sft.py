@@ -24,15 +24,15 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
     cfg, origins = load_config_located(config, overrides)
     run_dir = open_run_dir(cfg, "sft", lambda: check_inputs(cfg, prompts=False, origins=origins), resume=resume,
                            overwrite=overwrite)
-    if resume:
-        check_resume_compatible(run_dir.config, cfg, RESUMABLE)
-    setup_logging(run_dir.log)
-    apply_threads(cfg.run.threads)
-
-    from rlxf.trainer.sft import run_sft
-
     with stop_with_resume_hint("sft", config, overrides, run_dir.checkpoints), \
-            discard_on_failed_start(run_dir, fresh=not resume):
+            discard_on_failed_start(run_dir, fresh=not resume):  # all of the start: see `rlxf train`
+        if resume:
+            check_resume_compatible(run_dir.config, cfg, RESUMABLE)
+        setup_logging(run_dir.log)
+        apply_threads(cfg.run.threads)
+
+        from rlxf.trainer.sft import run_sft
+
         run_sft(cfg, run_dir, resume=resume)
 
     from rlxf.metrics.report import write_report

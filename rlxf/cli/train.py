@@ -70,9 +70,19 @@ def apply_threads(threads: int) -> None:
 
 
 def resume_hint(checkpoints: Path, command: str) -> str:
-    """What to run to continue, and from which checkpoint (or that there is none yet)."""
+    """What to run to continue, and from which checkpoint (or that there is none yet). A fresh
+    run that stopped before logging anything was removed (``discard_on_failed_start``; this
+    process no longer holds its lock), and an --overwrite's old run put back there: nothing of
+    it to resume, so it is run again as it was (``command`` without its ``--resume``)."""
+    from rlxf.run_dir import holds_lock
     from rlxf.trainer.checkpoint import latest_checkpoint
 
+    run = checkpoints.parent
+    if not holds_lock(run):
+        back = run.exists()
+        again = command.removesuffix(" --resume") + (" --overwrite" if back else "")
+        return (f"it stopped before its first step, so its run directory was removed"
+                f"{' and the run it was to replace put back' if back else ''}; run it again with: {again}")
     ckpt = latest_checkpoint(checkpoints)
     if ckpt is None:
         return f"no checkpoint was written yet; `{command}` starts the run over"
@@ -156,17 +166,19 @@ def run(config: Path, overrides: list[str], *, resume: bool, overwrite: bool) ->
     cfg, origins = load_config_located(config, overrides)
     run_dir = open_run_dir(cfg, "train", lambda: check_inputs(cfg, origins=origins), resume=resume,
                            overwrite=overwrite)
-    if resume:
-        check_resume_compatible(run_dir.config, cfg)
-    log = setup_logging(run_dir.log)
-    apply_threads(cfg.run.threads)
-    log.info("run directory %s", run_dir.path)
-
-    from rlxf.metrics.report import write_report
-    from rlxf.placement import run_training
-
+    # everything from here on under the guard: a Ctrl-C or failure before the first step leaves no
+    # directory behind to refuse the next start
     with stop_with_resume_hint("train", config, overrides, run_dir.checkpoints), \
             discard_on_failed_start(run_dir, fresh=not resume):
+        if resume:
+            check_resume_compatible(run_dir.config, cfg)
+        log = setup_logging(run_dir.log)
+        apply_threads(cfg.run.threads)
+        log.info("run directory %s", run_dir.path)
+
+        from rlxf.metrics.report import write_report
+        from rlxf.placement import run_training
+
         last = run_training(cfg, run_dir, resume=resume)
     report = write_report([run_dir.path])
     summary = ", ".join(f"{k} {last[k]:.4g}" for k in ("reward/mean", "accuracy", "eval/accuracy") if k in last)

@@ -89,7 +89,7 @@ def warn_slow_cpu_dtype(device: torch.device, dtype: torch.dtype) -> None:
 
 
 def check_source(path: str | Path, what: str, *, local_first: bool = False, adapters: bool = False,
-                 tokenizer: bool = False) -> str:
+                 tokenizer: bool = False, revision: str | None = None) -> str:
     """A local directory, or something that looks like a hub id; otherwise a helpful error.
 
     ``tokenizer``: a local directory holding tokenizer files (and no model) is returned as it is.
@@ -100,7 +100,10 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False, adap
     ``a/b`` where ``a`` is a local directory but ``a/b`` does not exist is a mistyped local path
     (``models/nan0`` for ``models/nano``), refused at once rather than after a minute of hub
     retries, unless the hub model ``a/b`` is already in the Hugging Face cache. ``local_first``:
-    refused even then (a command line's ``runs/NAME`` is never a hub id)."""
+    refused even then (a command line's ``runs/NAME`` is never a hub id).
+
+    A hub id is checked against the hub once (``_hub_source``): with the hub out of reach it is
+    read from the local cache (``revision``'s snapshot), or refused at once when it is not there."""
     text = str(path)
     local = Path(text).expanduser()
     if local.exists():
@@ -118,22 +121,74 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False, adap
         # `models/nan0` with a local `models/`: almost surely a mistyped local path. Tried as a hub
         # id it would spend about a minute on retries before failing, so it is refused now
         raise ModelLoadError(f"{what} {text} does not exist. {_no_local_subdir(local, text, local_first)}")
-    return text
+    return _hub_source(text, what, revision)
 
 
-def _in_hub_cache(repo_id: str) -> bool:
+def _in_hub_cache(repo_id: str, revision: str | None = None) -> bool:
     """Whether the Hugging Face cache holds ``repo_id`` (no network: the cache directory only)."""
+    return _hub_cache_dir(repo_id, revision) is not None
+
+
+def _hub_cache_dir(repo_id: str, revision: str | None = None) -> str | None:
+    """The cached snapshot directory of ``repo_id`` at ``revision`` (default main), or None."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
-        return False
+        return None
     for name in ("config.json", "tokenizer_config.json"):
         try:
-            if isinstance(try_to_load_from_cache(repo_id, name), str):
-                return True
+            found = try_to_load_from_cache(repo_id, name, revision=revision)
         except ValueError:  # not a valid repo id (HFValidationError)
-            return False
-    return False
+            return None
+        if isinstance(found, str):
+            return str(Path(found).parent)
+    return None
+
+
+def _hub_source(repo_id: str, what: str, revision: str | None) -> str:
+    """What ``from_pretrained`` is given for the hub id ``repo_id``.
+
+    huggingface_hub retries an unreachable hub for about 25 s per file before it falls back to
+    its cache or fails (a minute for a model and its tokenizer), so the hub is asked once, with
+    no retries: out of reach, a cached snapshot is read as a local directory, and a model that
+    is not cached is refused now, saying so. HF_HUB_OFFLINE=1 asks nothing (transformers then
+    reads the cache at once)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return repo_id
+    if constants.HF_HUB_OFFLINE:
+        return repo_id
+    unreachable = hub_unreachable()
+    if unreachable is None:
+        return repo_id
+    cached = _hub_cache_dir(repo_id, revision)
+    if cached is not None:
+        log.warning("the Hugging Face hub (%s) cannot be reached (%s): %s %s is read from the local cache, %s",
+                    constants.ENDPOINT, unreachable, what, repo_id, cached)
+        return cached
+    at = f" at revision {revision!r}" if revision else ""
+    raise ModelLoadError(
+        f"{what} {repo_id}: no such local directory, so it is a Hugging Face hub id, but the hub "
+        f"({constants.ENDPOINT}) cannot be reached from this machine ({unreachable}) and {repo_id}{at} is not in "
+        f"the local cache ({constants.HF_HUB_CACHE}). Download it where the hub is reachable (`hf download "
+        f"{repo_id}`) and copy that cache here (or set HF_HUB_CACHE to it), or give a local model directory.")
+
+
+def hub_unreachable() -> str | None:
+    """Why the hub cannot be reached from here (one request, no retries), or None when it answers.
+
+    Through huggingface_hub's own HTTP client, so its proxies and certificates apply; any HTTP
+    answer, an error status included, means reachable (the download then says what is wrong)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except Exception as e:  # noqa: BLE001 - only a failure to connect is an answer; see below
+        network = isinstance(e, OSError) or any(c.__name__ == "TransportError" for c in type(e).__mro__)
+        return f"{type(e).__name__}: {e}" if network else None  # httpx's errors are not OSErrors
+    return None
 
 
 def _no_local_subdir(local: Path, text: str, local_first: bool) -> str:
@@ -284,9 +339,10 @@ def load_tokenizer(
     """
     from transformers import AutoTokenizer
 
-    source = check_source(path, what, adapters=True, tokenizer=True)
+    source = check_source(path, what, adapters=True, tokenizer=True, revision=revision)
     if is_adapter_dir(source) and not any((Path(source) / f).is_file() for f in _TOKENIZER_FILES):
-        source = check_source(adapter_base(source, what), f"the base model of the LoRA adapter {source}")
+        source = check_source(adapter_base(source, what), f"the base model of the LoRA adapter {source}",
+                              revision=revision)
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     except load_errors() as e:
@@ -347,11 +403,12 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
-    source = check_source(path, "model", adapters=True)
+    source = check_source(path, "model", adapters=True, revision=revision)
     adapter = None
     if is_adapter_dir(source):
         adapter = source
-        source = check_source(adapter_base(adapter, "model"), f"the base model of the LoRA adapter {adapter}")
+        source = check_source(adapter_base(adapter, "model"), f"the base model of the LoRA adapter {adapter}",
+                              revision=revision)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     warn_slow_cpu_dtype(dev, dt)
@@ -459,7 +516,8 @@ def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str | None
 
 def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of the ``model:`` section; errors name the field its path came from."""
-    check_source(cfg.path, "model.path", adapters=True)  # checked first: a missing model is the usual mistake
+    # checked first: a missing model is the usual mistake
+    check_source(cfg.path, "model.path", adapters=True, revision=cfg.revision)
     return load_tokenizer(
         cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision,
         trust_remote_code=cfg.trust_remote_code, what="model.tokenizer" if cfg.tokenizer else "model.path",
