@@ -89,9 +89,10 @@ def register(app: typer.Typer) -> None:
         config: Path = ConfigArg,
         overrides: list[str] | None = OverridesArg,
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
+        resume: bool = typer.Option(False, "--resume", help="Continue a stopped labelling from its last finished batch."),
     ) -> None:
         """RLAIF: sample k responses per prompt, rank them with the reward (verifiers, judge), write pairs."""
-        _impl("label").run(config, overrides or [], overwrite=overwrite)
+        _impl("label").run(config, overrides or [], overwrite=overwrite, resume=resume)
 
     @app.command("eval")
     def eval_(

@@ -21,15 +21,17 @@ def run(config: Path, overrides: list[str], *, overwrite: bool, resume: bool = F
     cfg, origins = load_config_located(config, overrides)
     run_dir = open_run_dir(cfg, "label", lambda: check_inputs(cfg, origins=origins), resume=resume,
                            overwrite=overwrite)
-    if resume:
-        check_resume_compatible(run_dir.config, cfg, RESUMABLE)
-    setup_logging(run_dir.log)
-    apply_threads(cfg.run.threads)
-
-    from rlxf.trainer.label import run_label
-
     again = shlex.join(["rlxf", "label", str(config), *overrides, "--resume"])
+    # everything from here on under the guard, as in `rlxf train`: a Ctrl-C or failure before the
+    # first batch leaves no directory behind to refuse the next start
     with discard_on_failed_start(run_dir, fresh=not resume):
+        if resume:
+            check_resume_compatible(run_dir.config, cfg, RESUMABLE)
+        setup_logging(run_dir.log)
+        apply_threads(cfg.run.threads)
+
+        from rlxf.trainer.label import run_label
+
         try:
             run_label(cfg, run_dir, resume=resume)
         except UserInputError:   # bad config or data: resuming would fail the same way

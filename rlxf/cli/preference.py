@@ -21,18 +21,20 @@ def run(kind: str, config: Path, overrides: list[str], *, resume: bool, overwrit
 
     cfg, origins = load_config_located(config, overrides)
     run_dir = open_run_dir(cfg, kind, lambda: check_pair_inputs(cfg, origins), resume=resume, overwrite=overwrite)
-    if resume:
-        check_resume_compatible(run_dir.config, cfg, (*RUN_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
-    setup_logging(run_dir.log)
-    apply_threads(cfg.run.threads)
+    # everything from here on under the guard, as in `rlxf train`: a Ctrl-C or failure before the
+    # first step leaves no directory behind to refuse the next start
+    with stop_with_resume_hint(kind, config, overrides, run_dir.checkpoints), \
+            discard_on_failed_start(run_dir, fresh=not resume):
+        if resume:
+            check_resume_compatible(run_dir.config, cfg, (*RUN_RESUMABLE, f"{kind}.steps", f"{kind}.eval_every"))
+        setup_logging(run_dir.log)
+        apply_threads(cfg.run.threads)
+        if kind == "rm":
+            from rlxf.trainer.reward_model import run_reward_model as train
+        else:
+            from rlxf.trainer.dpo import run_dpo as train
+        train(cfg, run_dir, resume=resume)
 
     from rlxf.metrics.report import write_report
 
-    if kind == "rm":
-        from rlxf.trainer.reward_model import run_reward_model as train
-    else:
-        from rlxf.trainer.dpo import run_dpo as train
-    with stop_with_resume_hint(kind, config, overrides, run_dir.checkpoints), \
-            discard_on_failed_start(run_dir, fresh=not resume):
-        train(cfg, run_dir, resume=resume)
     write_report([run_dir.path])

@@ -102,8 +102,7 @@ def test_a_stopped_label_run_resumes_to_the_pairs_of_an_uninterrupted_one(tmp_pa
     (tmp_path / "BROKEN").unlink()
     with pytest.raises(UsageError, match=r"differs from the run's .* in label\.k"):
         label_run(path, ["label.k=3"], overwrite=False, resume=True)
-    # `rlxf label CONFIG --resume` (its option is added in rlxf/cli/commands.py)
-    label_run(path, [], overwrite=False, resume=True)
+    assert main(["label", str(path), "--resume"]) == 0
     for name in ("pairs_train.jsonl", "pairs_test.jsonl", "label_summary.json"):
         assert (run / name).read_bytes() == (whole / name).read_bytes(), name
     assert "label train: resuming at prompt 4 of 8" in (run / "train.log").read_text()

@@ -35,6 +35,18 @@ def test_ctrl_c_right_after_the_directory_is_made_leaves_none(tmp_path, nano_mod
     RunDir.check(tmp_path / "runs", "t", command=command)  # the same command is not refused
 
 
+@pytest.mark.parametrize("command", ["rm", "dpo"])
+def test_ctrl_c_right_after_the_directory_is_made_leaves_none_for_pairs(tmp_path, nano_model_dir, monkeypatch,
+                                                                        command):
+    from pref_helpers import pair_config
+
+    monkeypatch.setattr(rlxf.run_dir, "setup_logging", _ctrl_c)
+    cfg = pair_config(tmp_path, nano_model_dir, command, {"steps": 1, "batch_size": 2, "micro_batch_size": 2},
+                      n_train=8, n_test=2)
+    assert main([command, str(cfg)]) == 130
+    assert not (tmp_path / "runs" / command).exists()
+
+
 def test_ctrl_c_before_the_first_step_does_not_offer_a_resume_of_the_removed_run(tmp_path, nano_model_dir,
                                                                                   monkeypatch, capsys):
     """A fresh run's directory is removed when it stops before logging anything, so `--resume`
