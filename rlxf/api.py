@@ -165,15 +165,19 @@ def _run(cfg: Config, run_dir: RunDir, resume: bool, prepare: Callable[[], dict[
     in-memory objects (model, tokenizer, reward) after its checks and writes in the run directory."""
     import torch
 
-    from rlxf.cli.train import apply_threads, discard_on_failed_start
-    from rlxf.metrics.report import write_report
-    from rlxf.placement import run_training
-    from rlxf.trainer.checkpoint import latest_checkpoint
+    from rlxf.cli.train import discard_on_failed_start
 
-    restore_logging, threads = _set_logging_aside(), torch.get_num_threads()
+    threads = torch.get_num_threads()
     log = logging.getLogger("rlxf")
+    restore_logging = None
     try:
-        with discard_on_failed_start(run_dir, fresh=not resume):  # as `rlxf train`: see there
+        with discard_on_failed_start(run_dir, fresh=not resume):  # as `rlxf train`: everything under it
+            from rlxf.cli.train import apply_threads
+            from rlxf.metrics.report import write_report
+            from rlxf.placement import run_training
+            from rlxf.trainer.checkpoint import latest_checkpoint
+
+            restore_logging = _set_logging_aside()
             objects = prepare()  # before the log file opens: a refused resume leaves the run as it was
             setup_logging(run_dir.log)
             apply_threads(cfg.run.threads)
@@ -182,10 +186,11 @@ def _run(cfg: Config, run_dir: RunDir, resume: bool, prepare: Callable[[], dict[
         write_report([run_dir.path])
         return TrainResult(run_dir.path, last, latest_checkpoint(run_dir.checkpoints))
     finally:  # a library call leaves no open log file, no lock on its run, and the caller's settings behind
-        for handler in list(log.handlers):
-            log.removeHandler(handler)
-            handler.close()
-        restore_logging()
+        if restore_logging is not None:
+            for handler in list(log.handlers):
+                log.removeHandler(handler)
+                handler.close()
+            restore_logging()
         torch.set_num_threads(threads)
         run_dir.release()
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlxf.data.errors import DataError
+
+log = logging.getLogger("rlxf")
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "hf")
 # the formats a file's name says it is in (a JSON-lines file is often named .json, so the JSON
@@ -244,6 +247,33 @@ def _slice_split(datasets, splits: dict[str, Any], name: str, split: str):
     return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
 
 
+def _load_from_hub(datasets, name: str, subset: str | None, split: str):
+    """``load_dataset(name)`` from the hub, or, when the hub cannot be reached from here, from the
+    local cache alone: asked without a network, ``load_dataset`` spends half a minute in retries
+    before it fails. One request says whether the hub answers (``hub_unreachable``)."""
+    from huggingface_hub import constants
+
+    from rlxf.models.loading import hub_unreachable
+
+    if constants.HF_HUB_OFFLINE or (unreachable := hub_unreachable()) is None:
+        return datasets.load_dataset(name, subset, split=split)
+    offline = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True   # the cache only, no retries
+    try:
+        loaded = datasets.load_dataset(name, subset, split=split)
+    except (FileNotFoundError, ConnectionError) as e:
+        raise DataError(
+            f"cannot load dataset {name!r}: the Hugging Face hub ({constants.ENDPOINT}) cannot be reached from here "
+            f"({unreachable}) and the dataset is not in the local cache ({datasets.config.HF_DATASETS_CACHE}) "
+            f"({type(e).__name__}). Download it where the hub is reachable and copy the cache here, or give a "
+            f"local directory (save_to_disk output or data files).") from None
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = offline
+    log.warning("the Hugging Face hub (%s) cannot be reached (%s): dataset %s is read from the local cache",
+                constants.ENDPOINT, unreachable, name)
+    return loaded
+
+
 def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
     """One split of a dataset saved with ``save_to_disk``, a local data directory, or a hub name
     (``subset``: the configuration of a hub dataset that has several; not for ``save_to_disk``)."""
@@ -263,7 +293,9 @@ def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
                                 f"(not {split!r}). {_SPLIT_FIX}") from None
         return loaded
     try:
-        return datasets.load_dataset(str(local) if local.is_dir() else name, subset, split=split)
+        if local.is_dir():
+            return datasets.load_dataset(str(local), subset, split=split)
+        return _load_from_hub(datasets, name, subset, split)
     except ValueError as e:
         if "config name is missing" in str(e).lower():
             raise DataError(f"{name} has several configurations; name one with data.hf_subset ({e})") from None

@@ -95,7 +95,7 @@ class ValueModel(torch.nn.Module):
         in LoRA adapters (its own weights frozen) and the head stays fully trainable."""
         from transformers import AutoModel
 
-        source = check_source(path, "value model")
+        source = check_source(path, "value model", revision=revision)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
         kwargs = {"dtype": dt, "revision": revision, "trust_remote_code": trust_remote_code}
