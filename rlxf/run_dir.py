@@ -10,6 +10,7 @@
       report.html        plots (`rlxf report`)
       sink_runs.json     the W&B / MLflow run ids (``logging.sinks``) a `--resume` logs to again
       sink_steps.json    the last step each of those runs was sent (a resume does not send its replayed steps again)
+      sink_missed.json   the steps a TensorBoard / W&B / MLflow sink could not take (said at the end and on resume)
       run.json           which command made the run (``{"command": "sft"}``): `--resume` with another
                          one is refused, and `--overwrite` deletes only a directory that holds it, or
                          config.yaml with the log, metrics or checkpoints/ of a run from before it
@@ -403,6 +404,15 @@ def _sweep_replaced(path: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
+class QuietConsole(Console):
+    """A console that falls silent when its reader goes away (``rlxf train ... 2>&1 | head``, a
+    ``tee`` that was killed): rich's own ends the process with exit status 1 and no word said,
+    and a log or progress line must never be what stops a run."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+
 def setup_logging(log_file: Path | None, *, console: bool = True, level: int = logging.INFO) -> logging.Logger:
     """Log to the run's log file (plain) and the terminal (rich); returns the `rlxf` logger.
 
@@ -420,7 +430,7 @@ def setup_logging(log_file: Path | None, *, console: bool = True, level: int = l
         handler.close()
     if console:
         # stderr: a command's stdout stays machine-readable (`rlxf eval ... | jq`)
-        terminal = Console(stderr=True)
+        terminal = QuietConsole(stderr=True)
         if terminal.is_terminal or terminal.is_jupyter:
             logger.addHandler(RichHandler(console=terminal, show_path=False, rich_tracebacks=False, markup=False))
         else:  # piped to a file or a CI log: one line per record, not wrapped at 80 columns mid-path

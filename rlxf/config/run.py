@@ -61,7 +61,9 @@ class LoggingConfig(Section):
         default_factory=list,
         description="Extra metrics sinks besides metrics.jsonl (always written). "
         "Each needs its extra installed: `pip install rlxf[tensorboard]` etc. A `--resume` logs to the "
-        "same W&B / MLflow run (its id is kept in the run's sink_runs.json).",
+        "same W&B / MLflow run (its id is kept in the run's sink_runs.json). A sink that fails mid-run is "
+        "warned about and retried; the run goes on and metrics.jsonl keeps every step (the steps a sink "
+        "missed: sink_missed.json).",
     )
     project: str = Field("rlxf", description="Project / experiment name for W&B and MLflow.")
     samples_fraction: float = Field(

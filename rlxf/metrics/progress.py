@@ -19,6 +19,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from rlxf.run_dir import QuietConsole
+
 log = logging.getLogger("rlxf")
 
 
@@ -32,15 +34,6 @@ def _fmt(metrics: dict[str, Any], key: str, spec: str) -> str:
         return format(value, spec)
     except (TypeError, ValueError):
         return str(value)
-
-
-class _Console(Console):
-    """A console that falls silent when its reader goes away (``rlxf train ... 2>&1 | head``, a
-    ``tee`` that was killed): rich's own ends the process with exit status 1 and no word said,
-    and a progress line must never be what stops a run."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
 
 
 class _MetricsBelow(Progress):
@@ -75,7 +68,7 @@ class ProgressDisplay:
         self.spent = spent  # of max_seconds, before this display (a resumed run's training time so far)
         self._last_eval = ""
         self.fields = fields or self.FIELDS
-        self.console = console or _Console(stderr=True)
+        self.console = console or QuietConsole(stderr=True)
         self.total = total
         self.log_every = log_every
         self.live = enabled and sys.stderr.isatty()
