@@ -165,6 +165,7 @@ class ProgramEpisodes:
         self._server: ChatServer | None = None
         self._calls = 0
         self._running = threading.Lock()
+        self._closed = False
 
     def run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
             first_group: int = 0) -> list[Trajectory]:
@@ -172,6 +173,8 @@ class ProgramEpisodes:
         Calls from several threads (async mode's episodes, an evaluation) take turns: the
         endpoint samples every turn with one call's sampling parameters."""
         with self._running:
+            if self._closed:   # a call that waited its turn while the run ended starts no endpoint again
+                raise EnvError("the agent programs were closed (the run is ending); no episode is started")
             return self._run(prompts, seeds, sampling, first_group)
 
     def _run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams,
@@ -221,6 +224,7 @@ class ProgramEpisodes:
         return trajs
 
     def close(self) -> None:
+        self._closed = True
         if isinstance(self.agent, CommandAgent):
             self.agent.close()
         if self._server is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 import queue
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -50,6 +51,7 @@ class EnvRollout:
                                     step_timeout_s=cfg.step_timeout_s, credit=cfg.credit)
         self.tools = ToolSet(cfg.tools, cfg.tool_description) if cfg.tools else None
         self.programs: ProgramEpisodes | None = None
+        self._background: list[threading.Thread] = []   # episodes of ``EpisodeStream``, in threads of their own
         if cfg.name is None:   # an agent program runs the episodes
             agent = load_agent(cfg.agent, cfg.agent_command, cfg.agent_timeout_s)
             self.programs = ProgramEpisodes(agent, engine, tokenizer, self.limits, cfg.agent_timeout_s)
@@ -74,11 +76,26 @@ class EnvRollout:
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
         return score_episodes(trajs, max_new_tokens, self.reward if self.use_verifiers else None)
 
+    def in_background(self, target: Callable[..., None], *args: Any) -> None:
+        """Run ``target(*args)`` in a thread of its own (``EpisodeStream``); ``close`` ends it."""
+        thread = threading.Thread(target=target, args=args, name="rlxf-episodes", daemon=True)
+        self._background = [t for t in self._background if t.is_alive()] + [thread]
+        thread.start()
+
     def close(self) -> None:
+        """Episodes still running in the background (async mode's, at the end of a run) wait on the
+        engine: it is closed first (its owner's close after is a no-op), so they end now, and each
+        has closed its environments before this returns: the process may exit right after, and a
+        daemon thread's ``env.close()`` would not finish. Their tools are closed after them."""
+        running = [t for t in self._background if t.is_alive()]
+        if self.programs is not None:   # a program's model calls fail from here, and no waiting run starts
+            self.programs.close()
+        if running:
+            self.engine.close()
+            for thread in running:
+                thread.join()
         if self.tools is not None:
             self.tools.close()
-        if self.programs is not None:
-            self.programs.close()
 
 
 class EpisodeStream(GroupStream):
@@ -94,8 +111,7 @@ class EpisodeStream(GroupStream):
 
     def submit(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
         if requests:
-            threading.Thread(target=self._run, args=(list(requests), sampling), name="rlxf-episodes",
-                             daemon=True).start()
+            self.rollout.in_background(self._run, list(requests), sampling)
 
     def _run(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
         try:

@@ -148,6 +148,7 @@ class EngineProcess:
         self._loaded = -1                    # the newest version the engine acknowledged loading
         self._idle_s, self._idle_since = 0.0, None  # the engine's waiting time (its clock: monotonic)
         self._idle_before = 0.0              # waiting time of the engine processes that died
+        self._spawner = _Spawner()
         self._start()
 
     # -- the engine interface ------------------------------------------------------------------
@@ -162,19 +163,24 @@ class EngineProcess:
         finally:
             with self._cond:
                 self._awaited.difference_update(ids)
-                for i in ids:  # a call that failed leaves nothing behind for ``ready``
+                for i in ids:  # a call that failed leaves nothing behind for ``ready`` (nor in flight)
                     self._done.pop(i, None)
+                    self._inflight.pop(i, None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Write the weights into shared memory and tell the engine (it loads them between decode
         steps). Waits first until the engine has loaded the previous version (it has, unless it
         is in one very long decode step), so that it never copies a half-written buffer."""
-        self._wait(lambda: self._loaded >= self.policy_version)
-        with self._cond, torch.no_grad():  # a restart in another thread hands the buffer over whole
-            for name, tensor in named_tensors:
-                self._weights[name].copy_(tensor.detach())
-            self.policy_version = int(version)
-            self._commands.put(("weights", self.policy_version))
+        while True:
+            self._wait(lambda: self._loaded >= self.policy_version)
+            with self._cond, torch.no_grad():
+                if self._loaded < self.policy_version:  # a restart in another thread since the wait: its
+                    continue                            # new engine reads the buffer as it starts; wait again
+                for name, tensor in named_tensors:
+                    self._weights[name].copy_(tensor.detach())
+                self.policy_version = int(version)
+                self._commands.put(("weights", self.policy_version))
+                return
 
     # -- the stream interface ------------------------------------------------------------------
     def submit(self, request: RequestLike, sampling: SamplingParams, index: int = 0) -> int:
@@ -242,6 +248,7 @@ class EngineProcess:
             self._results.close()
             self._commands.cancel_join_thread()
             self._commands.close()
+            self._spawner.close()
 
     # -- the process -------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -251,8 +258,7 @@ class EngineProcess:
         self._proc = self._ctx.Process(target=serve, name="rlxf-engine", daemon=True,
                                        args=(self.recipe, self._weights, self.policy_version, self._commands, writer,
                                              os.getpid()))
-        with _caller_script_hidden():
-            self._proc.start()
+        self._spawner.start(self._proc)
         # the engine now holds the only write end: if it dies, even halfway through a message,
         # reading ends (EOF) instead of waiting forever for the rest
         writer.close()
@@ -277,8 +283,8 @@ class EngineProcess:
         self._start()
 
     def _check_usable(self) -> None:
-        if self._failed is not None:
-            raise self._failed
+        if self._failed is not None:   # a fresh one per waiter: one object raised in each would pile up their frames
+            raise EngineLost(str(self._failed))
         if self._closed:
             raise EngineLost("the engine process was closed while this call waited for it")
 
@@ -396,11 +402,49 @@ def _die_with(parent: int) -> None:
     """Have the kernel SIGKILL this process when the trainer dies (Linux). The signal is armed
     only from now on: a trainer that died before, while this process was starting, left it to a
     new parent already, so that is checked right after. (It fires when the thread that started
-    this process exits; the trainer starts and uses its engine from one thread, the loop's.)"""
+    this process exits: ``_Spawner`` starts every engine from a thread that outlives it.)"""
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+class _Spawner:
+    """Starts each engine process from one thread that lives as long as the ``EngineProcess``.
+    The kernel's death signal (``_die_with``) fires when the *thread* that started a process
+    exits, and a restart happens in whichever thread found the engine dead: an episode thread of
+    async mode ends with its episodes, and the engine it had started was killed with it."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name="rlxf-engine-spawner", daemon=True)
+        self.thread.start()
+
+    def start(self, proc) -> None:
+        """``proc.start()``, in the spawner's thread; raises what it raised."""
+        if self.closed:   # its thread is gone: nothing would answer
+            raise EngineLost("the engine process was closed; it is not started again")
+        outcome: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs.put((proc, outcome))
+        error = outcome.get()
+        if error is not None:
+            raise error
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            proc, outcome = job
+            try:
+                with _caller_script_hidden():
+                    proc.start()
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+                outcome.put(e)
+            else:
+                outcome.put(None)
+
+    def close(self) -> None:
+        self.closed = True
+        self.jobs.put(None)
 
 
 class _Outbox:
