@@ -146,9 +146,9 @@ def register(app: typer.Typer) -> None:
             "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (a chat, rendered with the chat template); "
             "after any PROMPTS."),
         backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
-        n: int = typer.Option(1, "-n", help="Samples per prompt."),
-        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-        max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+        n: int = typer.Option(1, "-n", min=1, help="Samples per prompt."),
+        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
+        max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
         chat_template: bool | None = typer.Option(
             None, "--chat-template/--no-chat-template",
             help="Format prompts with the tokenizer's chat template, or as plain text. Default: as the run "

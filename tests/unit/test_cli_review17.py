@@ -100,3 +100,11 @@ def test_generate_exits_1_when_samples_failed_and_refuses_a_blank_prompt(nano_mo
     assert "error: 1 of 2 samples failed; the reasons are above" in captured.err
     assert main(["generate", model, "1+1=", " "]) == 2
     assert "prompt 1 is empty (no text but whitespace)" in capsys.readouterr().err
+
+
+def test_generate_names_an_option_out_of_range(capsys):
+    """`-n 0` was refused as "invalid SamplingParams: n must be >= 1", naming no option."""
+    for args, option in ((["-n", "0"], "'-n'"), (["--max-new-tokens", "0"], "'--max-new-tokens'"),
+                         (["--temperature", "-1"], "'--temperature'")):
+        assert main(["generate", "no-such-model-dir", "hi", *args]) == 2
+        assert f"Invalid value for {option}" in capsys.readouterr().err
