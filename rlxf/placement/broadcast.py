@@ -2,7 +2,9 @@
 
 Learner rank 0 and every engine actor form a process group of their own (rank 0 = the learner),
 separate from the learners' data-parallel group: it is built from a TCP store the learner hosts,
-so neither side needs a default group, and it is rebuilt whenever an engine is replaced.
+so neither side needs a default group, and it is rebuilt whenever an engine is replaced. Each
+member builds it in a thread of its own (``Joining``) while the driver polls: building waits for
+every member, so one that died before joining would otherwise hold the others for ``TIMEOUT``.
 Weights travel as a few flat buffers per dtype, in the order of a manifest (names, shapes,
 dtypes) the learner hands the engines once, through the driver; the engines unflatten them into
 named tensors for ``Engine.update_weights``. NCCL where both ends have a GPU (GPU to GPU, no
@@ -11,6 +13,7 @@ host copy), gloo otherwise (``RayConfig.sync_backend``).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -56,7 +59,9 @@ class WeightGroup:
     """One member of the learner -> engines broadcast group."""
 
     def __init__(self, address: str, port: int, rank: int, world: int, backend: str):
-        store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=TIMEOUT)
+        from rlxf.trainer.distributed import tcp_store
+
+        store = tcp_store(address, port, world, is_master=rank == 0, timeout=TIMEOUT)  # rank 0 held the port
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             self.group = dist.ProcessGroupNCCL(store, rank, world)
@@ -89,3 +94,32 @@ class WeightGroup:
             for i, part in zip(bucket, torch.split(flat, sizes)):
                 out[manifest.names[i]] = part.view(manifest.shapes[i])
         return out
+
+
+class Joining:
+    """A ``WeightGroup`` being built in a thread, so the actor keeps answering while it waits for
+    the other members. A build the driver abandons (a member died before joining) fails in its
+    thread after ``TIMEOUT``, unseen: the actor builds the next one meanwhile."""
+
+    def __init__(self, *args):
+        self._done = threading.Event()
+        self._group: WeightGroup | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._build, args=args, daemon=True, name="rlxf-weight-group").start()
+
+    def _build(self, *args) -> None:
+        try:
+            self._group = WeightGroup(*args)
+        except BaseException as e:  # raised to the driver by ``wait``
+            self._error = e
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> WeightGroup | None:
+        """The group once built, None while still building (after ``timeout`` s); raises the
+        build's error."""
+        if not self._done.wait(timeout):
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._group

@@ -58,6 +58,8 @@ _ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
 CLOSE_TIMEOUT_S = 30.0
 # how long the actors may wait for the cluster to place them before the run says why it cannot
 PLACE_TIMEOUT_S = 300.0
+# how long one poll of the broadcast group's members waits for it to be built
+JOIN_POLL_S = 1.0
 
 
 class ActorsNotPlaced(UserInputError):
@@ -144,10 +146,12 @@ class _Rank(ABC):
 
     def address(self) -> tuple[str, int]:
         """This node's address as Ray knows it (the one the other nodes reach it by: the host
-        name may resolve to a loopback address, 127.0.1.1 on Debian), and a free port on it."""
+        name may resolve to a loopback address, 127.0.1.1 on Debian), and a free port on it, held
+        bound until this actor's store listens on it (``tcp_store``): a Ray worker starting
+        meanwhile binds a free port too, and could take a released one."""
         from rlxf.trainer.distributed import free_address
 
-        return free_address(ray.util.get_node_ip_address())
+        return free_address(ray.util.get_node_ip_address(), hold=True)
 
     def start(self, rank: int, world: int, address: str | None, port: int | None) -> None:
         from rlxf.trainer.distributed import init_data_parallel
@@ -174,12 +178,20 @@ class _Rank(ABC):
         return self.learner.dp.full_state_dict(self.learner.actor.model), True
 
     def join_engines(self, address: str, port: int, world: int):
-        """Rank 0: host the broadcast group with the engines; returns what it will send (manifest)."""
+        """Rank 0: start hosting the broadcast group with the engines (``joined`` says when it is
+        built); returns what it will send (manifest)."""
         from rlxf.models.loading import merged_state_dict
-        from rlxf.placement.broadcast import Manifest, WeightGroup
+        from rlxf.placement.broadcast import Joining, Manifest
 
-        self.engines = WeightGroup(address, port, 0, world, self.cfg.ray.sync_backend)
+        self.joining = Joining(address, port, 0, world, self.cfg.ray.sync_backend)
         return Manifest.of(merged_state_dict(self.learner.actor.model))  # global shapes, also sharded
+
+    def joined(self, timeout: float) -> bool:
+        """Whether the group ``join_engines`` started is built (waiting up to ``timeout`` s)."""
+        group = self.joining.wait(timeout)
+        if group is not None:
+            self.engines = group
+        return group is not None
 
     def send_weights(self, manifest) -> int:
         """Broadcast the weights to the engines (FSDP: every rank gathers, rank 0 sends); bytes sent."""
@@ -260,9 +272,16 @@ class _Engine:
         return True
 
     def join(self, address: str, port: int, rank: int, world: int) -> None:
-        from rlxf.placement.broadcast import WeightGroup
+        """Start joining the broadcast group (``joined`` says when it is built)."""
+        from rlxf.placement.broadcast import Joining
 
-        self.group = WeightGroup(address, port, rank, world, self.cfg.ray.sync_backend)
+        self.joining = Joining(address, port, rank, world, self.cfg.ray.sync_backend)
+
+    def joined(self, timeout: float) -> bool:
+        group = self.joining.wait(timeout)
+        if group is not None:
+            self.group = group
+        return group is not None
 
     def receive_weights(self, manifest, version: int) -> int:
         return self.update_weights(self.group.receive(manifest), version)
@@ -362,14 +381,15 @@ class RayPlacement(Placement):
             # learner ranks: rank 0 holds everything when colocated; the others are learner-only
             first = _Colocated if rc.mode == "colocated" else _Learner
             self._learners += [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
+            if rc.mode == "disaggregated":   # they start (load the policy) while the learners build theirs
+                self._engines = [self._new_engine() for _ in range(rc.engines)]
+                self._scorers = [self._new_scorer() for _ in range(rc.reward_actors)]
             self._wait_placed("learner", self._learners)
             address, port = _get(self._learners[0].address.remote()) if rc.learners > 1 else (None, None)
             self._gather([h.start.remote(rank, rc.learners, address, port) for rank, h in enumerate(self._learners)])
             if rc.mode == "disaggregated":
                 from rlxf.rewards import build_run_reward
 
-                self._engines = [self._new_engine() for _ in range(rc.engines)]
-                self._scorers = [self._new_scorer() for _ in range(rc.reward_actors)]
                 self._wait_placed("engine and reward", [*self._engines, *self._scorers])
                 self.reward = _ActorReward(self) if self._scorers else build_run_reward(cfg)
             self.sync_weights(0)
@@ -577,37 +597,65 @@ class RayPlacement(Placement):
                 return
 
     def _connect_engines(self) -> None:
-        """(Re)build the broadcast group: learner rank 0 and the current engines. Building it
-        waits for every member (up to ``broadcast.TIMEOUT``), so dead engines are replaced and
-        every engine has finished starting first; one that dies while joining fails the build,
-        and it is replaced and the build retried."""
+        """(Re)build the broadcast group: learner rank 0 and the current engines. Dead engines are
+        replaced and every engine has finished starting first (a member that joins late makes
+        the others wait). The members build it in threads while the driver polls them
+        (``broadcast.Joining``): an engine that dies meanwhile (a kill lands after it said it
+        was alive) is replaced and the group rebuilt at once, where the others used to wait
+        ``broadcast.TIMEOUT`` for it and then fail the sync."""
         while True:
-            for i in range(len(self._engines)):  # alive and constructed: joining must not wait on a start-up
-                while True:
-                    try:
-                        _get(self._engines[i].alive.remote())
-                        break
-                    except _ACTOR_LOST as e:
-                        self._replace_engine(i, e, sync=False)
+            self._replace_dead_engines()   # alive and constructed: joining must not wait on a start-up
             address, port = self._gather([self._learners[0].address.remote()])[0]
             world = 1 + len(self._engines)
-            joins = [e.join.remote(address, port, 1 + i, world) for i, e in enumerate(self._engines)]
-            host = self._learners[0].join_engines.remote(address, port, world)
-            lost = False
-            for i, ref in enumerate(joins):
-                try:
-                    _get(ref)
-                except _ACTOR_LOST as e:
-                    self._replace_engine(i, e, sync=False)
-                    lost = True
-            try:
-                self._manifest = self._gather([host])[0]
-            except RayTaskError:
-                if not lost:
-                    raise
-            if not lost:
+            self._manifest = self._gather([self._learners[0].join_engines.remote(address, port, world)])[0]
+            for i, e in enumerate(self._engines):
+                e.join.remote(address, port, 1 + i, world)   # an engine lost here fails its first poll
+            if self._joined(address, port, world):
                 self._connected = True
                 return
+
+    def _joined(self, address: str, port: int, world: int) -> bool:
+        """Poll the members until the group is built (True) or an engine died (False: replaced,
+        the group is to be rebuilt); a build that fails with every member alive raises."""
+        members = {None: self._learners[0], **dict(enumerate(self._engines))}
+        while members:
+            polls = {members[k].joined.remote(JOIN_POLL_S): k for k in members}
+            lost, failed = False, None
+            for ref, k in polls.items():
+                try:
+                    if _get(ref):
+                        del members[k]
+                except _ACTOR_LOST as e:
+                    if k is None:
+                        raise self._learner_lost(e) from None
+                    self._replace_engine(k, e, sync=False)
+                    lost = True
+                except RayTaskError as e:
+                    failed = e
+            if lost:
+                return False
+            if failed is not None and self._replace_dead_engines():   # a member that died mid-build
+                return False
+            if failed is not None:
+                cause = failed.cause or failed
+                raise RuntimeError(f"ray: the weight broadcast group (learner rank 0 and {world - 1} engine actors, "
+                                   f"its store at {address}:{port}) could not be built: {type(cause).__name__}: "
+                                   f"{cause}. Check that the engines' nodes reach the learner's on that address, "
+                                   f"or use ray.weight_sync: object_store") from failed
+        return True
+
+    def _replace_dead_engines(self) -> bool:
+        """Replace every dead engine and wait until each engine has started; whether one was dead."""
+        replaced = False
+        for i in range(len(self._engines)):
+            while True:
+                try:
+                    _get(self._engines[i].alive.remote())
+                    break
+                except _ACTOR_LOST as e:
+                    self._replace_engine(i, e, sync=False)
+                    replaced = True
+        return replaced
 
     # -- engines ------------------------------------------------------------------------------
 

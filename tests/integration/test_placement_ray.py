@@ -86,16 +86,28 @@ def test_ray_placements_learn_what_local_learns_and_resume_across_placements(
         assert diff <= 1e-6, (name, diff)  # bit-identical on one CPU; a tolerance for other BLAS builds
 
 
-# Known defect, not fixed (closing note of 3 Dec 2026): after an engine is killed and replaced by
-# generate, killing the other one before a broadcast sometimes (2 of 5 runs alone, once in CI) leaves
-# the rebuilt group's engines waiting 120 s for the learner's key (DistStoreError "wait timeout
-# ... keys: /0/0"). That part of the test is off until it is found; the rest runs.
-BROADCAST_REJOIN_FLAKE = "engines joining a rebuilt broadcast group sometimes wait out the 120 s store timeout"
+@ray.remote(num_cpus=0)
+class _DiesJoining:
+    """An engine that answers alive, then dies as it joins the broadcast group, as one does when
+    a kill lands after the alive check (ray.kill does not wait): the other members waited
+    broadcast.TIMEOUT (120 s) for it, and the sync failed (DistStoreError), now and then."""
+
+    def alive(self) -> bool:
+        return True
+
+    def join(self, *args) -> None:
+        import os
+
+        os._exit(1)
+
+    def joined(self, timeout: float) -> bool:
+        return False
 
 
 def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_model_dir, local_ray, one_thread):
     """Killed while generating: replaced, given the weights through the object store, retried.
-    Killed before a broadcast (weight_sync=collective): replaced, the group rebuilt, resent."""
+    Killed before a broadcast (weight_sync=collective): replaced, the group rebuilt, resent; a
+    replacement that dies as the group is rebuilt is replaced in turn."""
     cfg = _cfg(tmp_path, nano_model_dir, "kill", "run.placement=ray", "ray.mode=disaggregated", "ray.engines=2",
                "ray.engine_cpus=0.5", "ray.learner_cpus=0.5", "ray.weight_sync=collective")
     placement = build(cfg)
@@ -114,13 +126,14 @@ def test_a_killed_engine_is_replaced_and_its_requests_retried(tmp_path, nano_mod
         assert {v for t in after for v in t.policy_versions} == {5}  # the new engine got the current weights
         assert [t.group for t in after] == [g for g in range(4) for _ in range(2)]
 
-        if BROADCAST_REJOIN_FLAKE is None:
-            ray.kill(placement._engines[0])
-            placement.sync_weights(6)
-            assert placement.restarts == 2
-            again = placement.generate(prompts, [1, 2, 3, 4], sampling)
-            assert [t.response_ids for t in again] == [t.response_ids for t in before]
-            assert {v for t in again for v in t.policy_versions} == {6}
+        new_engine, stand_in = placement._new_engine, [_DiesJoining.options(**placement._options).remote()]
+        placement._new_engine = lambda: stand_in.pop() if stand_in else new_engine()   # engine 0's first replacement
+        ray.kill(placement._engines[0])   # its death may land only once it is joining the rebuilt group, too
+        placement.sync_weights(6)
+        assert placement.restarts == 3 and not stand_in   # engine 0, then the replacement that died joining
+        again = placement.generate(prompts, [1, 2, 3, 4], sampling)
+        assert [t.response_ids for t in again] == [t.response_ids for t in before]
+        assert {v for t in again for v in t.policy_versions} == {6}   # both engines, in the rebuilt group
 
         ray.kill(placement._learners[0])
         with pytest.raises(LearnerLost, match="--resume"):
