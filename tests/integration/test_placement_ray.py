@@ -254,18 +254,23 @@ def test_async_weights_reach_an_engine_actor_mid_call(tmp_path, nano_model_dir, 
 
 def test_env_episodes_on_disaggregated_engines_train_as_local(tmp_path, nano_model_dir, local_ray, one_thread):
     """Multi-turn episodes run inside the engine actor (agent loop next to its engine), scored on the
-    driver: the same trajectories, so the same weights, as the local placement."""
+    driver: the same trajectories, so the same weights, as the local placement; in async mode with
+    k = 0 too (the engine actor's generate calls run the episodes while the learner trains)."""
     env = ["env={name: 'agentic_plugins:DigitsEnv', max_turns: 2, max_total_tokens: 96}", "rollout.max_new_tokens=4",
            "train.steps=2", "train.prompts_per_step=2", "logging.samples_fraction=1.0"]
     _train(_cfg(tmp_path, nano_model_dir, "env-local", *env))
     _train(_cfg(tmp_path, nano_model_dir, "env-split", *env, "run.placement=ray", "ray.mode=disaggregated"))
-    local, split = _weights(tmp_path, "env-local", 2), _weights(tmp_path, "env-split", 2)
+    _train(_cfg(tmp_path, nano_model_dir, "env-async", *env, "run.placement=ray", "ray.mode=disaggregated",
+                "rollout.mode=async", "rollout.max_staleness=0"))
+    local = _weights(tmp_path, "env-local", 2)
     base = load_file(nano_model_dir / "model.safetensors")
     assert any(not torch.equal(local[k], base[k]) for k in local)
-    assert max(float((local[k] - split[k]).abs().max()) for k in local) <= 1e-6
+    for name in ("env-split", "env-async"):
+        other = _weights(tmp_path, name, 2)
+        assert max(float((local[k] - other[k]).abs().max()) for k in local) <= 1e-6, name
     runs = tmp_path / "runs"
-    samples = [(runs / name / "samples.jsonl").read_text() for name in ("env-local", "env-split")]
-    assert samples[0] == samples[1] and '"turns": 2' in samples[0]     # the episodes themselves, step by step
+    samples = [(runs / name / "samples.jsonl").read_text() for name in ("env-local", "env-split", "env-async")]
+    assert samples[0] == samples[1] == samples[2] and '"turns": 2' in samples[0]   # the episodes, step by step
 
 
 def test_actors_the_cluster_cannot_place_are_named_instead_of_waited_for(tmp_path, nano_model_dir, local_ray,
