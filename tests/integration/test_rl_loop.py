@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,32 +77,42 @@ def test_maxrl_learns_the_same_dense_reward(tmp_path, nano_model_dir):
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.03, rewards
 
 
-def test_resume_is_bit_identical(tmp_path, nano_model_dir):
-    """4 steps straight == 2 steps, process exit, --resume, 2 more steps (weights and metrics)."""
-    straight = write_config(tmp_path / "a", nano_model_dir, run={"name": "straight", "output_dir": str(tmp_path / "runs")})
-    split = write_config(tmp_path / "b", nano_model_dir, run={"name": "split", "output_dir": str(tmp_path / "runs")})
-    r = rlxf_subprocess("train", str(straight))
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, nano_model_dir):
+    """4 steps in one process, a checkpoint after each: what the interrupted runs below must equal
+    (one run for both; read-only)."""
+    runs = tmp_path_factory.mktemp("straight") / "runs"
+    cfg = write_config(runs.parent, nano_model_dir, run={"name": "straight", "output_dir": str(runs)},
+                       checkpoint={"every": 1})
+    r = rlxf_subprocess("train", str(cfg))
     assert r.returncode == 0, r.stderr
+    return runs / "straight"
+
+
+def test_resume_is_bit_identical(tmp_path, nano_model_dir, straight):
+    """4 steps straight == 2 steps, process exit, --resume, 2 more steps (weights and metrics)."""
+    split = write_config(tmp_path / "b", nano_model_dir, run={"name": "split", "output_dir": str(tmp_path / "runs")},
+                         checkpoint={"every": 1})
     r = rlxf_subprocess("train", str(split), "train.steps=2")
     assert r.returncode == 0, r.stderr
     r = rlxf_subprocess("train", str(split), "--resume")
     assert r.returncode == 0, r.stderr
-    a = load_file(tmp_path / "runs/straight/checkpoints/step_4/model/model.safetensors")
+    a = load_file(straight / "checkpoints/step_4/model/model.safetensors")
     b = load_file(tmp_path / "runs/split/checkpoints/step_4/model/model.safetensors")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     base = load_file(nano_model_dir / "model.safetensors")
     assert any(not torch.equal(a[k], base[k]) for k in a)  # it trained: the equality is not vacuous
-    ma, mb = metrics(tmp_path / "runs/straight"), metrics(tmp_path / "runs/split")
+    ma, mb = metrics(straight), metrics(tmp_path / "runs/split")
     assert [m["step"] for m in mb] == [1, 2, 3, 4]
 
-    def kernels(run: str) -> list[str]:  # what train.log says each model's matmuls ran on
-        lines = (tmp_path / "runs" / run / "train.log").read_text().splitlines()
+    def kernels(run: Path) -> list[str]:  # what train.log says each model's matmuls ran on
+        lines = (run / "train.log").read_text().splitlines()
         return [line.split(" INFO ", 1)[1] for line in lines if "oneDNN" in line or "matmuls" in line
                 or "own kernels" in line]
 
-    assert kernels("straight"), "train.log names no kernels"
-    assert set(kernels("split")) == set(kernels("straight"))  # both parts of the split run (one log)
+    assert kernels(straight), "train.log names no kernels"
+    assert set(kernels(tmp_path / "runs/split")) == set(kernels(straight))  # both parts of the split run (one log)
     # The engine/trainer log-prob gap is float noise (~1e-6), measured from two forwards that the
     # update itself does not use (no off-policy correction here; the backward recomputes its own).
     # Its last bits differed between the two runs, rarely (once in CI, once in ~60 runs here),
@@ -109,7 +120,7 @@ def test_resume_is_bit_identical(tmp_path, nano_model_dir):
     drop, gap = ("time/", "throughput/"), ("rollout/logprob_gap", "rollout/stale_logprob_gap")
     for x, y in zip(ma, mb):
         assert {k: v for k, v in x.items() if not k.startswith(drop + gap)} == \
-            {k: v for k, v in y.items() if not k.startswith(drop + gap)}, kernels("straight")
+            {k: v for k, v in y.items() if not k.startswith(drop + gap)}, kernels(straight)
         assert {k for k in x if k.startswith(gap)} == {k for k in y if k.startswith(gap)}
         assert all(abs(x[k] - y[k]) <= 2e-6 for k in x if k.startswith(gap)), (x, y)
 
@@ -166,7 +177,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_kill_9_during_checkpoint_write_then_resume(tmp_path, nano_model_dir):
+def test_kill_9_during_checkpoint_write_then_resume(tmp_path, nano_model_dir, straight):
     """SIGKILL while step 2's checkpoint is being written: the half-written checkpoint is
     ignored, --resume continues from step 1, and the result equals an uninterrupted run."""
     import subprocess
@@ -174,12 +185,8 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, nano_model_dir):
 
     from rl_helpers import HERE, REPO
 
-    runs = str(tmp_path / "runs")
-    straight = write_config(tmp_path / "a", nano_model_dir, run={"name": "straight", "output_dir": runs},
-                            train={"steps": 3}, checkpoint={"every": 1})
-    killed = write_config(tmp_path / "b", nano_model_dir, run={"name": "killed", "output_dir": runs},
-                          train={"steps": 3}, checkpoint={"every": 1})
-    assert rlxf_subprocess("train", str(straight)).returncode == 0
+    killed = write_config(tmp_path / "b", nano_model_dir, run={"name": "killed", "output_dir": str(tmp_path / "runs")},
+                          checkpoint={"every": 1})
     # the same thread settings as the straight run's process (its weights are compared bit for bit)
     env = {**os.environ, "PYTHONPATH": str(HERE), "PATH": "/usr/bin:/bin"}
     r = subprocess.run([sys.executable, "-c", KILL_DURING_CHECKPOINT, "train", str(killed)], cwd=REPO,
@@ -191,10 +198,10 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, nano_model_dir):
     r = rlxf_subprocess("train", str(killed), "--resume")
     assert r.returncode == 0, r.stderr
     assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir())
-    a = load_file(tmp_path / "runs/straight/checkpoints/step_3/model/model.safetensors")
-    b = load_file(ckpts / "step_3/model/model.safetensors")
+    a = load_file(straight / "checkpoints/step_4/model/model.safetensors")
+    b = load_file(ckpts / "step_4/model/model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert [m["step"] for m in metrics(tmp_path / "runs/killed")] == [1, 2, 3]
+    assert [m["step"] for m in metrics(tmp_path / "runs/killed")] == [1, 2, 3, 4]
 
 
 def test_eval_command_standalone(tmp_path, nano_model_dir, capsys):

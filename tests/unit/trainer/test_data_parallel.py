@@ -12,11 +12,15 @@ differ in the last bits. The largest weight difference is in the attention key b
 gradient is zero in exact arithmetic (softmax ignores a constant added to every key): their
 computed gradient is rounding noise, which AdamW's normalisation turns into steps of ~lr
 either way, so they differ by ~1e-3 x lr after a few steps.
+
+The same two ranks then run the shared-prompt experiment under FSDP (one spawn for all: starting
+the two processes is most of this module's time).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -95,6 +99,33 @@ def _train(model_dir, dp: DataParallel) -> dict:
     return out
 
 
+def _shared_prompt_experience() -> Experience:
+    """Six rows over two ranks (rows 0-2 and 3-5), micro-batches of 2: rank 0's first micro-batch
+    repeats one prompt (rows 0 and 1: sharing runs fewer tokens), rank 1's rows are all distinct."""
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 200, (12,), generator=gen).tolist() for _ in range(6)]
+    prompts[1] = list(prompts[0])
+    responses = [torch.randint(10, 200, (2 + i % 3,), generator=gen).tolist() for i in range(6)]
+    width = max(len(r) for r in responses)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
+    adv = torch.randn(6, 1, generator=gen) * mask
+    return Experience(prompt_ids=prompts, response_ids=responses, mask=mask, rollout_logprobs=torch.zeros(6, width),
+                      old_logprobs=None, advantages=adv, group_ids=torch.arange(6) // 2,
+                      rewards=adv[:, 0], values=torch.zeros(6, width), returns=torch.zeros(6, width))
+
+
+def _shared_prompts(model_dir, dp: DataParallel) -> dict:
+    torch.manual_seed(0)
+    objective = PolicyObjective.from_config(AlgorithmConfig(loss_agg="token_mean"), max_new_tokens=8)
+    actor = Actor(load_model(model_dir), objective, OptimConfig(lr=1e-3, warmup_steps=0), total_steps=2,
+                  spec=ForwardSpec(micro_batch_size=2), dp=dp)
+    exp = _shared_prompt_experience()
+    before = actor.logprobs(exp.prompt_ids, exp.response_ids)
+    actor.update(exp, [list(range(6))], kl_coef=0.0)
+    after = actor.logprobs(exp.prompt_ids, exp.response_ids)
+    return {"before": before, "after": after, "weights": dp.full_state_dict(actor.model)}
+
+
 def _rank(rank: int, world: int, address: str, port: int, model_dir: str, out: str) -> None:
     import torch.distributed as dist
 
@@ -115,18 +146,40 @@ def _rank(rank: int, world: int, address: str, port: int, model_dir: str, out: s
             reloaded = {"weights": dp.full_state_dict(fresh.model), "optimizer": fresh.state_dict()["optimizer"]}
             if rank == 0:
                 torch.save(reloaded, os.path.join(out, f"{strategy}-reloaded.pt"))
+        result = _shared_prompts(model_dir, DataParallel(rank, world, "fsdp"))
+        if rank == 0:
+            torch.save(result, os.path.join(out, "shared-prompts.pt"))
     finally:
         dist.destroy_process_group()
 
 
+HANG_S = 240
+
+
 @pytest.fixture(scope="module")
 def two_ranks(nano_model_dir, tmp_path_factory):
+    """What rank 0 saved; if the ranks hang (collectives that no longer pair up), what it saved
+    before, and "hung": True."""
     out = tmp_path_factory.mktemp("dp")
     address, port = free_address()
-    mp.start_processes(_rank, args=(2, address, port, str(nano_model_dir), str(out)), nprocs=2,
-                       start_method="spawn")
-    return {s: torch.load(out / f"{s}.pt", weights_only=False) for s in
-            ("ddp", "fsdp", "ddp-reloaded", "fsdp-reloaded")}
+    ctx = mp.start_processes(_rank, args=(2, address, port, str(nano_model_dir), str(out)), nprocs=2,
+                             start_method="spawn", join=False)
+    deadline, hung = time.monotonic() + HANG_S, False
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            hung = True
+            break
+    names = ("ddp", "fsdp", "ddp-reloaded", "fsdp-reloaded", "shared-prompts")
+    return {"hung": hung, **{s: torch.load(out / f"{s}.pt", weights_only=False) for s in names
+                             if (out / f"{s}.pt").exists()}}
+
+
+def _saved(two_ranks: dict, name: str) -> dict:
+    assert name in two_ranks, (f"the ranks did not finish within {HANG_S}s: their collectives did not pair up"
+                               if two_ranks["hung"] else f"the ranks exited without saving {name}")
+    return two_ranks[name]
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +211,7 @@ def _assert_same_moments(a: dict, b: dict, tol: float) -> None:
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks, one_rank, nano_model_dir):
-    two = two_ranks[strategy]
+    two = _saved(two_ranks, strategy)
     base = load_model(nano_model_dir).state_dict()
     assert _max_diff(one_rank["weights"], base) > 1e-3  # it trained, so equality is not vacuous
     assert _max_diff(two["weights"], one_rank["weights"]) <= 1e-5
@@ -166,7 +219,7 @@ def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks,
     # the checkpointed optimizer is one process's, whatever held it: moments by parameter index
     _assert_same_moments(one_rank["optimizer"], two["optimizer"], 1e-5)
     # and every rank loads that layout back (FSDP keeps its shards): gathered again, it is unchanged
-    reloaded = two_ranks[f"{strategy}-reloaded"]
+    reloaded = _saved(two_ranks, f"{strategy}-reloaded")
     assert _max_diff(reloaded["weights"], two["weights"]) == 0.0
     _assert_same_moments(reloaded["optimizer"], two["optimizer"], 0.0)
 
@@ -182,7 +235,7 @@ def test_two_processes_train_the_weights_one_process_trains(strategy, two_ranks,
 
 
 def test_two_processes_train_the_critic_one_process_trains(two_ranks, one_rank):
-    one, two = one_rank["critic"], two_ranks["ddp"]["critic"]
+    one, two = one_rank["critic"], _saved(two_ranks, "ddp")["critic"]
     assert one["metrics"]["critic/grad_norm"] > 0 and one["metrics"]["critic/skipped"] == 0
     assert _max_diff(two["weights"], one["weights"]) <= 1e-5
     assert float((two["values"] - one["values"]).abs().max()) <= 1e-5
@@ -190,3 +243,29 @@ def test_two_processes_train_the_critic_one_process_trains(two_ranks, one_rank):
     assert two["metrics"].keys() == one["metrics"].keys()
     for k, v in one["metrics"].items():
         assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+
+
+def test_fsdp_ranks_agree_on_sharing_prompts(two_ranks, nano_model_dir):
+    """Under FSDP the ranks choose the shared-prompt path together.
+
+    ``sequence_logprobs(share_prompts='auto')`` runs each distinct prompt once when that is fewer
+    trunk tokens than packing: two trunk forwards (prompts, then responses) where packing runs one.
+    Under FSDP every trunk forward gathers each layer's shards, a collective: a rank whose rows
+    repeat a prompt ran two where a rank whose rows did not (or a rank's idle pass, one row) ran
+    one, and the ranks' all-gathers no longer paired up (a hang, or a gloo size mismatch). GRPO's
+    groups make repeated prompts the common case.
+    """
+    from rlxf.models.logprobs import can_share_prompts, causal_lm_parts
+
+    assert can_share_prompts(causal_lm_parts(load_model(nano_model_dir))[0])  # else nothing is tested
+    two = _saved(two_ranks, "shared-prompts")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = _shared_prompts(nano_model_dir, SINGLE)
+    finally:
+        torch.set_num_threads(threads)
+    assert float((two["before"] - one["before"]).abs().max()) <= 1e-5
+    assert float((two["after"] - one["after"]).abs().max()) <= 1e-5
+    assert max(float((two["weights"][k] - one["weights"][k]).abs().max()) for k in one["weights"]) <= 1e-5
+    assert float((one["after"] - one["before"]).abs().max()) > 1e-4  # it trained: equality is not vacuous
