@@ -4,6 +4,7 @@ and the sampling options, native vs hf vs the documented semantics (tiny models,
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -115,7 +116,8 @@ def test_the_engine_process_seeds_an_unseeded_request_by_its_place_in_the_call()
 
     engine = EngineProcess.__new__(EngineProcess)
     engine._ids, engine._inflight, engine._commands = iter(range(100)), {}, _Queue()
-    engine._done = {}
+    engine._done, engine._awaited, engine._failed, engine._closed = {}, set(), None, False
+    engine._cond = threading.Condition(threading.RLock())
     engine._wait = lambda done, timeout=None: engine._done.update({i: [] for i in engine._inflight})
     sp = SamplingParams(seed=7)
     engine.generate([[1], GenerationRequest([2], seed=5), [3]], sp)
