@@ -33,9 +33,11 @@ class _GoneReader:
 def test_a_progress_line_nobody_reads_does_not_end_the_run(tmp_path, monkeypatch, caplog, error):
     stderr = _GoneReader(error)
     monkeypatch.setattr(sys, "stderr", stderr)
-    # only the display writes there: a handler an earlier test left on the root logger (Ray's,
-    # which writes to sys.stderr as it is now) would count the warning below as a write too
+    # only the display writes there: a handler an earlier test left on the rlxf or root logger
+    # (one that writes to sys.stderr as it is now: Ray's, rich's) would count the warning below too
     monkeypatch.setattr(logging.getLogger(), "handlers", [caplog.handler])
+    monkeypatch.setattr(logging.getLogger("rlxf"), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("rlxf"), "propagate", True)
     # rich's answer to a broken pipe is SystemExit(1), after pointing stdout at /dev/null: a file here
     with open(tmp_path / "stdout", "w") as stdout, ProgressDisplay(5, enabled=False) as progress:
         monkeypatch.setattr(sys, "stdout", stdout)
