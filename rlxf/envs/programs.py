@@ -166,6 +166,7 @@ class ProgramEpisodes:
         self._calls = 0
         self._running = threading.Lock()
         self._closed = False
+        self._serving = threading.Lock()   # the endpoint is started, or closed, by one thread at a time
 
     def run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams, *,
             first_group: int = 0) -> list[Trajectory]:
@@ -179,8 +180,11 @@ class ProgramEpisodes:
 
     def _run(self, prompts: list[Prompt], seeds: list[int], sampling: SamplingParams,
              first_group: int) -> list[Trajectory]:
-        if self._server is None:   # started on first use: constructing the rollout serves nothing yet
-            self._server = ChatServer(self.recorder)
+        with self._serving:   # a run that took its turn just before the close starts no endpoint after it
+            if self._closed:
+                raise EnvError("the agent programs were closed (the run is ending); no episode is started")
+            if self._server is None:   # started on first use: constructing the rollout serves nothing yet
+                self._server = ChatServer(self.recorder)
         self.recorder.sampling = sampling
         self._calls += 1
         episodes = []
@@ -224,9 +228,10 @@ class ProgramEpisodes:
         return trajs
 
     def close(self) -> None:
-        self._closed = True
+        with self._serving:
+            self._closed = True
+            server, self._server = self._server, None
         if isinstance(self.agent, CommandAgent):
             self.agent.close()
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if server is not None:
+            server.close()

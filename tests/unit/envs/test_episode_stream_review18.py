@@ -93,3 +93,7 @@ def test_a_program_run_that_waited_its_turn_past_the_close_starts_no_endpoint(to
     with pytest.raises(EnvError, match="closed"):
         programs.run([prompt], [1], SamplingParams(n=1, max_new_tokens=4))
     assert programs._server is None and calls == []
+    # a run that had its turn already when the close came (past the turn's check) starts none either
+    with pytest.raises(EnvError, match="closed"):
+        programs._run([prompt], [1], SamplingParams(n=1, max_new_tokens=4), 0)
+    assert programs._server is None and calls == []
