@@ -32,7 +32,7 @@ from rlxf.envs.programs import ProgramEpisodes, load_agent
 from rlxf.envs.tools import ToolSet
 from rlxf.rewards.types import RewardInput, batch_metrics
 from rlxf.rollout import SamplingParams
-from rlxf.rollout.stream import GroupRequest, GroupStream
+from rlxf.rollout.stream import GroupRequest, GroupStream, engine_process_stats
 from rlxf.types import Prompt, Trajectory
 
 
@@ -144,9 +144,7 @@ class EpisodeStream(GroupStream):
 
     def engine_stats(self) -> dict[str, float]:
         engine = self.rollout.engine
-        if not hasattr(engine, "idle_seconds"):
-            return {}
-        return {"engine_idle_s": engine.idle_seconds(), "engine_restarts": float(engine.restarts)}
+        return engine_process_stats(engine) if hasattr(engine, "idle_seconds") else {}
 
 
 def score_episodes(trajs: list[Trajectory], max_new_tokens: int, reward=None) -> dict[str, float]:

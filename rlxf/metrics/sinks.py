@@ -238,18 +238,24 @@ class TensorBoardSink:
 SINK_RUNS = "sink_runs.json"
 
 
-def _sink_runs(path: Path) -> dict[str, str]:
-    """``SINK_RUNS``'s ``{sink: run id}``; a damaged file is an error naming it."""
+def _read_by_sink(path: Path, valid: Callable[[Any], bool], shape: str, holds: str) -> dict[str, Any]:
+    """A ``{sink: value}`` file of the run (``{}`` when there is none yet); one that is not JSON, or
+    whose values are not ``valid``, is an error naming it, its expected ``shape``, what it ``holds``."""
     if not path.exists():
         return {}
     try:
-        ids = json.loads(path.read_text())
+        read = json.loads(path.read_text())
     except ValueError as e:
-        ids = e
-    if not isinstance(ids, dict) or not all(isinstance(v, str) for v in ids.values()):
-        raise DamagedFileError(f"{path}: not a JSON object of run ids ({ids}); it names the W&B / MLflow run "
-                               f"this run logs to: repair it, or delete it to log to a new run")
-    return ids
+        read = e
+    if not isinstance(read, dict) or not all(valid(v) for v in read.values()):
+        raise DamagedFileError(f"{path}: not a JSON object of {shape} ({read}); it holds {holds}")
+    return read
+
+
+def _sink_runs(path: Path) -> dict[str, str]:
+    """``SINK_RUNS``'s ``{sink: run id}``; a damaged file is an error naming it."""
+    return _read_by_sink(path, lambda v: isinstance(v, str), "run ids",
+                         "the W&B / MLflow run this run logs to: repair it, or delete it to log to a new run")
 
 
 def saved_run_id(run_dir: Path, sink: str) -> str | None:
@@ -285,19 +291,10 @@ class SentSteps:
         self.last = self.sent_before
 
     def _read(self) -> dict[str, dict[str, Any]]:
-        if not self.path.exists():
-            return {}
-        try:
-            sent = json.loads(self.path.read_text())
-        except ValueError as e:
-            sent = e
-        if not isinstance(sent, dict) or not all(
-                isinstance(v, dict) and isinstance(v.get("run"), str) and type(v.get("step")) is int
-                for v in sent.values()):
-            raise DamagedFileError(f"{self.path}: not a JSON object of {{sink: {{\"run\": id, \"step\": N}}}} "
-                                   f"({sent}); it holds the last step each W&B / MLflow run was sent: repair it, "
-                                   f"or delete it to send a resume's replayed steps again")
-        return sent
+        return _read_by_sink(
+            self.path, lambda v: isinstance(v, dict) and isinstance(v.get("run"), str) and type(v.get("step")) is int,
+            '{sink: {"run": id, "step": N}}', "the last step each W&B / MLflow run was sent: repair it, or delete "
+            "it to send a resume's replayed steps again")
 
     def new(self, step: int) -> bool:
         """Whether ``step`` is not one a previous process already sent to this run."""
@@ -424,18 +421,10 @@ class OutsideSink:
                         _steps(self.missed))
 
     def _read(self) -> dict[str, list[list[int]]]:
-        if not self.path.exists():
-            return {}
-        try:
-            missed = json.loads(self.path.read_text())
-        except ValueError as e:
-            missed = e
-        if not isinstance(missed, dict) or not all(
-                isinstance(v, list) and all(isinstance(r, list) and len(r) == 2 and all(type(s) is int for s in r)
-                                            for r in v) for v in missed.values()):
-            raise DamagedFileError(f"{self.path}: not a JSON object of {{sink: [[first, last], ...]}} ({missed}); it "
-                                   f"holds the steps each outside sink missed: repair it, or delete it")
-        return missed
+        return _read_by_sink(
+            self.path, lambda v: isinstance(v, list) and all(
+                isinstance(r, list) and len(r) == 2 and all(type(s) is int for s in r) for r in v),
+            "{sink: [[first, last], ...]}", "the steps each outside sink missed: repair it, or delete it")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if self.failures and self.clock() < self.retry_at:

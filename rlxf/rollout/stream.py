@@ -107,7 +107,12 @@ class EngineStream(GroupStream):
         return out
 
     def engine_stats(self) -> dict[str, float]:
-        return {"engine_idle_s": self.engine.idle_seconds(), "engine_restarts": float(self.engine.restarts)}
+        return engine_process_stats(self.engine)
+
+
+def engine_process_stats(engine: Any) -> dict[str, float]:
+    """``GroupStream.engine_stats`` of an engine that runs in its own process (``EngineProcess``)."""
+    return {"engine_idle_s": engine.idle_seconds(), "engine_restarts": float(engine.restarts)}
 
 
 def trajectories_of(prompt: Prompt, group: int, completions: list[Completion], tokenizer) -> list[Trajectory]:
