@@ -32,8 +32,12 @@ Isolation (``isolation=``):
 - ``"weak"``: rlimits, a scrubbed environment, a temporary working directory, a process-tree
   kill and, where the kernel has them, the seccomp filter without its socket and io_uring rules
   (so no prlimit on your processes either) and a Landlock domain (Linux >= 5.13) that keeps the program from every process outside it:
-  no ptrace, no /proc/<pid>/mem, and from Landlock ABI 6 no signals. The program can reach the
-  network and read and write whatever files your uid can. As root it also runs without
+  no ptrace, no /proc/<pid>/mem, and from Landlock ABI 6 no signals; and that keeps its writes
+  inside its working directory (its $HOME and $TMPDIR; also /dev/shm and the null devices), so
+  it cannot rewrite the verifier, the run's files or anything else your uid owns (a program
+  that writes to /tmp by path fails in weak mode; strict mode gives it a private /tmp). The
+  program can reach the network and read whatever files your uid can; without Landlock it can
+  write them too. As root it also runs without
   capabilities (so not in your processes' memory; without Landlock ABI 6 it can still signal
   every root process, the caller's included). As any other user without Landlock it runs as you and can read, through
   /proc/<pid>/mem, the memory of your dumpable processes -- the caller's, where the expected
@@ -404,7 +408,7 @@ class Sandbox:
                 if mode == "weak":
                     log.warning(
                         "code sandbox runs in WEAK isolation (%s): model-written code can reach the "
-                        "network and any file your user can (a policy can learn to read expected "
+                        "network and read any file your user can (a policy can learn to read expected "
                         "answers from them); in force: %s",
                         "requested" if self.isolation == "weak" else "strict unavailable",
                         "; ".join(self.mechanisms))

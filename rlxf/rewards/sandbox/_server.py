@@ -34,8 +34,9 @@ and a message during a job cancels it. ``weak`` mode (opt-in, for machines witho
 keeps the rlimits, the control groups where available, the scrubbed environment, a temporary
 working directory and process-tree cleanup through a child subreaper, adds what an unprivileged
 process may impose on itself where the kernel has it (the seccomp filter but for its socket
-rules, a Landlock domain that keeps the program from the caller's processes), and nothing else:
-the program can reach the network and the caller's files.
+rules, a Landlock domain that keeps the program from the caller's processes and its writes
+inside its working directory), and nothing else: the program can reach the network and read the
+caller's files.
 
 Keep this file importable by a bare interpreter: the standard library only, no rlxf imports.
 """
@@ -108,9 +109,19 @@ SECCOMP_ARCH["arm64"] = SECCOMP_ARCH["aarch64"]
 # Landlock (Linux >= 5.13, unprivileged): a process in a Landlock domain cannot ptrace -- nor
 # open /proc/<pid>/mem, which seccomp cannot tell from other files -- any process outside it,
 # whatever their uids; from ABI 6 it cannot signal them either. Weak mode puts the program in
-# a domain of its own that restricts nothing else (making block devices: root's anyway).
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same everywhere
-LANDLOCK_ACCESS_FS_MAKE_BLOCK, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1 << 11, 1, 2
+# a domain of its own that also keeps every write to files inside its working directory (and
+# /dev/shm, for multiprocessing's semaphores, and the null devices): reading stays open, but
+# the program cannot rewrite the verifier's code, the run's checkpoints or anything else its
+# uid owns -- as root, every file. The same syscall numbers on every architecture.
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1, 2
+# The write accesses: WRITE_FILE, REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG,
+# MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM (ABI 1), REFER (ABI 2), TRUNCATE (ABI 3).
+LANDLOCK_WRITE_ACCESS = {1: 0b1_1111_1111_0010, 2: 0b11_1111_1111_0010, 3: 0b111_1111_1111_0010}
+LANDLOCK_FILE_WRITE = 1 << 1 | 1 << 14  # what a rule on a file (not a directory) may grant
+LANDLOCK_MAKE_DEVICE = 1 << 6 | 1 << 11  # MAKE_CHAR, MAKE_BLOCK: granted nowhere
+LANDLOCK_WRITABLE = ("/dev/shm", "/dev/null", "/dev/zero", "/dev/full")
 # statvfs f_flag bit -> mount flag, to keep a mount's locked flags when remounting it read-only
 ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
             2048: MS_NODIRATIME, 4096: MS_RELATIME}
@@ -316,16 +327,33 @@ def landlock_abi() -> int:
     return max(0, version)
 
 
-def enter_landlock_domain(abi: int) -> None:
-    """Put this process (and all it starts) in a Landlock domain of its own: see ``SYS_LANDLOCK_*``."""
+def enter_landlock_domain(abi: int, writable: tuple[str, ...] = ()) -> None:
+    """Put this process (and all it starts) in a Landlock domain of its own that writes files
+    only under ``writable`` and ``LANDLOCK_WRITABLE``: see ``SYS_LANDLOCK_*``."""
     scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
-    attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, scoped)  # fs, net, scoped
+    handled = LANDLOCK_WRITE_ACCESS[min(abi, 3)]
+    attr = (ctypes.c_uint64 * 3)(handled, 0, scoped)  # fs, net, scoped
     fd = _libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
                        ctypes.c_size_t(24 if scoped else 8), ctypes.c_uint32(0))
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
     try:
+        for path in (*writable, *LANDLOCK_WRITABLE):
+            try:
+                parent = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                if path in writable:
+                    raise
+                continue  # a machine without /dev/shm: multiprocessing fails there unsandboxed too
+            try:
+                allowed = handled & ~LANDLOCK_MAKE_DEVICE if os.path.isdir(path) else handled & LANDLOCK_FILE_WRITE
+                rule = struct.pack("=Qi", allowed, parent)  # struct landlock_path_beneath_attr (packed)
+                _check(_libc.syscall(ctypes.c_long(SYS_LANDLOCK_ADD_RULE), ctypes.c_int(fd),
+                                     ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), rule, ctypes.c_uint32(0)),
+                       f"landlock_add_rule({path})")
+            finally:
+                os.close(parent)
         _check(_libc.syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)),
                "landlock_restrict_self")
     finally:
@@ -849,7 +877,7 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
         _drop_capabilities()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     if not strict and init.get("landlock"):
-        enter_landlock_domain(init["landlock"])
+        enter_landlock_domain(init["landlock"], writable=(workdir,))
     if strict or init.get("seccomp"):
         install_seccomp_filter(sockets=strict)
     os.chdir(workdir)
@@ -928,24 +956,26 @@ def setup_weak(init: dict, cgroups: bool) -> list[str]:
 def _weak_identity(init: dict) -> list[str]:
     """What the program's identity allows in weak mode (the mechanisms list says it)."""
     abi = init.get("landlock", 0)
+    writes = "writes files only in its working directory" if abi else "can write every file your uid can"
     if os.geteuid() != 0:
         if abi >= 6:
-            return [f"your uid {os.getuid()}: the program can read and write your files; a Landlock domain "
-                    "keeps it from your processes (no ptrace, /proc/<pid>/mem or signals)"]
+            return [f"your uid {os.getuid()}: the program can read your files; a Landlock domain keeps its "
+                    "writes in its working directory and it from your processes (no ptrace, /proc/<pid>/mem "
+                    "or signals)"]
         if abi:
-            return [f"your uid {os.getuid()}: the program can read and write your files, and send your "
-                    "processes signals (Landlock ABI < 6); a Landlock domain keeps it from their memory "
-                    "(no ptrace or /proc/<pid>/mem)"]
+            return [f"your uid {os.getuid()}: the program can read your files and send your processes signals "
+                    "(Landlock ABI < 6); a Landlock domain keeps its writes in its working directory and it "
+                    "from your processes' memory (no ptrace or /proc/<pid>/mem)"]
         return [f"your uid {os.getuid()}, NO Landlock: the program can read and write your files, send your "
                 "processes signals and, where ptrace is allowed (kernel.yama.ptrace_scope 0 or no Yama), "
                 "read the memory of those not made non-dumpable through /proc/<pid>/mem -- the caller's "
                 "expected answers included. Run as root or on Linux >= 5.13 with Landlock enabled"]
     if init["drop_capabilities"]:
         if abi >= 6:
-            return ["root without capabilities (but reading files): your processes' memory is out of reach; a "
-                    "Landlock domain keeps it from signalling them"]
-        return ["root without capabilities (but reading files): your processes' memory is out of reach, but it "
-                "can send signals to every process of root's, the caller's included (Landlock ABI < 6)"]
+            return [f"root without capabilities (but reading files): your processes' memory is out of reach; a "
+                    f"Landlock domain keeps it from signalling them; it {writes}"]
+        return [f"root without capabilities (but reading files): your processes' memory is out of reach, but it "
+                f"can send signals to every process of root's, the caller's included (Landlock ABI < 6); it {writes}"]
     return ["ROOT WITH CAPABILITIES (no CAP_SETPCAP to drop them): the program can read the caller's "
             "memory, its expected answers included"]
 
