@@ -109,7 +109,7 @@ def test_weak_mode_as_root_cannot_read_the_callers_memory():
     with box:
         out = box.run(ANCESTORS, [TestCase.stdio("")]).tests[0]
         assert (out.status, out.stdout) == ("ok", "none\n"), out.stderr
-        assert any("root without capabilities" in m for m in box.mechanisms)
+        assert any("uid 61000 (sandbox_uid; rlxf runs as root)" in m for m in box.mechanisms)
         # it still runs programs, and the verdict says which isolation it ran under
         score = asyncio.run(CodeVerifier("code", box).ascore(RewardInput(
             "sum", "```python\nprint(sum(map(int, input().split())))\n```", [{"input": "3 4\n", "output": "7\n"}])))

@@ -204,9 +204,11 @@ def test_a_fork_the_runner_could_not_make_is_named_as_such():
 
 
 
-@pytest.mark.parametrize(("abi", "signals"), [(0, True), (5, True), (6, False)])
-def test_weak_mode_as_root_says_whether_it_can_signal_your_processes(monkeypatch, abi, signals):
-    """Without capabilities root's processes are still its own uid's: only Landlock scopes signals."""
+@pytest.mark.parametrize(("abi", "others"), [(0, True), (5, True), (6, False)])
+def test_weak_mode_as_root_says_whom_it_can_signal(monkeypatch, abi, others):
+    """As root the program runs as sandbox_uid: root's processes are out of its reach whatever
+    the kernel; only Landlock (ABI >= 6) keeps it from other programs of that uid."""
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    line = _weak_identity({"landlock": abi, "drop_capabilities": True})[0]
-    assert ("can send signals to every process of root's" in line) is signals
+    line = _weak_identity({"landlock": abi, "drop_root": True, "sandbox_uid": 61000})[0]
+    assert "uid 61000" in line and "your processes' memory and signals are out of its reach" in line
+    assert ("it can signal other programs of that uid" in line) is others

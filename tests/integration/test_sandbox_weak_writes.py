@@ -7,10 +7,17 @@ answers a data file holds, the run's checkpoints -- a policy that learns to rewr
 verifier scores 1.0 from then on. Now the weak program's Landlock domain grants writes only
 under its working directory (its $HOME and $TMPDIR), /dev/shm and the null devices; reading
 is unchanged, and ordinary programs (temporary files, multiprocessing) still run.
+
+And as root the weak program used to keep uid 0 (without capabilities): on kernels whose
+Landlock cannot scope signals (ABI < 6: Linux before 6.12) it could kill the trainer, the judge,
+any root process; without Landlock it could write every file; and root is exempt from
+RLIMIT_NPROC. It now runs as ``sandbox_uid``, keeping only CAP_DAC_READ_SEARCH to read the
+Python installation wherever it lives.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -86,3 +93,25 @@ def test_a_weak_program_cannot_write_the_callers_files(weak_box, tmp_path):
 def test_a_weak_program_still_writes_its_own_directory_and_runs_a_pool(weak_box):
     out = weak_box.run(ORDINARY, [TestCase.stdio("")]).tests[0]
     assert (out.status, out.stdout) == ("ok", "285 kept\n"), out.stderr
+
+
+IDENTITY = textwrap.dedent("""
+    import os
+    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    try:
+        os.kill(os.getppid(), 0)  # the job's init: root's
+        signal = "sent"
+    except PermissionError:
+        signal = "refused"
+    print(os.getuid(), os.getgid(), os.getgroups(), int(status["CapEff"], 16), signal)
+""")
+
+
+def test_a_weak_program_run_by_root_runs_as_the_sandbox_uid(weak_box):
+    if os.geteuid() != 0:
+        pytest.skip("the case of rlxf running as root")
+    if not any("sandbox_uid" in m for m in weak_box.mechanisms):  # no CAP_SETUID here: said so
+        assert any("ROOT WITH CAPABILITIES" in m for m in weak_box.mechanisms), weak_box.mechanisms
+        pytest.skip("this container cannot change uid")
+    out = weak_box.run(IDENTITY, [TestCase.stdio("")]).tests[0]
+    assert (out.status, out.stdout) == ("ok", "61000 61000 [] 4 refused\n"), out.stderr  # 4: CAP_DAC_READ_SEARCH

@@ -37,9 +37,9 @@ Isolation (``isolation=``):
   it cannot rewrite the verifier, the run's files or anything else your uid owns (a program
   that writes to /tmp by path fails in weak mode; strict mode gives it a private /tmp). The
   program can reach the network and read whatever files your uid can; without Landlock it can
-  write them too. As root it also runs without
-  capabilities (so not in your processes' memory; without Landlock ABI 6 it can still signal
-  every root process, the caller's included). As any other user without Landlock it runs as you and can read, through
+  write them too. As root it runs as ``sandbox_uid`` with one capability, reading files: out of
+  your processes' memory, unable to signal them or write root's files, and bounded in its forks
+  by RLIMIT_NPROC (which exempts root). As any other user without Landlock it runs as you and can read, through
   /proc/<pid>/mem, the memory of your dumpable processes -- the caller's, where the expected
   answers are -- wherever ptrace between your processes is allowed; ``mechanisms`` says which
   case holds. Logged as a warning; the code verifier's metric ``strict_isolation`` is 0. Use it
@@ -338,8 +338,8 @@ class Sandbox:
         limits: default per-test limits (``run`` may override them per program).
         concurrency: programs run at once; default the number of CPU cores.
         isolation: ``strict`` (default), ``auto`` or ``weak`` (see the module doc).
-        sandbox_uid: uid (and gid) the program runs as when rlxf runs as root; choose one that
-            owns no files and runs no processes on the host.
+        sandbox_uid: uid (and gid) the program runs as when rlxf runs as root, in every mode;
+            choose one that owns no files and runs no processes on the host.
         preload: modules imported once by each server so programs do not pay for them.
         python: interpreter for the servers (default: this one).
     """

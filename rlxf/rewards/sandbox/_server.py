@@ -71,6 +71,7 @@ MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 4096, 16384, 1 << 18, 1 << 21
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 PR_CAPBSET_DROP, CAP_DAC_READ_SEARCH, CAP_SETPCAP, CAPABILITY_VERSION_3 = 24, 2, 8, 0x20080522
+PR_SET_KEEPCAPS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETGID, CAP_SETUID = 8, 47, 2, 6, 7
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 217, "arm64": 217, "ppc64le": 203, "s390x": 217}
 # A network namespace does not scope every socket family: AF_VSOCK shares one port space with
 # the host (the hypervisor and every vsock service of the machine are reachable from inside it).
@@ -712,6 +713,8 @@ def _init_process(job: dict, ctx: Context, group: str, result_fd: int) -> int:
     else:
         prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the program come back to us
         workdir = tempfile.mkdtemp(prefix="rlxf-sandbox-")
+        if init.get("drop_root"):  # the program's uid
+            os.chown(workdir, init["sandbox_uid"], init["sandbox_gid"])
     runner = _Job(job, ctx, group, workdir)
     outcomes = []
     try:
@@ -869,12 +872,12 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
         uid, gid = os.getuid(), os.getgid()
         unshare(CLONE_NEWUSER, "user")
         _write_id_maps(uid, gid)
+    if not strict and init.get("drop_root"):
+        _drop_root(init)
     nproc = limits["max_processes"] + 1  # + the runner
     if not strict and os.geteuid() != 0:  # counted across all of this user's threads
         nproc += _tasks_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    if init.get("drop_capabilities"):
-        _drop_capabilities()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     if not strict and init.get("landlock"):
         enter_landlock_domain(init["landlock"], writable=(workdir,))
@@ -892,28 +895,39 @@ def _capabilities(field: str) -> int:
         return next(int(line.split()[1], 16) for line in f if line.startswith(field + ":"))
 
 
-def _can_drop_capabilities() -> bool:
-    """Whether ``_drop_capabilities`` can work here: it needs CAP_SETPCAP, unless the bounding
-    set holds nothing beyond what it keeps."""
-    return bool(_capabilities("CapEff") >> CAP_SETPCAP & 1) or not _capabilities("CapBnd") & ~(1 << CAP_DAC_READ_SEARCH)
+def _can_drop_root() -> bool:
+    """Whether ``_drop_root`` can work here: it changes uid (CAP_SETUID, CAP_SETGID) and empties
+    the bounding set (CAP_SETPCAP, unless it holds nothing beyond what it keeps)."""
+    eff = _capabilities("CapEff")
+    return (bool(eff >> CAP_SETUID & 1 and eff >> CAP_SETGID & 1)
+            and (bool(eff >> CAP_SETPCAP & 1) or not _capabilities("CapBnd") & ~(1 << CAP_DAC_READ_SEARCH)))
 
 
-def _drop_capabilities() -> None:
-    """Weak mode as root: uid 0 without root's powers, for the runner and all it starts. Every
-    capability but CAP_DAC_READ_SEARCH (reading the Python installation wherever it lives)
-    leaves the bounding set and this process, so the exec grants none. Then the program can
-    neither read nor trace the memory of the caller (whose capabilities it no longer covers):
-    the expected answers stay there; nor can it override file permissions or kill other
-    users' processes (root's own it can signal, unless a Landlock domain of ABI >= 6 scopes it)."""
+def _drop_root(init: dict) -> None:
+    """Weak mode as root: the runner and all it starts run as ``sandbox_uid``, a uid none of your
+    processes or files have, with one capability, CAP_DAC_READ_SEARCH (reading the Python
+    installation wherever it lives; ambient, so Python keeps it). Every other capability leaves
+    the bounding set, so no exec grants one. The program can then neither read nor trace the
+    caller's memory (the expected answers stay there), nor signal root's processes (the
+    caller's, the judge's), nor write root's files, and RLIMIT_NPROC, which root is exempt
+    from, bounds its forks."""
     keep = 1 << CAP_DAC_READ_SEARCH
     bounding = _capabilities("CapBnd")
     for cap in range(bounding.bit_length()):
         if bounding >> cap & 1 and not keep >> cap & 1:
             _check(_libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0), f"prctl(PR_CAPBSET_DROP, {cap})")
+    prctl(PR_SET_KEEPCAPS, 1)  # the permitted set survives the uid change; prctl's doc: cleared on exec
+    uid, gid = init["sandbox_uid"], init["sandbox_gid"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
     header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
     mine = keep & _capabilities("CapPrm")
-    data = (ctypes.c_uint32 * 6)(mine, mine, 0, 0, 0, 0)  # effective, permitted, inheritable (x2)
+    data = (ctypes.c_uint32 * 6)(mine, mine, mine, 0, 0, 0)  # effective, permitted, inheritable (x2)
     _check(_libc.capset(header, data), "capset")
+    if mine:
+        _check(_libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_RAISE), ctypes.c_ulong(CAP_DAC_READ_SEARCH),
+                           0, 0), "prctl(PR_CAP_AMBIENT_RAISE)")
 
 
 def _tasks_of(uid: int) -> int:
@@ -936,7 +950,7 @@ def setup_weak(init: dict, cgroups: bool) -> list[str]:
     and return the mechanisms in force, what is missing named as such."""
     prctl(PR_SET_DUMPABLE, 0)  # the job's init is a fork of us: a program (same uid) reaches neither
     if os.geteuid() == 0:
-        init["drop_capabilities"] = _can_drop_capabilities()
+        init["drop_root"] = _can_drop_root()
     try:
         _probe_seccomp_filter(sockets=False)
         init["seccomp"] = True
@@ -948,7 +962,7 @@ def setup_weak(init: dict, cgroups: bool) -> list[str]:
     err = _in_child(lambda: enter_landlock_domain(abi)) if abi else 0
     init["landlock"] = abi if abi and not err else 0
     return ["rlimits: cpu, address space, open files, file size", *_weak_identity(init), seccomp,
-            "process-count limit" if os.geteuid() != 0 or cgroups else
+            "process-count limit" if os.geteuid() != 0 or cgroups or init["drop_root"] else
             "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
             "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
 
@@ -956,7 +970,6 @@ def setup_weak(init: dict, cgroups: bool) -> list[str]:
 def _weak_identity(init: dict) -> list[str]:
     """What the program's identity allows in weak mode (the mechanisms list says it)."""
     abi = init.get("landlock", 0)
-    writes = "writes files only in its working directory" if abi else "can write every file your uid can"
     if os.geteuid() != 0:
         if abi >= 6:
             return [f"your uid {os.getuid()}: the program can read your files; a Landlock domain keeps its "
@@ -970,14 +983,15 @@ def _weak_identity(init: dict) -> list[str]:
                 "processes signals and, where ptrace is allowed (kernel.yama.ptrace_scope 0 or no Yama), "
                 "read the memory of those not made non-dumpable through /proc/<pid>/mem -- the caller's "
                 "expected answers included. Run as root or on Linux >= 5.13 with Landlock enabled"]
-    if init["drop_capabilities"]:
-        if abi >= 6:
-            return [f"root without capabilities (but reading files): your processes' memory is out of reach; a "
-                    f"Landlock domain keeps it from signalling them; it {writes}"]
-        return [f"root without capabilities (but reading files): your processes' memory is out of reach, but it "
-                f"can send signals to every process of root's, the caller's included (Landlock ABI < 6); it {writes}"]
-    return ["ROOT WITH CAPABILITIES (no CAP_SETPCAP to drop them): the program can read the caller's "
-            "memory, its expected answers included"]
+    if init["drop_root"]:
+        writes = ("writes files only in its working directory" if abi else
+                  f"writes only where uid {init['sandbox_uid']} may (its working directory, world-writable places)")
+        signals = ("a Landlock domain keeps it from signalling other programs of that uid" if abi >= 6 else
+                   "it can signal other programs of that uid (Landlock ABI < 6)")
+        return [f"uid {init['sandbox_uid']} (sandbox_uid; rlxf runs as root) with one capability, reading files: "
+                f"your processes' memory and signals are out of its reach; {signals}; it {writes}"]
+    return ["ROOT WITH CAPABILITIES (no CAP_SETUID, CAP_SETGID or CAP_SETPCAP to drop them): the program can "
+            "read the caller's memory, its expected answers included"]
 
 
 # --- main loop -------------------------------------------------------------------------------
