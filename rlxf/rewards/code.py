@@ -12,7 +12,9 @@ response. The ground truth holds the tests, in any of these forms::
     {"inputs": [...], "outputs": [...], "fn_name": "f"}        APPS / TACO style (fn_name optional)
 
 A JSON string holding any of these works too. A response without code scores 0 (metric
-``no_code``); unusable tests are a verifier error.
+``no_code``); unusable tests are a verifier error. Each failed test is counted in one metric
+that says why (``FAILURES``: a timeout, a runtime error, an exit before the answer, a wrong
+answer, processes left behind, skipped by ``fail_fast``).
 
 The sandbox only *produces* outputs; they are compared here, in a process the program cannot
 reach. Assert tests are parsed into expressions and expected values -- ``assert f(x) == y``,
@@ -453,6 +455,36 @@ def values_match(actual: Any, expected: Any, tol: float = 1e-6) -> bool:
     return actual == expected
 
 
+# why a test failed: each failed test is counted in exactly one of these metrics
+FAILURES = ("timeouts", "runtime_errors", "exited_early", "wrong_answers", "stray_processes", "skipped")
+
+
+def failure(test: CodeTest, outcome: TestOutcome) -> str:
+    """The metric a failed test counts in, so a 0 always says why. ``exited_early``: the program
+    ended with status 0 (``sys.exit(0)``, ``os._exit(0)``) before it reported a call's, an eval's
+    or an assert's answer; an expression that raised is a runtime error, as a raising call is."""
+    status = outcome.status
+    if status in ("timeout", "wall_timeout"):
+        return "timeouts"
+    if status in ("stray_processes", "skipped"):
+        return status
+    if status != "ok" or (test.case.kind == "stdio" and outcome.stdout_truncated):
+        return "runtime_errors"   # error, memory, killed, output_limit
+    if test.case.kind != "stdio" and not outcome.result:
+        return "exited_early"
+    if test.case.kind == "eval" and _raised(outcome.result):
+        return "runtime_errors"
+    return "wrong_answers"
+
+
+def _raised(result: str) -> bool:
+    try:
+        reported = json.loads(result)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(reported, list) and any(isinstance(i, dict) and "value" not in i for i in reported)
+
+
 class CodeVerifier(AsyncVerifier):
     """Fraction of test cases the response's program passes, run in a ``Sandbox``.
 
@@ -518,9 +550,9 @@ class CodeVerifier(AsyncVerifier):
         passed = [self.passed(t, o, tok) for t, o, tok in zip(tests, result.tests, result.tokens, strict=True)]
         rate = sum(passed) / len(passed)
         statuses = [o.status for o in result.tests]
+        failures = [failure(t, o) for t, o, ok in zip(tests, result.tests, passed, strict=True) if not ok]
         metrics = {"no_code": 0.0, "correct": float(all(passed)), "pass_rate": rate,
-                   "timeouts": float(sum(s in ("timeout", "wall_timeout") for s in statuses)),
-                   "runtime_errors": float(sum(s in ("error", "memory", "killed", "output_limit") for s in statuses)),
+                   **{name: float(failures.count(name)) for name in FAILURES},
                    "cpu_s": sum(o.cpu_s for o in result.tests),
                    # tests run as written (could not be parsed), against the program's plain answers
                    "unparsed_asserts": float(sum(t.case.kind == "assert" for t in tests)),
