@@ -30,9 +30,12 @@ in C belongs in a module named in the config (``type: module:function``) with ``
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
 import math
+import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -60,6 +63,89 @@ class _Stopped(BaseException):
     own ``except Exception`` does not catch it."""
 
 
+class _Watchdog:
+    """One thread that stops the calls of every scoring thread past their time limits: a timer
+    thread per call costs ~0.1-0.3 ms, more than many reward functions take. The thread starts
+    with the first limited call and ends after ``idle_s`` without one."""
+
+    idle_s = 10.0
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)   # the thread does not survive a fork
+
+    def _reset(self) -> None:
+        # the calls' threads take the lock itself: a stop landing inside Condition.__enter__ (Python
+        # code) could leave it held; a C lock's ``with`` cannot be interrupted between acquire and exit
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int, _Limit]] = []   # (deadline, order, call), ended ones included
+        self._ended = 0          # ended calls still in the heap
+        self._order = 0
+        self._wake_at = math.inf  # when the thread wakes next
+        self._thread: threading.Thread | None = None
+
+    def start(self, limit: _Limit, timeout_s: float) -> None:
+        """Watch ``limit``'s call from now for ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._order += 1
+            heapq.heappush(self._heap, (deadline, self._order, limit))
+            if self._thread is None:
+                thread = threading.Thread(target=self._watch, name="rlxf-reward-watchdog", daemon=True)
+                thread.start()   # set once started: a thread that could not start watches nothing
+                self._thread = thread
+            elif deadline < self._wake_at:
+                self._cond.notify()
+
+    def end(self, limit: _Limit) -> None:
+        """The call returned or raised: never stop it from now on, and take back a stop that
+        was sent but has not landed yet. Called by the call's own thread."""
+        with self._lock:
+            limit.running = False
+            if limit.fired:
+                raise_in_thread(limit.ident, None)
+                return
+            self._ended += 1
+            while self._heap and not self._heap[0][2].running:
+                heapq.heappop(self._heap)
+                self._ended -= 1
+            if self._ended > 1024 and 2 * self._ended > len(self._heap):  # many ended behind a long call
+                self._heap = [item for item in self._heap if item[2].running]
+                heapq.heapify(self._heap)
+                self._ended = 0
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and (self._heap[0][0] <= now or not self._heap[0][2].running):
+                    limit = heapq.heappop(self._heap)[2]
+                    if limit.running:
+                        limit.fired = True
+                        raise_in_thread(limit.ident, _Stopped)
+                    else:
+                        self._ended -= 1
+                # at most idle_s: a wait of an infinite limit's length would overflow
+                self._wake_at = min(self._heap[0][0], now + self.idle_s) if self._heap else now + self.idle_s
+                self._cond.wait(self._wake_at - now)
+                if not self._heap and time.monotonic() >= self._wake_at:
+                    self._thread, self._wake_at = None, math.inf
+                    return
+
+
+class _Limit:
+    """One watched call: the thread it runs on, whether it still runs, whether it was stopped."""
+
+    __slots__ = ("fired", "ident", "running")
+
+    def __init__(self, ident: int):
+        self.ident, self.running, self.fired = ident, True, False
+
+
+_WATCHDOG = _Watchdog()
+
+
 def call_limited(fn: Callable[..., Any], timeout_s: float | None, what: str, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` on this thread, stopped past ``timeout_s`` (None: no limit).
 
@@ -71,32 +157,17 @@ def call_limited(fn: Callable[..., Any], timeout_s: float | None, what: str, *ar
     """
     if timeout_s is None:
         return fn(*args, **kwargs)
-    ident = threading.get_ident()
-    lock = threading.Lock()
-    state = {"running": True, "fired": False}
-
-    def fire() -> None:
-        with lock:
-            if state["running"]:
-                state["fired"] = True
-                raise_in_thread(ident, _Stopped)
-
-    watchdog = threading.Timer(timeout_s, fire)
-    watchdog.daemon = True
+    limit = _Limit(threading.get_ident())
     try:
-        watchdog.start()
+        _WATCHDOG.start(limit, timeout_s)   # a stop may land as soon as this registers the call
         try:
             value = fn(*args, **kwargs)
         finally:
-            with lock:
-                state["running"] = False
-                if state["fired"]:  # not yet delivered (the call returned first): never deliver it
-                    raise_in_thread(ident, None)
-            watchdog.cancel()
+            _WATCHDOG.end(limit)
     except (_Stopped, Exception):
-        if not state["fired"]:
+        if not limit.fired:
             raise
-    if state["fired"]:  # also when the function caught _Stopped and returned or raised something else
+    if limit.fired:  # also when the function caught _Stopped and returned or raised something else
         raise asyncio.TimeoutError(f"{what} ran past reward.timeout_s={timeout_s:g}s and was stopped")
     return value
 
