@@ -252,9 +252,15 @@ class RemoteReward:
         except (httpx.HTTPError, ValueError) as e:
             raise ConnectionError(f"reward server at {self.url} is not reachable ({e}); start it with "
                                   "`rlxf serve-reward CONFIG` or unset reward.url") from None
-        self.names: list[str] = list(health["verifiers"])
-        self.accuracy: str = health["accuracy"]
-        self.max_batch_size: int = int(health["max_batch_size"])
+        names, accuracy, size = (health.get(k) for k in ("verifiers", "accuracy", "max_batch_size")) if isinstance(
+            health, dict) else (None, None, None)
+        if (not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not isinstance(accuracy, str)
+                or isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConnectionError(f"{self.url}/health answered {str(health)[:200]!r}, not an rlxf reward server's "
+                                  "{verifiers, accuracy, max_batch_size}; point reward.url at `rlxf serve-reward`")
+        self.names: list[str] = names
+        self.accuracy: str = accuracy
+        self.max_batch_size: int = size
 
     async def ascore(self, batch: Sequence[RewardInput]) -> list[ScoredSample]:
         batch = list(batch)
@@ -282,7 +288,7 @@ class RemoteReward:
                 problem = f"{type(e).__name__}: {e}"
             else:
                 if response.status_code == 200:
-                    return self._parse(batch, response.json())
+                    return self._parse(batch, response)
                 problem = f"HTTP {response.status_code}: {response.text[:300]}"
                 if response.status_code == 413 and len(batch) > 1:  # too big a body: halve and resend
                     half = len(batch) // 2
@@ -294,8 +300,24 @@ class RemoteReward:
                 await asyncio.sleep(0.5 * 2 ** attempt)
         return self._failed(batch, f"reward server {self.url}: {problem}")
 
-    def _parse(self, batch: list[RewardInput], data: dict[str, Any]) -> list[ScoredSample]:
-        results = [ScoredSample.from_json(r) for r in data.get("results", [])]
+    def _parse(self, batch: list[RewardInput], response: Any) -> list[ScoredSample]:
+        """The results of a 200 answer; its samples' failure if the body is not results (a
+        proxy's page, another service on that port, a server of another version)."""
+        try:
+            data = response.json()
+            rows = data.get("results") if isinstance(data, dict) else None
+            if not isinstance(rows, list):
+                raise ValueError('the body has no "results" list')
+            results = []
+            for i, row in enumerate(rows):
+                try:
+                    results.append(ScoredSample.from_json(row))
+                except ValueError as e:
+                    raise ValueError(f"result {i}: {e}") from None
+        except (ValueError, RecursionError) as e:   # JSONDecodeError is a ValueError
+            return self._failed(batch, f"reward server {self.url} answered 200 with a body that is not rlxf "
+                                       f"results ({str(e)[:200]}): {response.text[:200]!r}; is `rlxf "
+                                       "serve-reward` of this rlxf version serving that URL?")
         if len(results) != len(batch) or any(r.uid != x.uid for r, x in zip(results, batch, strict=True)):
             return self._failed(batch, f"reward server {self.url} answered {len(results)} results that do "
                                        f"not match the {len(batch)} samples sent")

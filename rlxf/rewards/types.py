@@ -121,10 +121,42 @@ class ScoredSample:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ScoredSample:
-        failures = {k: VerifierFailure(**v) for k, v in data.get("failures", {}).items()}
-        return cls(reward=data["reward"], scores=dict(data["scores"]), correct=data["correct"],
-                   failures=failures, metrics=dict(data.get("metrics", {})), uid=data.get("uid", ""))
+    def from_json(cls, data: Any) -> ScoredSample:
+        """The sample ``to_json`` wrote (a reward server's answer); ValueError naming the first
+        field that is not what it writes: a string or a NaN reward from a broken or foreign
+        server would otherwise reach the advantages."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a result is a {type(data).__name__}, not an object")
+        if not _finite(data.get("reward")):
+            raise ValueError(f"reward is {data.get('reward')!r:.80}, not a finite number")
+        for key in ("scores", "metrics"):
+            values = data.get(key, {} if key == "metrics" else None)
+            if not isinstance(values, dict):
+                raise ValueError(f"{key} is {values!r:.80}, not an object of name -> number")
+            for name, value in values.items():  # a metric is only logged: NaN is allowed there
+                if not (_finite(value) if key == "scores" else _number(value)):
+                    raise ValueError(f"{key}[{name!r}] is {value!r:.80}, not a {'finite ' * (key == 'scores')}number")
+        if data.get("correct") not in (True, False, None):
+            raise ValueError(f"correct is {data.get('correct')!r:.80}, not true, false or null")
+        if not isinstance(data.get("uid", ""), str):
+            raise ValueError(f"uid is {data.get('uid')!r:.80}, not a string")
+        failures = data.get("failures", {})
+        if not isinstance(failures, dict) or not all(
+                isinstance(f, dict) and f.keys() == {"kind", "message"} and f["kind"] in ("error", "timeout", "crash")
+                and isinstance(f["message"], str) for f in failures.values()):
+            raise ValueError(f"failures {failures!r:.120} is not an object of {{kind, message}} records")
+        return cls(reward=float(data["reward"]), scores={k: float(v) for k, v in data["scores"].items()},
+                   correct=data.get("correct"), failures={k: VerifierFailure(**v) for k, v in failures.items()},
+                   metrics={k: float(v) for k, v in data.get("metrics", {}).items()}, uid=data.get("uid", ""))
+
+
+def _number(value: Any) -> bool:
+    """A JSON number, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return _number(value) and math.isfinite(value)
 
 
 def batch_metrics(samples: list[ScoredSample], prefix: str = "reward/") -> dict[str, float]:
