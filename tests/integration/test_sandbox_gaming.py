@@ -309,6 +309,8 @@ def hacks() -> dict[str, str]:
 
 
 HACKS = hacks()
+# caught only by a memory cgroup: without one, memory is bounded per process (documented)
+MEMORY_HACKS = ("memory_in_forks_then_answer", "memory_in_memfds_then_answer", "memory_in_sysv_shm_then_answer")
 
 
 @pytest.fixture(scope="module")
@@ -332,8 +334,11 @@ def test_the_generator_covers_every_route():
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_hack_scores_zero_and_a_correct_program_one(verifier, fmt):
     tests = FORMATS[fmt]
-    names = ["correct", *HACKS]
-    inputs = [RewardInput("add", f"```python\n{code}\n```", tests) for code in [CORRECT, *HACKS.values()]]
+    hacks = HACKS
+    if verifier.sandbox.cgroup is None:  # their memory is bounded per process only (documented);
+        hacks = {n: c for n, c in HACKS.items() if n not in MEMORY_HACKS}  # see the test below
+    names = ["correct", *hacks]
+    inputs = [RewardInput("add", f"```python\n{code}\n```", tests) for code in [CORRECT, *hacks.values()]]
     results = asyncio.run(verifier.ascore_batch(inputs))
     scores = {name: (r.score, r.error) for name, r in zip(names, results, strict=True)}
     assert scores["correct"] == (1.0, None)
@@ -384,8 +389,7 @@ def test_memory_of_forks_shared_memory_and_memfds_stays_under_the_limit():
     with Sandbox(LIMITS, concurrency=1) as box:
         if box.cgroup is None:
             pytest.skip("no control groups here: memory is limited per process only (documented)")
-        for name in ("memory_in_forks_then_answer", "memory_in_memfds_then_answer",
-                     "memory_in_sysv_shm_then_answer"):
+        for name in MEMORY_HACKS:
             result = box.run(HACKS[name], [TestCase.stdio("1 2\n")])
             assert result.tests[0].status != "ok", (name, result.tests[0])
             assert 0 < result.memory_peak_mb <= LIMITS.memory_mb, (name, result.memory_peak_mb)

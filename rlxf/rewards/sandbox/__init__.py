@@ -357,7 +357,11 @@ class Sandbox:
         # in the installation the sandbox binds (sys.base_prefix). The runner needs only stdlib.
         self.python = os.path.realpath(python)
         self._init = {"sandbox_uid": sandbox_uid, "sandbox_gid": sandbox_uid,
-                      "preload": list(preload), "env": dict(SANDBOX_ENV)}
+                      "preload": list(preload), "env": dict(SANDBOX_ENV),
+                      # programs import what is installed where rlxf runs (a venv's packages), not
+                      # what the server's interpreter (the venv's base) has; real paths, as bound
+                      "site_paths": [os.path.realpath(p) for p in sys.path
+                                     if p.rstrip("/").endswith(("site-packages", "dist-packages"))]}
         self._mode: str | None = None if isolation != "weak" else "weak"
         self.mechanisms: list[str] = []
         self.cgroup: str | None = None  # "v2" / "v1": whole-program limits; None: rlimits only

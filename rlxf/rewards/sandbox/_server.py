@@ -206,6 +206,11 @@ def setup_strict(init: dict) -> list[str]:
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for path in init["binds"]:
         _bind_into(new_root, path)
+    # a venv in a temporary directory (a clone in mktemp -d): each job's private /tmp would hide
+    # it, so it gets a second view that the job binds back over its /tmp
+    init["tmp_binds"] = [p for p in init["binds"] if p.startswith("/tmp/") and os.path.isdir(p)]
+    for i, path in enumerate(init["tmp_binds"]):
+        _bind_into(new_root, path, f"{TMP_BINDS}/{i}")
     for sub in ("tmp", "proc", "dev"):
         os.makedirs(new_root + "/" + sub, exist_ok=True)
     if not root:
@@ -370,9 +375,12 @@ def _write_id_maps(uid: int, gid: int) -> None:
         f.write(f"{gid} {gid} 1")
 
 
-def _bind_into(new_root: str, path: str) -> None:
-    """Make ``path`` of the host visible, read-only, at the same place under ``new_root``."""
-    target = new_root + path
+TMP_BINDS = "/.rlxf-tmp-binds"
+
+
+def _bind_into(new_root: str, path: str, at: str | None = None) -> None:
+    """Make ``path`` of the host visible, read-only, at the same place (or ``at``) under ``new_root``."""
+    target = new_root + (at or path)
     if os.path.islink(path):  # merged-/usr systems: /bin -> usr/bin
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if not os.path.lexists(target):
@@ -708,7 +716,13 @@ def _init_process(job: dict, ctx: Context, group: str, result_fd: int) -> int:
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
               f"mode=0700,uid={ident},gid={init['sandbox_gid'] if os.geteuid() == 0 else os.getgid()},{size}")
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _limit_sysv_shm(limits["memory_mb"] << 20)
+        for i, path in enumerate(init["tmp_binds"]):  # read-only, as the mount it binds
+            os.makedirs(path, exist_ok=True)
+            mount(f"{TMP_BINDS}/{i}", path, None, MS_BIND | MS_REC)
+        if os.geteuid() != 0:  # only the root of the IPC namespace's owner may set its limits
+            _enter_ipc_namespace_with_limits(limits["memory_mb"] << 20)
+        else:
+            _limit_sysv_shm(limits["memory_mb"] << 20)
         workdir = "/tmp"
     else:
         prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the program come back to us
@@ -745,6 +759,48 @@ def _limit_sysv_shm(limit: int) -> None:
                 f.write(str(value))
         except OSError:  # the memory cgroup (where there is one) still charges the segments
             pass
+
+
+def _enter_ipc_namespace_with_limits(limit: int) -> None:
+    """Not root: the IPC sysctls are writable only by uid 0 of the user namespace that owns the
+    IPC namespace, and ours maps only our own uid. A helper child makes a user namespace where
+    it is 0 (our uid outside), a fresh IPC namespace there, sets its limits; we join that one
+    (we hold every capability over a child user namespace of our own uid)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            uid, gid = os.getuid(), os.getgid()
+            prctl(PR_SET_DUMPABLE, 1)  # off since setup_strict: /proc/self would be root's
+            unshare(CLONE_NEWUSER, "user")
+            with open("/proc/self/uid_map", "w") as f:
+                f.write(f"0 {uid} 1")
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            with open("/proc/self/gid_map", "w") as f:
+                f.write(f"0 {gid} 1")
+            unshare(CLONE_NEWIPC, "ipc")
+            _limit_sysv_shm(limit)
+            os.write(w, b"1")
+            signal.pause()
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        os._exit(code)
+    os.close(w)
+    try:
+        if os.read(r, 1) != b"1":
+            raise OSError("could not set up the job's IPC namespace")
+        fd = os.open(f"/proc/{pid}/ns/ipc", os.O_RDONLY)
+        try:
+            _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(CLONE_NEWIPC)), "setns(ipc)")
+        finally:
+            os.close(fd)
+    finally:
+        os.close(r)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def _rmtree(path: str) -> None:
@@ -1006,12 +1062,14 @@ def main() -> int:
     sys.path.insert(0, here)
     from _cgroup import Cgroups, CgroupUnavailable, base_name  # noqa: PLC0415 - our sibling, found via `here`
 
+    # the caller's packages (a venv's): this interpreter is the venv's base, without them
+    paths = init.get("site_paths") or [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    sys.path.extend(p for p in paths if p not in sys.path)  # for the preloads
     for name in init.get("preload", []):
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module is the program's problem
             pass
-    paths = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
     cgroups = None
     try:  # before pivot_root: /sys is not in the minimal root
         cgroups = Cgroups(base_name())
