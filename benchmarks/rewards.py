@@ -135,7 +135,8 @@ def baseline_sandbox(rev: str):
                           check=True, capture_output=True).stdout
     where = Path(tempfile.mkdtemp(prefix="rlxf-baseline-"))
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(where, filter="data")
+        # filter= exists from Python 3.10.12 / 3.11.4 (and 3.12); before, the archive is our own
+        tar.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     spec = importlib.util.spec_from_file_location("rlxf_sandbox_baseline",
                                                   where / "rlxf/rewards/sandbox/__init__.py")
     module = importlib.util.module_from_spec(spec)

@@ -355,7 +355,7 @@ def _python(source: Any) -> str:
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # ValueError: a null byte
         where = f"line {e.lineno}: " if isinstance(e, SyntaxError) and e.lineno else ""
         raise ValueError(f"the assert test {source[:80]!r} is not valid Python ({where}"
-                         f"{getattr(e, 'msg', None) or type(e).__name__}); fix the test's source") from None
+                         f"{getattr(e, 'msg', None) or str(e) or type(e).__name__}); fix the test's source") from None
     return source
 
 
