@@ -1,8 +1,9 @@
 """``rlxf report``: one HTML page of a run (or several, overlaid) that a researcher reads.
 
 What it shows, from ``metrics.jsonl`` and ``samples.jsonl``: a headline table (last values,
-and the *mean* step time and throughput); every logged curve (reward, SFT or policy loss,
-accuracy with each eval source as points, KL to the reference, the policy's change per step,
+and the *mean* step time and throughput); every logged curve (reward, the loss of SFT, RL, DPO or
+a reward model, accuracy with each eval source as points, the pairs a DPO or reward model ranks
+right and its reward margin, KL to the reference, the policy's change per step,
 entropy, lengths, clipping, grad norm, learning rate, advantages, the kept fraction of dynamic
 sampling, the critic, the off-policy weights, async staleness, idle time and buffer), smoothed
 with the raw curve behind; the time per phase; and a samples table: the best, the worst and a
@@ -28,9 +29,18 @@ from rlxf.run_dir import write_atomically
 
 __all__ = ["PLOTS", "PHASES", "Plot", "RunMetrics", "default_output", "load_run", "run_names", "write_report"]
 
+# the pair metrics of `rlxf dpo` and `rlxf rm` (``<prefix>/<name>``, held out: ``eval/<prefix>/<name>``)
+PAIR_KEYS = {name: (f"dpo/{name}", f"rm/{name}", f"eval/dpo/{name}", f"eval/rm/{name}")
+             for name in ("reward_accuracy", "reward_margin")}
 PLOTS = (
     Plot("Reward", ("reward/mean",), "mean reward"),
-    Plot("Loss", ("sft/loss", "policy/loss"), "loss"),
+    Plot("Loss", ("sft/loss", "policy/loss", "dpo/loss", "rm/loss", "eval/dpo/loss", "eval/rm/loss"), "loss"),
+    Plot("Pairs ranked right (chosen above rejected)", PAIR_KEYS["reward_accuracy"],
+         "fraction of pairs (a tie counts 1/2)"),
+    Plot("Reward margin (chosen − rejected)", PAIR_KEYS["reward_margin"], "reward (DPO: β log-ratio)"),
+    Plot("Log-probs of chosen and rejected (DPO)", ("dpo/logps_chosen", "dpo/logps_rejected",
+                                                    "eval/dpo/logps_chosen", "eval/dpo/logps_rejected"),
+         "log π(response | prompt)"),
     Plot("Accuracy", ("accuracy", "eval/accuracy", "eval/source_mean_accuracy", "eval/pass@k", "eval/mean@k"),
          "fraction correct"),
     Plot("KL to reference", ("kl",), "KL (nats/token)"),
@@ -65,8 +75,10 @@ PLOTS = (
 )
 EVAL_SOURCE = re.compile(r"^eval/(.+)/accuracy$")
 TURN_REWARD = re.compile(r"^env/turn_reward/(\d+)$")
-HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "kl", "entropy", "response/length_mean")
+HEADLINE_LAST = ("reward/mean", "accuracy", "eval/accuracy", "sft/loss", "dpo/loss", "rm/loss",
+                 "eval/dpo/reward_accuracy", "eval/rm/reward_accuracy", "kl", "entropy", "response/length_mean")
 HEADLINE_MEAN = ("time/step", "throughput/tokens_per_s")
+PAIR_HEADLINE = {"dpo/loss", "rm/loss", "eval/dpo/reward_accuracy", "eval/rm/reward_accuracy"}  # where logged
 SAMPLE_STEPS = 6          # steps shown in the samples table, evenly spread, first and last included
 
 
@@ -75,11 +87,16 @@ def metric_number(value: Any) -> float | None:
 
     metrics.jsonl holds NaN and inf as the strings "nan", "inf" and "-inf" (JSON has no such
     numbers, ``sinks.encode_line``): they are read back as the floats they stand for, so a loss
-    that went NaN stays visible instead of disappearing from the report."""
+    that went NaN stays visible instead of disappearing from the report. A JSON integer past the
+    float range (a file of another tool) is the infinity of its sign, not an OverflowError that
+    stopped the whole report."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str) and value.strip().lower() in NON_FINITE_TEXT:
         return float(value)
     return None
@@ -142,7 +159,18 @@ def load_run(run_dir: Path, name: str | None = None) -> RunMetrics:
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: is it a run directory?")
     samples = run_dir / "samples.jsonl"
     name = name if name is not None else run_names([run_dir])[0]
-    return RunMetrics(name, read_jsonl(path), read_jsonl(samples) if samples.exists() else None)
+    return RunMetrics(name, _read(path), _read(samples, "or move it aside to report without samples")
+                      if samples.exists() else None)
+
+
+def _read(path: Path, otherwise: str = "") -> list[dict[str, Any]]:
+    """``read_jsonl``, whose errors say the report could not read ``path``: `rlxf report` said of
+    a ``samples.jsonl`` that is a directory "cannot write the report to .../samples.jsonl"."""
+    try:
+        return read_jsonl(path)
+    except OSError as e:
+        raise UserInputError(f"cannot read {path}: {e.strerror or e}; make it the JSONL file the run wrote, "
+                             f"readable by this user{', ' + otherwise if otherwise else ''}") from None
 
 
 def run_names(run_dirs: list[Path]) -> list[str]:
@@ -162,15 +190,19 @@ def run_names(run_dirs: list[Path]) -> list[str]:
 def default_output(run_dirs: list[Path]) -> Path:
     """``RUN/report.html`` for one run; for several, a comparison file next to the first run
     (never over one run's own report), named by the runs (or the first and a count where so
-    many names would pass a file name's 255-byte limit)."""
+    many names would pass a file name's 255-byte limit; cut by bytes, not characters: 150
+    characters of a CJK name are 450 bytes)."""
     first = Path(run_dirs[0])
     if len(run_dirs) == 1:
         return first / "report.html"
     names = [n.replace("/", "_") for n in run_names(run_dirs)]
     stem = "compare-" + "-vs-".join(names)
     if len(stem.encode()) > 200:
-        stem = f"compare-{names[0][:150]}-vs-{len(names) - 1}-more"
-    return first.parent / f"{stem}.html"
+        head = names[0].encode()[:150].decode(errors="ignore")  # a character cut in two is dropped
+        stem = f"compare-{head}-vs-{len(names) - 1}-more"
+    # "." and ".." have no parent of their own: `rlxf report . ../b` wrote into the run "." itself
+    beside = first.parent if first.name not in ("", "..") else first.resolve().parent
+    return beside / f"{stem}.html"
 
 
 def check_output(out: Path) -> None:
@@ -203,12 +235,16 @@ def _fmt(v: float) -> str:
 
 def headline_rows(runs: list[RunMetrics]) -> list[list[str]]:
     """Last value of the learning metrics; the mean of the speed ones (one slow or fast step,
-    such as the first with its warm-up, says little about a run)."""
-    rows = [["run", "steps", *(f"{k} (last)" for k in HEADLINE_LAST), *(f"{k} (mean)" for k in HEADLINE_MEAN)]]
+    such as the first with its warm-up, says little about a run). A "-" says a metric was not
+    measured (no held-out prompts: no eval/accuracy); the columns of DPO and reward-model runs
+    (``PAIR_HEADLINE``) are shown only where some run logged them."""
+    keys = set().union(*(r.keys() for r in runs))
+    last_keys = [k for k in HEADLINE_LAST if k not in PAIR_HEADLINE or k in keys]
+    rows = [["run", "steps", *(f"{k} (last)" for k in last_keys), *(f"{k} (mean)" for k in HEADLINE_MEAN)]]
     for run in runs:
         steps = [s for r in run.records if (s := record_step(r)) is not None]
         row = [run.name, str(max(steps, default=0))]
-        for key in HEADLINE_LAST:
+        for key in last_keys:
             last = run.last(key)
             row.append(_fmt(last) if last is not None else "-")
         for key in HEADLINE_MEAN:

@@ -205,6 +205,10 @@ class TensorBoardSink:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:  # tensorboard itself is missing
             raise MissingExtraError("logging.sinks has 'tensorboard': pip install 'rlxf[tensorboard]'") from e
+        # made now, as the writer would at the first step: a log_dir that cannot be made (a file of
+        # that name, no permission) stops the run at its start (SinkStartError), as a bad W&B key does,
+        # instead of a warning after the first step and no TensorBoard for the whole run
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
         self._summary_writer = SummaryWriter
         self._log_dir = str(log_dir)
         self._writer = None
