@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,9 +222,35 @@ def _read_hf(name: str, split: str, subset: str | None = None) -> Iterator[tuple
         import datasets
     except ImportError:
         raise DataError("data.source=hf needs the datasets package: pip install 'rlxf[datasets]'") from None
-    ds = load_hf_split(datasets, name, split, subset)
+    ds, lengths = _load_hf_split(datasets, name, split, subset)
+    row = _dataset_row(split, lengths, len(ds))
     for i, record in enumerate(ds):
-        yield f"{name}[{split}] row {i}", dict(record)
+        yield f"{name}{row(i)}", dict(record)
+
+
+def _dataset_row(split: str, lengths: dict[str, int] | None, n: int) -> Callable[[int], str]:
+    """Where row ``i`` of ``split`` is in the dataset, ``[train] row 107 (in train[100:200])``: a
+    slice's own row numbers would send a user to the wrong row. ``lengths``: the number of rows
+    of each of the dataset's splits (None: unknown, as for a hub dataset without split info);
+    ``n``: the rows read, which the slice's parts must add up to."""
+    from datasets.arrow_reader import ReadInstruction
+
+    if split in (lengths or {}) or not any(c in split for c in "[+"):
+        return lambda i: f"[{split}] row {i}"
+    try:
+        parts = ReadInstruction.from_spec(split).to_absolute(lengths or {})
+    except (ValueError, AssertionError, KeyError):
+        parts = []
+    if sum(p.to - p.from_ for p in parts) != n:
+        return lambda i: f"[{split}] row {i} of the slice (counted from the slice's first row, not the dataset's)"
+
+    def row(i: int) -> str:
+        for part in parts:
+            if i < part.to - part.from_:
+                return f"[{part.splitname}] row {part.from_ + i} (in {split})"
+            i -= part.to - part.from_
+        raise IndexError(i)  # unreachable: the parts add up to n
+    return row
 
 
 _SPLIT_FIX = ("Set data.train_split / data.test_split to one of them (data.test_split: null for no held-out split), "
@@ -277,25 +303,30 @@ def _load_from_hub(datasets, name: str, subset: str | None, split: str):
 def load_hf_split(datasets, name: str, split: str, subset: str | None = None):
     """One split of a dataset saved with ``save_to_disk``, a local data directory, or a hub name
     (``subset``: the configuration of a hub dataset that has several; not for ``save_to_disk``)."""
+    return _load_hf_split(datasets, name, split, subset)[0]
+
+
+def _load_hf_split(datasets, name: str, split: str, subset: str | None = None):
+    """(``load_hf_split``, the number of rows of each of the dataset's splits, or None if unknown)."""
     local = Path(name).expanduser()
     if local.is_dir() and ((local / "dataset_dict.json").is_file() or (local / "dataset_info.json").is_file()
                            and (local / "state.json").is_file()):
         loaded = datasets.load_from_disk(str(local))
-        if isinstance(loaded, datasets.DatasetDict):
-            if split in loaded:
-                return loaded[split]
-            return _slice_split(datasets, dict(loaded), name, split)
-        if split != "train":
-            try:
-                return _slice_split(datasets, {"train": loaded}, name, split)
-            except DataError:
-                raise DataError(f"{name} is a single dataset (no splits), read as split 'train' or a slice of it "
-                                f"(not {split!r}). {_SPLIT_FIX}") from None
-        return loaded
+        splits = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+        lengths = {k: len(v) for k, v in splits.items()}
+        if split in splits:
+            return splits[split], lengths
+        try:
+            return _slice_split(datasets, splits, name, split), lengths
+        except DataError:
+            if isinstance(loaded, datasets.DatasetDict):
+                raise
+            raise DataError(f"{name} is a single dataset (no splits), read as split 'train' or a slice of it "
+                            f"(not {split!r}). {_SPLIT_FIX}") from None
     try:
-        if local.is_dir():
-            return datasets.load_dataset(str(local), subset, split=split)
-        return _load_from_hub(datasets, name, subset, split)
+        ds = datasets.load_dataset(str(local), subset, split=split) if local.is_dir() else \
+            _load_from_hub(datasets, name, subset, split)
+        return ds, {k: v.num_examples for k, v in (ds.info.splits or {}).items()}
     except ValueError as e:
         if "config name is missing" in str(e).lower():
             raise DataError(f"{name} has several configurations; name one with data.hf_subset ({e})") from None
