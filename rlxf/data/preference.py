@@ -40,7 +40,7 @@ from rlxf.data.templates import (
     check_not_blank,
     check_prompt,
     encode_prompts,
-    encode_response,
+    encode_responses,
     get_field,
 )
 
@@ -142,14 +142,15 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
     triples = [record_triple(rec, where, cfg) for where, rec in records]
     prompts = encode_prompts(tokenizer, [t[0] for t in triples], system_prompt=cfg.system_prompt,
                              use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
+    responses = encode_responses(tokenizer, [r for _, c, rej in triples for r in (c, rej)])
     out = []
     for i, ((where, _), (prompt, chosen, rejected), (pids, ptext)) in enumerate(
             zip(records, triples, prompts, strict=True)):
         keys[f"{name}:{split}:{i}"] = content_key(prompt)
         kept_p = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
-        kept_c = fit_length(encode_response(tokenizer, chosen), cfg.max_response_len, cfg.overlong_prompt, where,
+        kept_c = fit_length(responses[2 * i], cfg.max_response_len, cfg.overlong_prompt, where,
                             f"{split}_response", keep_response, counts)
-        kept_r = fit_length(encode_response(tokenizer, rejected), cfg.max_response_len, cfg.overlong_prompt,
+        kept_r = fit_length(responses[2 * i + 1], cfg.max_response_len, cfg.overlong_prompt,
                             where, f"{split}_response", keep_response, counts)
         if kept_p is None or kept_c is None or kept_r is None:
             continue

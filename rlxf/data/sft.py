@@ -33,7 +33,7 @@ from rlxf.data.templates import (
     check_not_blank,
     check_prompt,
     encode_prompts,
-    encode_response,
+    encode_responses,
     get_field,
 )
 
@@ -103,11 +103,12 @@ def _examples(name: str, split: str, records: list[Record], cfg: DataConfig, tok
         records, pairs = [records[i] for i in kept], [pairs[i] for i in kept]
     prompts = encode_prompts(tokenizer, [p for p, _ in pairs], system_prompt=cfg.system_prompt,
                              use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
+    responses = encode_responses(tokenizer, [r for _, r in pairs])
     out = []
-    for i, ((where, _), (prompt, response), (pids, ptext)) in enumerate(zip(records, pairs, prompts, strict=True)):
+    for i, ((where, _), (prompt, response), (pids, ptext), rids) in enumerate(
+            zip(records, pairs, prompts, responses, strict=True)):
         keys[f"{name}:{split}:{i}"] = content_key(prompt)
         pids2 = fit_length(pids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
-        rids = encode_response(tokenizer, response)
         rids2 = fit_length(rids, cfg.max_response_len, cfg.overlong_prompt, where, f"{split}_response", "first",
                            counts)
         if pids2 is None or rids2 is None:

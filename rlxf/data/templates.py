@@ -10,6 +10,9 @@ on. The text is kept for logs and judges only; nothing downstream tokenizes it a
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
 from typing import Any
 
 from rlxf.data.errors import DataError
@@ -192,12 +195,72 @@ def encode_prompts(
     wheres: list[str] | None = None,
 ) -> list[tuple[list[int], str]]:
     """``encode_prompt`` over many prompts, rendered and tokenized in one batch call each: the
-    same ids as one by one, faster (the quickstart encodes 20,000-prompt splits several times).
+    same ids as one by one, faster. A batch of text prompts encoded again with a tokenizer that
+    encodes alike (another object loaded from the same files: the quickstart encodes its
+    20,000-prompt splits in every stage) is read from a small cache (``_encoded``).
 
     A text prompt that already ends with the template's generation prompt (``rlxf label``
     writes them so) is refused while the template is on: templated twice, it would train on
     prompts the policy never sees. ``wheres`` (one per prompt: ``file:line``) is named in the error of a prompt that cannot be
     rendered (the template fails on it, or it ends with an assistant turn)."""
+    if _CACHED_BATCH[0] <= len(prompts) <= _CACHED_BATCH[1] and all(isinstance(p, str) for p in prompts):
+        fingerprint = _fingerprint(tokenizer)
+        if fingerprint is not None:
+            batch = _Batch(type(tokenizer), fingerprint, tuple(prompts), system_prompt, use_chat_template,
+                           tokenizer, wheres)
+            return [(list(ids), text) for ids, text in _encoded(batch)]
+    return _encode(tokenizer, prompts, system_prompt, use_chat_template, wheres)
+
+
+# the batches worth a cache entry: a fingerprint of a large vocabulary (``to_str``) costs about what
+# encoding a thousand prompts does, and the largest entry stays a few tens of MB
+_CACHED_BATCH = (1000, 100_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """What the encoding of a batch of text prompts depends on (compared, the cache's key), and
+    the tokenizer object and ``wheres`` (not compared: any object with that fingerprint encodes
+    alike, and ``wheres`` only names a prompt in an error, which is never cached)."""
+
+    tokenizer_class: type
+    fingerprint: str
+    prompts: tuple[str, ...]
+    system_prompt: str | None
+    use_chat_template: bool
+    tokenizer: Any = dataclasses.field(compare=False)
+    wheres: list[str] | None = dataclasses.field(compare=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _encoded(batch: _Batch) -> tuple[tuple[tuple[int, ...], str], ...]:
+    encoded = _encode(batch.tokenizer, list(batch.prompts), batch.system_prompt, batch.use_chat_template, batch.wheres)
+    return tuple((tuple(ids), text) for ids, text in encoded)
+
+
+def _fingerprint(tokenizer) -> str | None:
+    """A hash of everything a prompt's encoding depends on, for a fast tokenizer whose class adds
+    nothing to rendering and tokenizing (``_plain_fast``): the whole backend (vocabulary, merges,
+    normalizer, pre-tokenizer, post-processor with its BOS, added tokens), the chat template and
+    the special tokens it is rendered with. None for any other tokenizer, and for a template that
+    reads the clock (``strftime_now``: today's date), whose encoding is not a function of these."""
+    if not _plain_fast(tokenizer):
+        return None
+    from transformers import PreTrainedTokenizerBase
+
+    template = getattr(tokenizer, "chat_template", None)
+    if ("strftime_now" in str(template) or type(tokenizer).apply_chat_template is not
+            PreTrainedTokenizerBase.apply_chat_template
+            or {"apply_chat_template", *_ENCODE_METHODS} & set(vars(tokenizer))):   # patched on the object
+        return None
+    # not the backend's encode_special_tokens: each call of the tokenizer sets it (``token_ids``)
+    parts = (tokenizer.backend_tokenizer.to_str(), repr(template), repr(tokenizer.special_tokens_map),
+             repr(getattr(tokenizer, "split_special_tokens", False)))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _encode(tokenizer, prompts: list[str | Messages], system_prompt: str | None, use_chat_template: bool,
+            wheres: list[str] | None) -> list[tuple[list[int], str]]:
     if not prompts:
         return []
     tail = generation_prompt(tokenizer) if use_chat_template and getattr(tokenizer, "chat_template", None) else ""
@@ -268,6 +331,16 @@ def _render_batch(tokenizer, prompts: list[str | Messages], system_prompt: str |
 _ENCODE_METHODS = ("__call__", "_call_one", "encode_plus", "batch_encode_plus", "_encode_plus", "_batch_encode_plus")
 
 
+def _plain_fast(tokenizer) -> bool:
+    """A fast tokenizer of a class that overrides none of the methods a batch is encoded through."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        return False
+    return isinstance(tokenizer, PreTrainedTokenizerFast) and all(
+        getattr(type(tokenizer), m, None) is getattr(PreTrainedTokenizerFast, m, None) for m in _ENCODE_METHODS)
+
+
 def token_ids(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
     """``tokenizer(texts, add_special_tokens=...)["input_ids"]``, from the Rust backend's
     ``encode_batch`` directly where that is what the call would run (a fast tokenizer of a class
@@ -276,14 +349,7 @@ def token_ids(tokenizer, texts: list[str], add_special_tokens: bool) -> list[lis
     if not texts:
         return []
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    try:
-        from transformers import PreTrainedTokenizerFast
-    except ImportError:
-        PreTrainedTokenizerFast = None  # noqa: N806 - a class or None
-    plain = (PreTrainedTokenizerFast is not None and isinstance(tokenizer, PreTrainedTokenizerFast)
-             and all(getattr(type(tokenizer), m, None) is getattr(PreTrainedTokenizerFast, m, None)
-                     for m in _ENCODE_METHODS))
-    if (plain and backend is not None and backend.truncation is None and backend.padding is None
+    if (_plain_fast(tokenizer) and backend is not None and backend.truncation is None and backend.padding is None
             and getattr(backend, "encode_special_tokens", False) == bool(getattr(tokenizer, "split_special_tokens", False))):
         return [e.ids for e in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
     return [list(i) for i in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
@@ -307,9 +373,17 @@ def encode_response(tokenizer, text: str) -> list[int]:
     Used for supervised targets (SFT, preference pairs); RL responses come from the engine as
     ids and are never re-encoded.
     """
+    return encode_responses(tokenizer, [text])[0]
+
+
+def encode_responses(tokenizer, texts: list[str]) -> list[list[int]]:
+    """``encode_response`` over many answers in one call of the tokenizer (the same ids: a batch
+    without padding encodes each text as alone), not one per SFT example."""
+    if not texts:
+        return []
     if tokenizer.eos_token_id is None:
         raise DataError("the tokenizer has no eos token, so a response cannot be terminated; set one")
     # special-token text in a response stays text: parsed, "<|im_end|>" written by a demonstration
     # (or a policy, for the reward model) would end the turn where the text only names it
-    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]) + [
-        tokenizer.eos_token_id]
+    ids = tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return [[*i, tokenizer.eos_token_id] for i in ids]

@@ -9,6 +9,7 @@ The default question format is compact ("12+345=") because tiny models have shor
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from typing import Any
@@ -133,6 +134,13 @@ class ArithmeticTask:
         self.options = self.opts.model_dump()
         self._template = FORMATS.get(self.opts.format, self.opts.format)
 
+    def __eq__(self, other: object) -> bool:
+        """Tasks with equal options draw the same problems (the key of ``_splits``)."""
+        return isinstance(other, ArithmeticTask) and other.opts == self.opts
+
+    def __hash__(self) -> int:
+        return hash(self.opts)
+
     def _draw(self, rng: random.Random) -> TaskItem:
         o = self.opts
         for _ in range(1000):
@@ -142,10 +150,11 @@ class ArithmeticTask:
                 d = rng.randint(o.min_digits, o.max_digits)
                 operands.append(rng.randint(0 if d == 1 else 10 ** (d - 1), 10 ** d - 1))
             ops = [rng.choice(o.ops) for _ in range(n - 1)]
+            # the carries first: with carries [2, 3] most draws fail them, and need no value
+            if o.carries is not None and not o.carries[0] <= count_carries(operands) <= o.carries[1]:
+                continue
             value = evaluate(operands, ops)
             if not (o.allow_negative or value >= 0):
-                continue
-            if o.carries is not None and not o.carries[0] <= count_carries(operands) <= o.carries[1]:
                 continue
             break
         else:
@@ -161,7 +170,15 @@ class ArithmeticTask:
 
     def splits(self, train_size: int, test_size: int, seed: int) -> tuple[list[TaskItem], list[TaskItem]]:
         """Test: ``test_size`` distinct problems. Train: ``train_size`` problems (repeats allowed)
-        that are not test problems. Separate random streams per split, both from ``seed``."""
+        that are not test problems. Separate random streams per split, both from ``seed``.
+
+        The same splits are drawn again and again in one process (the quickstart: every stage,
+        every evaluation), and each takes up to a second: they are kept (``_splits``), keyed by
+        everything they depend on, and handed out as new items each time."""
+        return tuple([TaskItem(q, a, {"expression": e, "operands": list(x), "ops": list(ops)}) for q, a, e, x, ops in
+                      items] for items in _splits(self, train_size, test_size, seed))
+
+    def _split_items(self, train_size: int, test_size: int, seed: int) -> tuple[list[TaskItem], list[TaskItem]]:
         rng = random.Random(f"rlxf-arithmetic:{seed}:test")
         test: list[TaskItem] = []
         seen: set[str] = set()
@@ -193,6 +210,15 @@ class ArithmeticTask:
         equals the answer, else 0.0."""
         got = last_integer(after_reasoning(response))
         return float(got is not None and got == int(ground_truth))
+
+
+@functools.lru_cache(maxsize=8)
+def _splits(task: ArithmeticTask, train_size: int, test_size: int, seed: int) -> tuple[tuple, tuple]:
+    """``task``'s splits as tuples of (question, answer, expression, operands, ops); the key is the
+    task by its options (``ArithmeticTask.__eq__``), the sizes and the seed."""
+    return tuple(tuple((it.question, it.answer, it.metadata["expression"], tuple(it.metadata["operands"]),
+                        tuple(it.metadata["ops"])) for it in items)
+                 for items in task._split_items(train_size, test_size, seed))
 
 
 @register_task("arithmetic", options=ArithmeticOptions)
