@@ -15,7 +15,7 @@ class RunConfig(Section):
     name: str = Field("run", description="Run name; outputs go to `<output_dir>/<name>/`.")
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(
-        0, description="The run's seed: the default of its three separable seeds (data_seed, "
+        0, ge=0, description="The run's seed: the default of its three separable seeds (data_seed, "
         "rollout.seed for sampling, init_seed); setting only this moves all three.",
     )
     data_seed: int | None = Field(

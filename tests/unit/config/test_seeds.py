@@ -19,3 +19,13 @@ def test_each_seed_is_set_on_its_own():
     assert (s.data, s.sampling, s.init) == (5, 1, 9)
     s = _cfg(run={"seed": 3}, rollout={"seed": 0}).seeds   # 0 is a seed, not "unset"
     assert (s.data, s.sampling, s.init) == (3, 0, 3)
+
+
+def test_a_negative_run_seed_is_refused_at_load_like_the_other_seeds():
+    """run.seed was the one seed without ge=0: -5 passed the config, then numpy refused it deep
+    inside the engine's sampler, after `rlxf quickstart` had made its output folder and model."""
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"run\.seed|greater than or equal to 0"):
+        _cfg(run={"seed": -5})
