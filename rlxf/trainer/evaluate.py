@@ -140,9 +140,10 @@ def evaluate_prompts(engine, tokenizer, reward, prompts: list[Prompt], sampling:
 
 def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     """Greedy metrics of the model saved in ``model_dir`` on the first ``num_problems`` held-out
-    problems of each source of ``cfg``'s data, sampled and scored as ``cfg`` says, every seed
-    ``cfg.run.seed`` (the quickstart's and the benchmarks' final tables: one model after another
-    on the same problems); with ``cfg.eval.pass_k``, pass@k and mean@k too. Raises
+    problems of each source of ``cfg``'s data (its split by ``cfg.seeds.data``, as the run drew
+    it), sampled and scored as ``cfg`` says with ``cfg.seeds.sampling`` (the quickstart's and the
+    benchmarks' final tables: one model after another on the same problems); with
+    ``cfg.eval.pass_k``, pass@k and mean@k too. Raises
     ``NoHeldOutPrompts`` (before loading the model) when the data has none."""
     from rlxf.data import build_prompt_data
     from rlxf.models import load_model, load_tokenizer
@@ -151,16 +152,17 @@ def evaluate_saved_model(model_dir, cfg, num_problems: int) -> dict[str, float]:
     from rlxf.rollout import build_engine_from_config
 
     tokenizer = load_tokenizer(model_dir)
-    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.run.seed).test, num_problems)
+    seeds = cfg.seeds
+    prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=seeds.data).test, num_problems)
     if not prompts:
         raise NoHeldOutPrompts(no_held_out_hint(cfg.data))
     model = load_model(model_dir)
     check_vocab(model, tokenizer, model_what=f"the model in {model_dir}")
-    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=cfg.run.seed)
+    engine = build_engine_from_config(cfg.rollout, model, tokenizer, seed=seeds.sampling)
     reward = build_run_reward(cfg)
     try:
         return evaluate_prompts(engine, tokenizer, reward, prompts, SamplingParams.from_config(cfg.rollout),
-                                pass_k=cfg.eval.pass_k, seed=cfg.run.seed, reward_cfg=cfg.reward)
+                                pass_k=cfg.eval.pass_k, seed=seeds.sampling, reward_cfg=cfg.reward)
     finally:
         reward.close()
 

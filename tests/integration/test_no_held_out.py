@@ -124,3 +124,23 @@ def test_sft_without_held_out_prompts_warns_and_refuses_a_stop_rule(tmp_path, na
     err = capsys.readouterr().err
     assert "sft.stop_when" in err and "no held-out prompts" in err
     assert metrics(run) == first, "the run it was to replace is put back as it was"
+
+
+def test_evaluate_saved_model_reads_the_held_out_split_the_run_drew(tmp_path, nano_model_dir, monkeypatch):
+    """Its split came from run.seed, the run's from run.data_seed: with `run.data_seed: 7` the
+    quickstart's and the benchmarks' final tables scored other problems (training ones among them)."""
+    import rlxf.data
+    from rlxf.trainer.evaluate import NoHeldOutPrompts, evaluate_saved_model
+
+    drawn = []
+
+    def build(data_cfg, tokenizer, seed):
+        drawn.append(seed)
+        return SimpleNamespace(test=[])
+
+    monkeypatch.setattr(rlxf.data, "build_prompt_data", build)
+    cfg = load_config(None, base={"model": {"path": str(nano_model_dir)}, "data": {"task": "arithmetic"},
+                                  "run": {"seed": 1, "data_seed": 7}})
+    with pytest.raises(NoHeldOutPrompts):
+        evaluate_saved_model(nano_model_dir, cfg, 4)
+    assert drawn == [7]
