@@ -146,10 +146,12 @@ def test_logged_training_signals_are_plotted(tmp_path):
     run = tmp_path / "ppo"
     run.mkdir()
     rec = {"grad_norm": 1.0, "lr": 1e-3, "advantage/mean": 0.0, "advantage/abs_mean": 0.5,
-           "sampling/kept_frac": 0.75, "critic/loss": 0.3, "critic/grad_norm": 2.0, "critic/value_mean": 0.1}
+           "sampling/kept_frac": 0.75, "critic/loss": 0.3, "critic/grad_norm": 2.0, "critic/value_mean": 0.1,
+           "no_signal": 1.0, "skipped": 0.0, "reward/errors": 2.0, "reward/timeouts": 1.0, "reward/crashes": 0.0}
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **rec}) + "\n" for s in (1, 2)))
     alts = _alts(write_report([run]).read_text())
-    for title in ("Gradient norm", "Learning rate", "Advantages", "Kept fraction (dynamic sampling)", "Critic"):
+    for title in ("Gradient norm", "Learning rate", "Advantages", "Kept fraction (dynamic sampling)", "Critic",
+                  "Steps without an update", "Reward failures"):
         assert title in alts
 
 
