@@ -4,7 +4,8 @@ What it shows, from ``metrics.jsonl`` and ``samples.jsonl``: a headline table (l
 and the *mean* step time and throughput); every logged curve (reward, the loss of SFT, RL, DPO or
 a reward model, accuracy with each eval source as points, the pairs a DPO or reward model ranks
 right and its reward margin, KL to the reference, the policy's change per step,
-entropy, lengths, clipping, grad norm, learning rate, advantages, the kept fraction of dynamic
+entropy, steps without an update, reward failures, lengths, clipping, grad norm, learning
+rate, advantages, the kept fraction of dynamic
 sampling, the critic, the off-policy weights, async staleness, idle time and buffer), smoothed
 with the raw curve behind; the time per phase; and a samples table: the best, the worst and a
 random response of a few steps, with their rewards. Plots
