@@ -86,3 +86,24 @@ def tool_template_tokenizer(tokenizer_for_tests):
     tok = copy.deepcopy(tokenizer_for_tests)
     tok.chat_template = TOOL_MESSAGE_TEMPLATE
     return tok
+
+
+@pytest.fixture
+def forked_engine(monkeypatch):
+    """``forked_engine(serve)``: an ``EngineProcess`` whose process runs ``serve`` -- a test's
+    miniature of ``rlxf.rollout.process.serve``, no model -- forked, not spawned: milliseconds."""
+    import multiprocessing
+
+    from rlxf.rollout import process
+
+    made = []
+
+    def make(serve):
+        monkeypatch.setattr(process, "serve", serve)
+        monkeypatch.setattr(process.mp, "get_context", lambda method: multiprocessing.get_context("fork"))
+        made.append(process.EngineProcess(None, []))
+        return made[-1]
+
+    yield make
+    for engine in made:
+        engine.close()

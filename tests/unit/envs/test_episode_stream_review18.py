@@ -8,7 +8,6 @@ the episodes wait on it, as they do on a busy engine."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 
@@ -56,12 +55,8 @@ def _serve(recipe, weights, version, commands, connection, parent) -> None:
 
 
 @pytest.fixture
-def engine(monkeypatch):
-    monkeypatch.setattr(process, "serve", _serve)
-    monkeypatch.setattr(process.mp, "get_context", lambda method: multiprocessing.get_context("fork"))
-    engine = process.EngineProcess(None, [])
-    yield engine
-    engine.close()
+def engine(forked_engine):
+    return forked_engine(_serve)
 
 
 def test_closing_with_episodes_running_ends_them_and_closes_their_environments(engine, tokenizer_for_tests):

@@ -7,7 +7,6 @@ the death signal as ``serve`` does and answers every request with no completions
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import threading
@@ -33,12 +32,8 @@ def _serve(recipe, weights, version, commands, connection, parent) -> None:
 
 
 @pytest.fixture
-def engine(monkeypatch):
-    monkeypatch.setattr(process, "serve", _serve)
-    monkeypatch.setattr(process.mp, "get_context", lambda method: multiprocessing.get_context("fork"))
-    engine = process.EngineProcess(None, [])
-    yield engine
-    engine.close()
+def engine(forked_engine):
+    return forked_engine(_serve)
 
 
 def _kill(engine) -> None:
