@@ -36,6 +36,7 @@ data, not differentiated; compute them under ``torch.no_grad()``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -58,8 +59,9 @@ class AdvantageParams:
 
 
 def _check_inputs(name: str, rewards: Tensor, mask: Tensor, group_ids: Tensor | None,
-                  values: Tensor | None) -> Tensor:
-    """Raise on shapes that do not fit; return ``rewards`` in a float dtype.
+                  values: Tensor | None, grouped: bool = False) -> Tensor:
+    """Raise on shapes that do not fit (and on missing ``group_ids`` when ``grouped``); return
+    ``rewards`` in a float dtype.
 
     Integer (or bool) rewards, a pass/fail tensor written as ``[[0, 1]]``, would otherwise keep
     their dtype through the group statistics: a mean of 0.5 truncated to 0, a std to 0, and
@@ -67,6 +69,11 @@ def _check_inputs(name: str, rewards: Tensor, mask: Tensor, group_ids: Tensor | 
     if rewards.dim() != 2 or rewards.shape != mask.shape:
         raise ValueError(
             f"{name}: rewards {tuple(rewards.shape)} and mask {tuple(mask.shape)} must both be (B, T)"
+        )
+    if grouped and group_ids is None:
+        raise ValueError(
+            f"{name} compares the samples of each prompt but group_ids is None; pass group_ids (B,) long, "
+            "one id per prompt shared by its samples, or choose an estimator without groups (reinforce_pp, reinforce)"
         )
     if group_ids is not None and group_ids.shape != rewards.shape[:1]:
         raise ValueError(f"{name}: group_ids {tuple(group_ids.shape)} must be (B,) = ({rewards.shape[0]},)")
@@ -162,7 +169,7 @@ def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     argues the std up-weights prompts that are too easy or too hard.
     Groups of one sample get Â = 0. Returns: reward-to-go G_t.
     """
-    rewards = _check_inputs("grpo", rewards, mask, group_ids, None)
+    rewards = _check_inputs("grpo", rewards, mask, group_ids, None, grouped=True)
     scores = sequence_scores(rewards, mask)
     mean, std, _ = group_mean_std(scores, group_ids, answered(mask))
     adv = scores - mean
@@ -189,7 +196,7 @@ def maxrl(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | Non
     (the one check in this package that reads a tensor's values, a single host sync per step).
     Returns: reward-to-go G_t.
     """
-    rewards = _check_inputs("maxrl", rewards, mask, group_ids, None)
+    rewards = _check_inputs("maxrl", rewards, mask, group_ids, None, grouped=True)
     scores = sequence_scores(rewards, mask)
     if (scores < 0).any():
         raise ValueError(
@@ -215,7 +222,7 @@ def rloo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     over the n samples of i's group: the baseline excludes the sample itself, so the
     estimator stays unbiased. Groups of one sample get Â = 0. Returns: reward-to-go G_t.
     """
-    rewards = _check_inputs("rloo", rewards, mask, group_ids, None)
+    rewards = _check_inputs("rloo", rewards, mask, group_ids, None, grouped=True)
     scores = sequence_scores(rewards, mask)
     mean, _, size = group_mean_std(scores, group_ids, answered(mask))
     adv = (scores - mean) * size / (size - 1).clamp(min=1)
@@ -248,7 +255,7 @@ def reinforce_pp_baseline(rewards: Tensor, mask: Tensor, group_ids: Tensor, valu
     token of the batch (so longer samples weigh more, as in the paper's token-level
     normalisation). Returns: reward-to-go G_t.
     """
-    rewards = _check_inputs("reinforce_pp_baseline", rewards, mask, group_ids, None)
+    rewards = _check_inputs("reinforce_pp_baseline", rewards, mask, group_ids, None, grouped=True)
     scores = sequence_scores(rewards, mask)
     mean, _, _ = group_mean_std(scores, group_ids, answered(mask))
     adv = masked_whiten(_broadcast(scores - mean, mask), mask, eps=params.eps)
@@ -291,7 +298,12 @@ class MovingBaseline:
         self.updates = 0
 
     def update(self, mean_return: float) -> float:
-        """Fold one batch's mean return into the baseline; returns the new value."""
+        """Fold one batch's mean return into the baseline; returns the new value.
+
+        A non-finite mean (a nan or inf reward in the batch, whose step fails anyway) is left out:
+        folded in, it would make b, and every later advantage, nan for the rest of the run."""
+        if not math.isfinite(mean_return):
+            return self.value
         if self.updates == 0:
             self.value = float(mean_return)
         else:

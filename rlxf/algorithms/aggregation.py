@@ -25,6 +25,8 @@ nothing, not even to the denominator. Zero totals give a loss of 0, not nan.
 
 from __future__ import annotations
 
+import math
+
 from torch import Tensor
 
 from rlxf.algorithms.masked import masked_count, masked_sum, safe_divide
@@ -87,9 +89,9 @@ def seq_mean_token_sum_norm(token_loss: Tensor, mask: Tensor, *, num_tokens: Ten
     the loss scale depend on how the batch was padded and split.
     """
     _check("seq_mean_token_sum_norm", token_loss, mask)
-    if norm is None or norm <= 0:
+    if norm is None or not (math.isfinite(norm) and norm > 0):
         raise ValueError(
-            f"seq_mean_token_sum_norm needs norm > 0, the constant length normaliser (Dr.GRPO), "
+            f"seq_mean_token_sum_norm needs norm > 0 and finite, the constant length normaliser (Dr.GRPO), "
             f"got {norm!r}; pass e.g. algorithm.loss_agg_norm or rollout.max_new_tokens"
         )
     return safe_divide(masked_sum(token_loss, mask) / norm, _num_seqs(mask, num_seqs))

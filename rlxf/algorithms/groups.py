@@ -68,7 +68,9 @@ def dynamic_sampling_keep(scores: Tensor, group_ids: Tensor, valid: Tensor | Non
     if trained is None:
         return keep
     _check_shapes(scores, group_ids, trained)
-    x = scores.double()
+    # in the dtype the estimators compute S - mean_g(S) in: float32 scores 0.1, 0.2, 0.3 have a
+    # float64 mean just off 0.2, but a float32 mean of exactly 0.2, and GRPO gives the 0.2 Â = 0
+    x = scores.to(float_dtype(scores))
     mean, _, _ = group_mean_std(x, group_ids, valid)
     ok = trained.bool() if valid is None else trained.bool() & valid.bool()
     signal = ok & (x != mean)
@@ -91,6 +93,9 @@ def zero_variance_fraction(scores: Tensor, group_ids: Tensor, valid: Tensor | No
 
 
 def _check_shapes(scores: Tensor, group_ids: Tensor, valid: Tensor | None) -> None:
+    if not isinstance(group_ids, Tensor):
+        raise ValueError(f"group_ids must be a (B,) long tensor, one id per prompt shared by its samples; "
+                         f"got {type(group_ids).__name__}")
     if scores.shape != group_ids.shape or (valid is not None and valid.shape != scores.shape):
         extra = "" if valid is None else f" and valid {tuple(valid.shape)}"
         raise ValueError(

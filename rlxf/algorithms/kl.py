@@ -59,6 +59,9 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k3",
         raise ValueError(
             f"kl_penalty: logprobs {tuple(logprobs.shape)} and ref_logprobs {tuple(ref_logprobs.shape)} differ"
         )
+    if mask is not None and mask.shape != logprobs.shape:
+        # torch.where would broadcast a (B,) mask over the token dim and mask columns instead of rows
+        raise ValueError(f"kl_penalty: mask {tuple(mask.shape)} must match logprobs {tuple(logprobs.shape)} (B, T)")
     ref_logprobs = ref_logprobs.detach()
     if mask is None:
         return KL_ESTIMATORS[estimator](logprobs - ref_logprobs)

@@ -49,6 +49,21 @@ def safe_divide(num: Tensor, den: Tensor | float) -> Tensor:
     return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
 
 
+def summable_log_ratio(logp: Tensor, other: Tensor, mask: Tensor) -> Tensor:
+    """``logp - other`` on valid entries (0 elsewhere), safe to sum or average over a row. (B, T).
+
+    ±inf (a token one side calls impossible) becomes ±finfo.max / (2T), so a row's sum stays
+    finite and still reaches any clamp; -inf - -inf (impossible under both) is 0. A nan input
+    stays nan: a broken forward must fail the step loudly, not read as the two policies agreeing.
+    """
+    valid = mask.bool()
+    logp, other = zero_masked(logp, valid), zero_masked(other, valid)
+    both_inf = torch.isinf(logp) & (logp == other)
+    diff = torch.where(both_inf, torch.zeros_like(logp), logp - other)
+    big = torch.finfo(diff.dtype).max / max(diff.shape[-1], 1) / 2
+    return diff.clamp(-big, big)
+
+
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     """Mean of x over valid entries: Σ m·x / Σ m; 0 where there are none."""
     count = masked_count(mask, dim, keepdim).to(x.dtype)

@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from rlxf.algorithms.masked import masked_count, masked_mean, masked_sum, zero_masked
+from rlxf.algorithms.masked import masked_count, masked_mean, masked_sum, summable_log_ratio, zero_masked
 from rlxf.algorithms.registry import register
 
 Level = Literal["token", "sequence", "geometric"]
@@ -70,7 +70,8 @@ def importance_ratio(old_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     ``sequence`` and ``geometric`` sum or average the raw per-token log-ratios of a row and give
     the result to each of its tokens; only the result is clamped. An infinite log-prob becomes a
     huge finite one (so the sum reaches the clamp) and inf - inf (a token impossible under both)
-    counts as log ρ = 0.
+    counts as log ρ = 0; a nan log-prob (a broken forward) gives a nan weight, so the step fails
+    loudly instead of trusting the token with ρ = 1.
     """
     if level not in LEVELS:
         raise ValueError(f"off-policy level must be one of {', '.join(LEVELS)}, got {level!r}")
@@ -78,9 +79,7 @@ def importance_ratio(old_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
         raise ValueError(f"old_logprobs {tuple(old_logprobs.shape)}, rollout_logprobs "
                          f"{tuple(rollout_logprobs.shape)} and mask {tuple(mask.shape)} must all be (B, T)")
     valid = mask.bool()
-    diff = zero_masked(old_logprobs.detach(), valid) - zero_masked(rollout_logprobs.detach(), valid)
-    big = torch.finfo(diff.dtype).max / max(diff.shape[-1], 1) / 2
-    diff = torch.nan_to_num(diff, nan=0.0, posinf=big, neginf=-big)
+    diff = summable_log_ratio(old_logprobs.detach(), rollout_logprobs.detach(), valid)
     if level == "sequence":
         diff = masked_sum(diff, valid, dim=-1, keepdim=True).expand_as(diff)
     elif level == "geometric":

@@ -9,6 +9,7 @@ of 0-dim detached tensors.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,13 @@ def _check_pairs(name: str, **tensors: Tensor) -> None:
     if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 1:
         got = ", ".join(f"{k} {s}" for k, s in shapes.items())
         raise ValueError(f"{name}: every input must have the same shape (B,); got {got}")
+
+
+def _check_beta(name: str, beta: float) -> None:
+    """β scales the implicit reward: 0 leaves no gradient (IPO divides by it), a negative β trains
+    the rejected response up, and nan or inf makes every loss nan."""
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"{name}: beta must be a finite number > 0 (the implicit reward's scale), got {beta!r}")
 
 
 def _pair_metrics(chosen_rewards: Tensor, rejected_rewards: Tensor) -> dict[str, Tensor]:
@@ -64,6 +72,7 @@ def dpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor, ref_cho
                  ref_rejected_logps=ref_rejected_logps)
     if variant not in DPO_VARIANTS:
         raise ValueError(f"unknown DPO variant {variant!r}; valid: {', '.join(DPO_VARIANTS)}")
+    _check_beta("dpo_loss", beta)
     if variant != "conservative" and label_smoothing != 0.0:
         raise ValueError(
             f"dpo_loss: label_smoothing={label_smoothing} only applies to variant='conservative' "
@@ -95,6 +104,7 @@ def simpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor, chose
     _check_pairs("simpo_loss", policy_chosen_logps=policy_chosen_logps,
                  policy_rejected_logps=policy_rejected_logps, chosen_lengths=chosen_lengths,
                  rejected_lengths=rejected_lengths)
+    _check_beta("simpo_loss", beta)
     dtype = policy_chosen_logps.dtype
     chosen = beta * policy_chosen_logps / chosen_lengths.to(dtype).clamp(min=1)
     rejected = beta * policy_rejected_logps / rejected_lengths.to(dtype).clamp(min=1)
