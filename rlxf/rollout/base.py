@@ -21,6 +21,7 @@ still the untruncated one, as in vLLM's default.)
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,42 @@ from rlxf.types import Completion
 MIN_TEMPERATURE = 1e-6
 
 
+def _is_int(value) -> bool:
+    """An integer (Python, numpy or 0-dim torch), not a bool and not a float with an integral value."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _coerce_fields(obj, *, ints=(), optional_ints=(), reals=(), bools=()) -> list[str]:
+    """Check the types of a frozen dataclass's fields, store them as plain int / float / bool, and
+    return what was wrong. Without it a float count sampled int(count) tokens in one engine and
+    failed deep in another, and a float seed of 1.2 sampled as seed 1."""
+    problems = []
+    for name in ints + optional_ints:
+        value = getattr(obj, name)
+        if value is None and name in optional_ints:
+            continue
+        if _is_int(value):
+            object.__setattr__(obj, name, operator.index(value))
+        else:
+            problems.append(f"{name} must be an integer{' or None' if name in optional_ints else ''} (got {value!r})")
+    for name in reals:
+        value = getattr(obj, name)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            object.__setattr__(obj, name, float(value))
+        else:
+            problems.append(f"{name} must be a number (got {value!r})")
+    for name in bools:
+        if not isinstance(getattr(obj, name), bool):
+            problems.append(f"{name} must be True or False (got {getattr(obj, name)!r})")
+    return problems
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample: shared by every request of one ``generate`` call.
@@ -42,7 +79,8 @@ class SamplingParams:
     ``stop_token_ids`` end a response when sampled (the token is kept in ``response_ids``);
     unless ``ignore_eos``, the model's own eos ids (generation config / tokenizer) are added to
     them. ``stop_strings`` end a response as soon as its decoded text contains one of them (the
-    token that completed the string is kept; the engine needs a tokenizer). ``seed`` makes an
+    token that completed the string is kept; the engine needs a tokenizer); a lone string or id
+    is one stop string or id. ``seed`` makes an
     unseeded request reproducible: request i of the call then uses a seed derived from
     (seed, i); a request's own seed wins over it.
     """
@@ -58,10 +96,27 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        # Tuples keep the dataclass hashable and frozen even when lists are passed in.
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        object.__setattr__(self, "stop_strings", tuple(str(s) for s in self.stop_strings))
-        problems = []
+        problems = _coerce_fields(self, ints=("n", "top_k", "max_new_tokens"), optional_ints=("seed",),
+                                  reals=("temperature", "top_p"), bools=("ignore_eos",))
+        # Tuples keep the dataclass hashable and frozen even when lists are passed in. A lone
+        # string is one stop string (as in vLLM and transformers), not one per character; a
+        # lone id is one stop id.
+        strings = (self.stop_strings,) if isinstance(self.stop_strings, str) else self.stop_strings
+        ids = (self.stop_token_ids,) if _is_int(self.stop_token_ids) else self.stop_token_ids
+        try:
+            strings, ids = tuple(strings), tuple(ids)
+        except TypeError:
+            problems.append(f"stop_strings must be a string or a sequence of strings and stop_token_ids an "
+                            f"int or a sequence of ints (got {self.stop_strings!r} and {self.stop_token_ids!r})")
+            strings, ids = (), ()
+        if not all(isinstance(s, str) for s in strings):
+            problems.append(f"stop_strings must be strings (got {list(strings)!r})")
+        if not all(_is_int(t) for t in ids):
+            problems.append(f"stop_token_ids must be integer token ids (got {list(ids)!r})")
+        if problems:
+            raise ValueError("invalid SamplingParams: " + "; ".join(problems))
+        object.__setattr__(self, "stop_token_ids", tuple(operator.index(t) for t in ids))
+        object.__setattr__(self, "stop_strings", strings)
         if self.n < 1:
             problems.append(f"n must be >= 1 (got {self.n})")
         if not (math.isfinite(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE)):
@@ -114,6 +169,8 @@ class GenerationRequest:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        if not (type(self.prompt_ids) is list and all(type(t) is int for t in self.prompt_ids)):
+            object.__setattr__(self, "prompt_ids", _prompt_ids(self.prompt_ids))  # not every rollout's case
         # the native engine hashes the seed as an unsigned 64-bit word and the hf engine seeds torch
         # with it: one range both take alike, checked here rather than as a failure mid-call
         if self.seed is None:
@@ -131,16 +188,35 @@ class GenerationRequest:
 RequestLike = GenerationRequest | Sequence[int]
 
 
+def _prompt_ids(ids) -> list[int]:
+    """``ids`` as a list of ints. Text where ids belong failed deep in the engine ("invalid
+    literal for int()"), and float ids were truncated into another prompt without a word."""
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"GenerationRequest prompt_ids must be token ids, not text ({ids[:40]!r}): "
+                         f"tokenize the prompt first (tokenizer.encode, or apply_chat_template for chat)")
+    try:
+        listed = list(ids)
+    except TypeError:
+        listed = None
+    bad = [t for t in listed if not _is_int(t)] if listed is not None else None
+    if listed is None or bad:
+        got = f"{ids!r}" if listed is None else f"{type(ids).__name__} holding {bad[:3]!r}"
+        raise ValueError(f"GenerationRequest prompt_ids must be a sequence of integer token ids (got {got}): "
+                         f"tokenize the prompt first (tokenizer.encode, or apply_chat_template for chat)")
+    return [operator.index(t) for t in listed]
+
+
 def as_requests(requests: Iterable[RequestLike]) -> list[GenerationRequest]:
     """Accept plain lists of prompt ids where a request without its own seed is meant."""
     out = []
-    for r in requests:
+    for i, r in enumerate(requests):
         if isinstance(r, GenerationRequest):
             out.append(r)
-        elif isinstance(r, torch.Tensor):
-            out.append(GenerationRequest([int(t) for t in r.reshape(-1).tolist()]))
-        else:
-            out.append(GenerationRequest(list(r)))
+            continue
+        try:
+            out.append(GenerationRequest(r.reshape(-1).tolist() if isinstance(r, torch.Tensor) else r))
+        except ValueError as e:
+            raise ValueError(f"request {i}: {e}") from None
     return out
 
 
@@ -220,3 +296,27 @@ class EngineOptions:
     device: str | torch.device | None = None
     dtype: torch.dtype | None = None
     pack_weights: bool | None = None
+
+    def __post_init__(self) -> None:
+        # build_engine(..., max_model_len=0) used to leave every prompt "too long", a negative one
+        # failed in arange, dtype="bfloat16" failed inside torch.empty: say which field, and why
+        problems = _coerce_fields(self, ints=("max_batch_size", "max_prefill_tokens", "seed"),
+                                  optional_ints=("threads", "max_model_len"), bools=("compile",))
+        if isinstance(self.dtype, str):
+            named = getattr(torch, self.dtype, None)
+            if isinstance(named, torch.dtype) and named.is_floating_point:
+                object.__setattr__(self, "dtype", named)
+        if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
+            problems.append(f"dtype must be a torch dtype (torch.bfloat16) or its name ('bfloat16'), or None for "
+                            f"the model's (got {self.dtype!r})")
+        if self.pack_weights is not None and not isinstance(self.pack_weights, bool):
+            problems.append(f"pack_weights must be True, False or None (got {self.pack_weights!r})")
+        if not problems:
+            for name, low in (("max_batch_size", 1), ("max_prefill_tokens", 1), ("seed", 0), ("threads", 1),
+                              ("max_model_len", 2)):
+                value = getattr(self, name)
+                if value is not None and value < low:
+                    optional = " or None" if name in ("threads", "max_model_len") else ""
+                    problems.append(f"{name} must be >= {low}{optional} (got {value})")
+        if problems:
+            raise ValueError("invalid EngineOptions: " + "; ".join(problems))

@@ -30,7 +30,7 @@ from rlxf.rollout.base import (
 )
 from rlxf.rollout.native.engine import model_eos_ids
 from rlxf.rollout.native.model import NativeWeights
-from rlxf.rollout.sampling import derive_seed
+from rlxf.rollout.sampling import NonFiniteLogits, derive_seed
 from rlxf.rollout.stop import StopStrings
 from rlxf.types import Completion
 
@@ -209,9 +209,19 @@ class HFEngine:
             kwargs.update(stopping_criteria=_response_stop_criteria(matcher, width))
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(seed % 2**63)
-            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+            try:
+                out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                          **kwargs)
+            except RuntimeError as e:   # torch.multinomial's words for NaN / inf logits
+                if "probability tensor contains" not in str(e):
+                    raise
+                raise NonFiniteLogits([], where=f"hf engine (policy version {self.policy_version}): ") from e
         new = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float()               # (B*n, steps, V), raw
+        bad = ~torch.isfinite(logits.amax(-1)).all(-1)   # greedy argmax takes NaN rows without a word
+        if bool(bad.any()):
+            raise NonFiniteLogits(bad.nonzero().flatten().tolist(), where=f"hf engine (policy version "
+                                                                         f"{self.policy_version}): ")
         if not sp.greedy:
             logits = logits / sp.temperature
         lps = torch.log_softmax(logits, -1).gather(-1, new[..., None]).squeeze(-1)

@@ -56,13 +56,15 @@ def derive_seed(base: int, index: int) -> int:
     return int(z[0] >> np.uint64(1))
 
 
-def _invert_cdf(cdf: torch.Tensor, mass: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Index i with cdf[i-1] <= u * mass < cdf[i], per row; never one with zero probability.
+def _invert_cdf(cdf: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Index i < allowed with cdf[i-1] <= u * mass < cdf[i], per row; never one with zero probability.
 
-    ``cdf`` (N, K) nondecreasing; ``mass`` (N,) the total of the allowed prefix of each row.
-    The threshold is kept strictly below ``mass`` so rounding cannot step past the last allowed
-    token.
+    ``cdf`` (N, K) nondecreasing; ``allowed`` (N,) how many leading entries may be drawn. Their
+    mass is read off ``cdf`` itself, not summed apart: a separately rounded total can exceed
+    ``cdf[allowed - 1]`` by an ulp and let u near 1 draw the first token past the allowed prefix.
+    The threshold is kept strictly below the mass so rounding cannot step past it either.
     """
+    mass = cdf.gather(-1, (allowed - 1).unsqueeze(-1)).squeeze(-1)
     thresh = (u.to(cdf.dtype) * mass).unsqueeze(-1)
     thresh = torch.minimum(thresh, torch.nextafter(mass, torch.zeros_like(mass)).unsqueeze(-1))
     idx = torch.searchsorted(cdf, thresh, right=True)
@@ -88,16 +90,35 @@ def _sample_full(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     total = block_cdf[:, -1].contiguous()
     thresh = torch.minimum(u.to(probs.dtype) * total, torch.nextafter(total, torch.zeros_like(total)))
     b = torch.searchsorted(block_cdf, thresh[:, None], right=True).clamp_(max=block_cdf.shape[-1] - 1)  # (N, 1)
-    before = block_cdf.gather(-1, b) - block_mass.gather(-1, b)       # mass before the block
-    inner = blocks.gather(1, b[:, :, None].expand(n, 1, BLOCK)).squeeze(1).cumsum(-1) + before  # (N, BLOCK)
-    # Rounding may make the two levels disagree by an ulp: stay inside the block's last token
-    # with probability > 0.
+    # Inside block b, search the threshold's offset past the blocks before it (>= 0, as
+    # block_cdf[b - 1] <= thresh) in the block's own cumulative sums. Comparing thresh with
+    # block_cdf[b] - block_mass[b] + cumsum instead let that differently rounded start lie above
+    # thresh and draw the block's first token even at probability 0.
+    before = torch.where(b > 0, block_cdf.gather(-1, (b - 1).clamp(min=0)), 0.0).squeeze(-1)
+    inner = blocks.gather(1, b[:, :, None].expand(n, 1, BLOCK)).squeeze(1).cumsum(-1)  # (N, BLOCK)
+    # block b holds mass > 0 (block_cdf[b] > thresh >= block_cdf[b - 1]); stay below its last
+    # cumulative sum so the token drawn has probability > 0
     last = inner[:, -1]
-    inner_thresh = torch.minimum(thresh, torch.nextafter(last, torch.zeros_like(last)))
+    inner_thresh = torch.minimum(thresh - before, torch.nextafter(last, torch.zeros_like(last)))
     j = torch.searchsorted(inner, inner_thresh[:, None], right=True).clamp_(max=BLOCK - 1)
     return (b * BLOCK + j).squeeze(-1)
 
 
+
+
+class NonFiniteLogits(ValueError):
+    """Logits holding NaN or +inf: no distribution to sample from. Without this check greedy
+    decoding returned token 0 with NaN log-probs (silently poisoning the trainer's batch) and
+    sampling drew ids outside the vocabulary (an index error one step later)."""
+
+    def __init__(self, rows: list[int], where: str = ""):
+        self.rows = rows
+        in_rows = f" in rows {rows[:8]}" if rows else ""
+        super().__init__(
+            f"{where}the model's logits hold NaN or +inf{in_rows} of a sampling step, so there is no distribution "
+            f"to sample from: the weights hold NaN/inf (a diverged update or a broken checkpoint: check the last "
+            f"update_weights / the checkpoint's tensors) or the activations overflow the dtype (float16: use "
+            f"bfloat16 or float32)")
 
 
 def check_sampling(temperature: float, top_p: float = 1.0) -> None:
@@ -117,10 +138,9 @@ def check_sampling(temperature: float, top_p: float = 1.0) -> None:
         raise ValueError("invalid sampling parameters: " + "; ".join(problems))
 
 
-def _nucleus_mass(probs_sorted: torch.Tensor, cdf: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Mass of the smallest prefix of a descending distribution whose mass reaches ``top_p``."""
-    keep = (cdf - probs_sorted) < top_p  # a token is kept when the mass before it is < p
-    return (probs_sorted * keep).sum(-1)
+def _nucleus_size(probs_sorted: torch.Tensor, cdf: torch.Tensor, top_p: float) -> torch.Tensor:
+    """(N,) length of the smallest prefix of a descending distribution whose mass reaches ``top_p``."""
+    return ((cdf - probs_sorted) < top_p).sum(-1)  # a token is kept when the mass before it is < p
 
 
 def sample_tokens(
@@ -137,12 +157,16 @@ def sample_tokens(
     greedy). ``logprobs[i] = log softmax(logits[i] / T)[token_i]`` (T = 1 when greedy), before
     any top-k / top-p truncation. Top-k is applied first, then top-p on the renormalised top-k
     distribution (the order of transformers' logits processors). ``temperature`` and ``top_p``
-    are checked with ``check_sampling`` (NaN, inf and 0 < T < ``MIN_TEMPERATURE`` are refused).
+    are checked with ``check_sampling`` (NaN, inf and 0 < T < ``MIN_TEMPERATURE`` are refused);
+    a row whose logits hold NaN or +inf raises ``NonFiniteLogits``.
     """
     check_sampling(temperature, top_p)
     logits = logits.float()
+    top, tokens = logits.max(-1)
+    bad = ~torch.isfinite(top)   # a NaN or +inf logit anywhere in the row (max propagates NaN)
+    if bool(bad.any()):
+        raise NonFiniteLogits(bad.nonzero().flatten().tolist())
     if temperature == 0.0:
-        top, tokens = logits.max(-1)
         return tokens, -torch.log(torch.exp(logits - top[:, None]).sum(-1))
     x = logits if temperature == 1.0 else logits / temperature
     vocab = x.shape[-1]
@@ -150,15 +174,15 @@ def sample_tokens(
         vals, order = torch.topk(x, top_k, dim=-1)  # sorted, descending
         probs = torch.softmax(vals, -1)
         cdf = probs.cumsum(-1)
-        mass = _nucleus_mass(probs, cdf, top_p) if top_p < 1.0 else cdf[:, -1]
-        tokens = order.gather(-1, _invert_cdf(cdf, mass, u)[:, None]).squeeze(-1)
+        allowed = _nucleus_size(probs, cdf, top_p) if top_p < 1.0 else torch.full_like(order[:, 0], top_k)
+        tokens = order.gather(-1, _invert_cdf(cdf, allowed, u)[:, None]).squeeze(-1)
         return tokens, x.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(x, -1)
     if top_p < 1.0:
         vals, order = torch.sort(x, dim=-1, descending=True)
         lse = torch.logsumexp(vals, -1)
         probs = torch.exp(vals - lse[:, None])
         cdf = probs.cumsum(-1)
-        tokens = order.gather(-1, _invert_cdf(cdf, _nucleus_mass(probs, cdf, top_p), u)[:, None]).squeeze(-1)
+        tokens = order.gather(-1, _invert_cdf(cdf, _nucleus_size(probs, cdf, top_p), u)[:, None]).squeeze(-1)
         return tokens, x.gather(-1, tokens[:, None]).squeeze(-1) - lse
     probs = torch.softmax(x, -1)
     tokens = _sample_full(probs, u)

@@ -48,7 +48,7 @@ from rlxf.rollout.native.model import (
     prefill,
     rope_tables,
 )
-from rlxf.rollout.sampling import derive_seed, sample_keys, sample_tokens, uniforms
+from rlxf.rollout.sampling import NonFiniteLogits, derive_seed, sample_keys, sample_tokens, uniforms
 from rlxf.rollout.stop import StopStrings
 from rlxf.types import Completion
 
@@ -554,7 +554,12 @@ class _Run:
         u = None
         if not sp.greedy:
             u = torch.as_tensor(uniforms(self.row_key[lo:hi], ntok), device=self.dev)
-        tokens, lps = sample_tokens(logits, u, temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
+        try:
+            tokens, lps = sample_tokens(logits, u, temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
+        except NonFiniteLogits as e:
+            steps = sorted({int(ntok[i]) for i in e.rows})
+            raise NonFiniteLogits(e.rows, where=f"native engine (policy version {self.e.policy_version}), response "
+                                               f"token {steps[:8]}: ") from None
         rows = torch.arange(lo, hi, device=self.dev)
         at = torch.as_tensor(ntok, device=self.dev)
         self.out_tok[rows, at] = tokens
