@@ -9,7 +9,25 @@ from pathlib import Path
 import typer
 
 ConfigArg = typer.Argument(..., help="Run config (YAML).", exists=False)
-OverridesArg = typer.Argument(None, help="Dotted overrides, e.g. rollout.n=8 algorithm.kl_coef=0.01.")
+# each command's example names fields that command reads: `rlxf dpo --help` offered
+# algorithm.kl_coef, an RL field DPO never reads (its reference term is dpo.beta)
+OVERRIDE_EXAMPLES = {
+    "train": "rollout.n=8 algorithm.kl_coef=0.01", "explain": "rollout.n=8 algorithm.kl_coef=0.01",
+    "sft": "sft.steps=200 sft.optim.lr=1e-4", "rm": "rm.steps=100 rm.margin=0.5",
+    "dpo": "dpo.loss=ipo dpo.beta=0.1", "label": "label.k=8 rollout.temperature=0.8",
+    "eval": "eval.num_problems=100 eval.pass_k=8", "serve-reward": "reward.workers=4 reward.timeout_s=60",
+}
+
+
+def _overrides(command: str):
+    return typer.Argument(None, help=f"Dotted overrides, e.g. {OVERRIDE_EXAMPLES[command]}.")
+
+
+# refused before anything is written: a seed past torch.manual_seed's range (2**64) failed only
+# once OUT had been made, where the rerun is refused as "already exists". The quickstart's seed
+# is run.seed, whose range is 32 bits (derived seeds read the low 32 bits of each part)
+SEED_RANGE = {"min": 0, "max": 2**32 - 1}
+TORCH_SEED_RANGE = {"min": 0, "max": 2**64 - 1}
 
 
 def _impl(module: str):
@@ -26,7 +44,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def train(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("train"),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
     ) -> None:
@@ -36,8 +54,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def quickstart(
         out: Path = typer.Argument(Path("runs/quickstart"), help="Directory for the quickstart's runs."),
-        seed: int | None = typer.Option(None, "--seed", help="Seed of every stage (default 0; with --resume, the "
-                                        "quickstart's own)."),
+        seed: int | None = typer.Option(None, "--seed", **SEED_RANGE, help="Seed of every stage (default 0; with "
+                                        "--resume, the quickstart's own)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete OUT first if it exists."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted quickstart in OUT: finished "
                                     "stages are kept, an interrupted run continues from its last checkpoint."),
@@ -57,7 +75,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def sft(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("sft"),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
     ) -> None:
@@ -67,7 +85,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def rm(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("rm"),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
     ) -> None:
@@ -77,7 +95,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def dpo(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("dpo"),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in its run directory from its last checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
     ) -> None:
@@ -87,7 +105,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def label(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("label"),
         overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run directory of the same name first."),
         resume: bool = typer.Option(False, "--resume", help="Continue a stopped labelling from its last finished batch."),
     ) -> None:
@@ -97,7 +115,7 @@ def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("eval"),
         checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Run, checkpoint or model directory to evaluate; default model.path. Results are appended to the run's eval.jsonl."),
     ) -> None:
         """Evaluate a model on the held-out split: greedy accuracy and pass@k."""
@@ -106,7 +124,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def explain(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("explain"),
         full_config: bool = typer.Option(False, "--full-config", help="Print every config field, not only those set."),
     ) -> None:
         """Print the batch arithmetic, a memory estimate per role, the kernels picked here, and the config."""
@@ -122,7 +140,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         run_dirs: list[Path] = typer.Argument(..., help="Run directories; several are overlaid for comparison."),
-        out: Path | None = typer.Option(None, "--out", help="Output HTML file; default RUN_DIR/report.html."),
+        out: Path | None = typer.Option(None, "--out", help="Output HTML file; default RUN_DIR/report.html for one "
+                                        "run, compare-A-vs-B.html beside the first run for several."),
     ) -> None:
         """Write report.html with plots of a run's metrics (several runs overlaid)."""
         _impl("report").run(run_dirs, out)
@@ -131,7 +150,7 @@ def register(app: typer.Typer) -> None:
     def init_model(
         out: Path = typer.Argument(..., help="Directory to write the model and tokenizer to."),
         preset: str = typer.Option("tiny", "--preset", help="Size preset: nano, tiny, small, base."),
-        seed: int = typer.Option(0, "--seed", help="Initialisation seed."),
+        seed: int = typer.Option(0, "--seed", **TORCH_SEED_RANGE, help="Initialisation seed."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT."),
     ) -> None:
         """Build a Qwen2-architecture model from a size preset, with a tokenizer trained offline."""
@@ -146,7 +165,7 @@ def register(app: typer.Typer) -> None:
             "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (a chat, rendered with the chat template); "
             "after any PROMPTS."),
         backend: str = typer.Option("native", "--backend", help="Rollout backend: native or hf."),
-        n: int = typer.Option(1, "-n", min=1, help="Samples per prompt."),
+        n: int = typer.Option(1, "-n", min=1, help="Samples per prompt (more than 1 needs --temperature > 0)."),
         temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
         chat_template: bool | None = typer.Option(
@@ -162,7 +181,7 @@ def register(app: typer.Typer) -> None:
     @app.command("serve-reward")
     def serve_reward(
         config: Path = ConfigArg,
-        overrides: list[str] | None = OverridesArg,
+        overrides: list[str] | None = _overrides("serve-reward"),
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8008, "--port", min=0, max=65535, help="TCP port (0: any free one)."),
     ) -> None:

@@ -140,6 +140,9 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
         raise UsageError("no prompts: give prompt texts after the model, or --prompts-file FILE.jsonl")
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    if n > 1 and temperature == 0:  # as eval.pass_k is refused at rollout.temperature 0
+        raise UsageError(f"-n {n} at --temperature 0 (greedy, the default) prints the one greedy response {n} "
+                         f"times; pass --temperature 1 (any > 0) to sample {n} different ones, or leave out -n")
     try:
         sampling = SamplingParams(n=n, temperature=temperature, max_new_tokens=max_new_tokens)
     except ValueError as e:
