@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from rlxf.config.base import Section
+from rlxf.config.run import MAX_SEED
 
 
 class RolloutConfig(Section):
@@ -63,7 +64,7 @@ class RolloutConfig(Section):
         False, description="Do not stop at the model's eos ids (only at stop_token_ids / stop_strings / length)."
     )
     seed: int | None = Field(
-        None, ge=0,
+        None, ge=0, le=MAX_SEED,
         description="The sampling seed: every rollout and evaluation request's seed is derived from "
         "it and the step (so steps differ and runs repeat); vary it alone to repeat a run over "
         "sampling seeds on the same data (run.data_seed). None = run.seed.",

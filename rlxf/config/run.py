@@ -10,21 +10,25 @@ from pydantic import Field, field_validator
 
 from rlxf.config.base import Section
 
+# every seed is folded into derived seeds by its low 32 bits (``trainer.seeds.derive_seed``):
+# past this, run.seed=2**32 would repeat run.seed=0's shuffles
+MAX_SEED = 2**32 - 1
+
 
 class RunConfig(Section):
     name: str = Field("run", description="Run name; outputs go to `<output_dir>/<name>/`.")
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     seed: int = Field(
-        0, ge=0, description="The run's seed: the default of its three separable seeds (data_seed, "
+        0, ge=0, le=MAX_SEED, description="The run's seed: the default of its three separable seeds (data_seed, "
         "rollout.seed for sampling, init_seed); setting only this moves all three.",
     )
     data_seed: int | None = Field(
-        None, ge=0,
+        None, ge=0, le=MAX_SEED,
         description="Seed of the data: train/held-out splits, procedural tasks and prompt order. "
         "Fix it and vary rollout.seed to repeat a run over sampling seeds on the same data. None = run.seed.",
     )
     init_seed: int | None = Field(
-        None, ge=0,
+        None, ge=0, le=MAX_SEED,
         description="Seed of initialisation and training randomness: new weights (a value head), "
         "torch's global generator, the mini-batch shuffle. None = run.seed.",
     )

@@ -29,3 +29,16 @@ def test_a_negative_run_seed_is_refused_at_load_like_the_other_seeds():
 
     with pytest.raises(ValidationError, match=r"run\.seed|greater than or equal to 0"):
         _cfg(run={"seed": -5})
+
+
+def test_seeds_past_32_bits_are_refused_as_derived_seeds_read_only_those():
+    """run.seed=2**32 gave run.seed=0's mini-batch shuffles (derive_seed folds each part's low 32
+    bits) while torch's init differed; past 2**64 it failed in torch after the run had started."""
+    import pytest
+    from pydantic import ValidationError
+
+    _cfg(run={"seed": 2**32 - 1, "data_seed": 2**32 - 1, "init_seed": 2**32 - 1}, rollout={"seed": 2**32 - 1})
+    for sections in ({"run": {"seed": 2**32}}, {"run": {"data_seed": 2**64}}, {"run": {"init_seed": 2**32}},
+                     {"rollout": {"seed": 2**32}}):
+        with pytest.raises(ValidationError, match="less than or equal to 4294967295"):
+            _cfg(**sections)
