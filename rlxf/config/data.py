@@ -251,3 +251,15 @@ class DataConfig(SourceFields):
     @property
     def mixture(self) -> bool:
         return bool(self.sources)
+
+    def ignored_source_fields(self) -> str | None:
+        """In a mixture ``data``'s own source fields are replaced for every source: one set to
+        anything but its default (``data.fields``, ``data.test_path``, ...) is ignored. What to
+        say about it (a warning at train, a note in explain), or None. Not an error: a base
+        config's single source may leave them set."""
+        stray = [k for k, f in SourceFields.model_fields.items()
+                 if getattr(self, k) != f.get_default(call_default_factory=True)]
+        if not (self.mixture and stray):
+            return None
+        return (f"data.{', data.'.join(stray)} set beside data.sources: ignored, since each source of a mixture "
+                f"has its own (data.sources[].{stray[0]}); move what a source needs into its entry")

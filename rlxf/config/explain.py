@@ -344,6 +344,8 @@ def unused_settings(cfg: Config) -> list[str]:
     """Fields set to a value the rest of the config never reads: valid, so loading accepts them,
     but likely a mistake (the run behaves as if they were unset)."""
     notes = _unused_algorithm_settings(cfg)
+    if (note := cfg.data.ignored_source_fields()) is not None:
+        notes.append(note)
     if cfg.rollout.mode != "async" and cfg.rollout.max_staleness > 0:
         notes.append(f"rollout.max_staleness={cfg.rollout.max_staleness} does nothing under rollout.mode="
                      f"{cfg.rollout.mode}: each step samples from the weights the previous step produced. "

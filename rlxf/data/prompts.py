@@ -207,13 +207,9 @@ def source_config(cfg: DataConfig, source: SourceFields) -> DataConfig:
 
 
 def warn_ignored_fields(cfg: DataConfig) -> None:
-    """In a mixture ``data``'s own source fields are replaced for every source (``source_config``):
-    one set to anything but its default (``data.fields``, ``data.test_path``, ...) is ignored, and
-    said so (a base config's single source may leave them set, so not an error)."""
-    stray = [k for k, f in SourceFields.model_fields.items() if getattr(cfg, k) != f.get_default(call_default_factory=True)]
-    if cfg.mixture and stray:
-        log.warning("data.%s set beside data.sources: ignored, since each source of a mixture has its own "
-                    "(data.sources[].%s); move what a source needs into its entry", ", data.".join(stray), stray[0])
+    """``DataConfig.ignored_source_fields``, logged as a warning."""
+    if (note := cfg.ignored_source_fields()) is not None:
+        log.warning("%s", note)
 
 
 def source_seed(source: SourceFields, seed: int) -> int:

@@ -160,3 +160,14 @@ def test_a_name_of_dots_is_refused():
         with pytest.raises(ValueError, match="only dots"):
             RunConfig(name=name)
     assert RunConfig(name="v1.2").name == "v1.2"
+
+
+def test_explain_names_source_fields_a_mixture_ignores():
+    """`rlxf train` warned about data.test_size beside data.sources; `rlxf explain` said nothing."""
+    from rlxf.config.explain import unused_settings
+
+    cfg = load_config(None, base={"model": {"path": "m"}, "data": {
+        "test_size": 50, "sources": [{"task": "arithmetic", "weight": 1.0}]}})
+    assert any("data.test_size set beside data.sources: ignored" in note for note in unused_settings(cfg))
+    plain = load_config(None, base={"model": {"path": "m"}, "data": {"task": "arithmetic", "test_size": 50}})
+    assert not any("data.sources" in note for note in unused_settings(plain))
