@@ -366,13 +366,14 @@ def enter_landlock_domain(abi: int, writable: tuple[str, ...] = ()) -> None:
         os.close(fd)
 
 
-def _write_id_maps(uid: int, gid: int) -> None:
+def _write_id_maps(uid: int, gid: int, as_root: bool = False) -> None:
+    """Map the new user namespace's ids to ``uid``/``gid`` outside: the same ids inside, or 0."""
     with open("/proc/self/uid_map", "w") as f:
-        f.write(f"{uid} {uid} 1")
+        f.write(f"{0 if as_root else uid} {uid} 1")
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/gid_map", "w") as f:
-        f.write(f"{gid} {gid} 1")
+        f.write(f"{0 if as_root else gid} {gid} 1")
 
 
 TMP_BINDS = "/.rlxf-tmp-binds"
@@ -775,12 +776,7 @@ def _enter_ipc_namespace_with_limits(limit: int) -> None:
             uid, gid = os.getuid(), os.getgid()
             prctl(PR_SET_DUMPABLE, 1)  # off since setup_strict: /proc/self would be root's
             unshare(CLONE_NEWUSER, "user")
-            with open("/proc/self/uid_map", "w") as f:
-                f.write(f"0 {uid} 1")
-            with open("/proc/self/setgroups", "w") as f:
-                f.write("deny")
-            with open("/proc/self/gid_map", "w") as f:
-                f.write(f"0 {gid} 1")
+            _write_id_maps(uid, gid, as_root=True)
             unshare(CLONE_NEWIPC, "ipc")
             _limit_sysv_shm(limit)
             os.write(w, b"1")
