@@ -369,10 +369,11 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
     """The trajectory of one recorded conversation (the agent loop's, or the chat endpoint's).
 
     ``prompt`` becomes the first observation's ids; ``rewards[k]`` lands on response index
-    ``reward_at[k]`` under per-turn credit. A failed episode keeps its tokens with loss_mask 0 and
-    its rewards become 0 (``episode["turn_rewards"]`` too): a broken episode says nothing about the
-    policy, whatever it paid before it broke. ``episode`` gains the conversation's messages (and
-    its tools, where it was given some).
+    ``reward_at[k]`` under per-turn credit (None: the first model token, when there is one). A
+    failed episode keeps its tokens with loss_mask 0 and its rewards become 0
+    (``episode["turn_rewards"]`` too): a broken episode says nothing about the policy, whatever it
+    paid before it broke. ``episode`` gains the conversation's messages (and its tools, where it
+    was given some).
     """
     if failed:
         rewards = [0.0] * len(rewards)
@@ -382,7 +383,11 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
     token_rewards = None
     if credit == "per_turn" and conv is not None:
         token_rewards = [0.0] * len(ids)
+        # a reward with no model token before it (a first turn of no tokens) lands on the first
+        # one after it, so the token rewards still sum to the return
+        first = next((i for i, m in enumerate(conv.loss_mask) if m), None)
         for r, at in zip(rewards, reward_at):
+            at = first if at is None else at
             if at is not None:
                 token_rewards[at] += r
     last = conv.messages[-1] if conv is not None and conv.messages else {}

@@ -136,12 +136,18 @@ class GymnasiumEnv:
 
     def step(self, action: str) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        done = bool(terminated or truncated)
-        return StepResult([] if done else _as_messages(obs), reward=float(reward), terminated=bool(terminated),
+        if terminated or truncated:   # the last observation ("Yes, it was apple") is the episode's final_observation
+            obs = obs if isinstance(obs, str) or _are_messages(obs) else []   # many environments end on none
+        return StepResult(_as_messages(obs), reward=float(reward), terminated=bool(terminated),
                           truncated=bool(truncated), info=dict(info))
 
     def close(self) -> None:
         self.env.close()
+
+
+def _are_messages(obs) -> bool:
+    return isinstance(obs, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                         and isinstance(m.get("content"), str) for m in obs)
 
 
 def _as_messages(obs) -> list[Message]:

@@ -23,6 +23,7 @@ say the same and the episode records the same turn either way.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -183,8 +184,42 @@ def token_logprobs(tokenizer, turn: ModelTurn) -> list[dict[str, Any]]:
     out = []
     for token_id, logprob in zip(turn.token_ids, turn.logprobs, strict=True):
         token = tokenizer.decode([token_id], skip_special_tokens=False)
-        out.append({"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []})
+        out.append({"token": token, "logprob": logprob, "bytes": list(token_bytes(tokenizer, token_id, token)),
+                    "top_logprobs": []})
     return out
+
+
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet (character -> the byte it stands for), which byte-level
+    vocabularies (GPT-2, Llama 3, Qwen, rlxf's own) write their tokens in."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)}
+    alphabet, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            alphabet[chr(b)] = b
+        else:
+            alphabet[chr(256 + extra)], extra = b, extra + 1
+    return alphabet
+
+
+_BYTE_ALPHABET = _byte_alphabet()
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def token_bytes(tokenizer, token_id: int, text: str) -> bytes:
+    """The bytes token ``token_id`` stands for (``text``: its decoding). A token holding part of a
+    character (an emoji is several byte tokens) decodes to U+FFFD, and OpenAI's ``bytes`` are what
+    lets a client join such tokens back into the character, so its bytes come from the vocabulary:
+    a SentencePiece byte-fallback piece ``<0xF0>``, or a byte-level BPE piece."""
+    if "\ufffd" not in text:
+        return text.encode()
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if isinstance(piece, str):
+        if (m := _BYTE_FALLBACK.fullmatch(piece)) is not None:
+            return bytes([int(m.group(1), 16)])
+        if piece and all(c in _BYTE_ALPHABET for c in piece):
+            return bytes(_BYTE_ALPHABET[c] for c in piece)
+    return text.encode()   # a vocabulary of neither kind: its own U+FFFD, as decoded
 
 
 def completion_events(body: dict[str, Any], *, include_usage: bool) -> list[str]:

@@ -18,7 +18,8 @@ version), and the messages the program adds since the last turn are appended thr
 template (loss_mask 0). The program must resend the history it got: earlier user / tool messages
 unchanged, and the assistant turns this endpoint wrote (their content is taken from the record,
 so an OpenAI client that resends them as ``tool_calls`` works). A history that changed is a 400
-naming the first differing message.
+naming the first differing message, and so is a new assistant message after the first request:
+only the model writes those (each counts as a model turn, towards ``max_turns``).
 
 In training (``sampling`` given), every turn samples with the rollout's parameters, whatever the
 program asks for (a program's own temperature would make the recorded log-probs those of
@@ -72,7 +73,7 @@ from typing import Any
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from rlxf.envs.agent import conversation_trajectory
+from rlxf.envs.agent import conversation_trajectory, finite_reward
 from rlxf.envs.chat_protocol import (
     ChatRequest,
     ModelTurn,
@@ -297,13 +298,23 @@ class EpisodeRecorder:
                     f"message {i} differs from the episode's record ({_shown(old)} vs "
                     f"{_shown(_plain(new, called))}); an episode's history can only grow (start a new episode "
                     f"with another `user` id)")
+        for i in range(len(recorded), len(messages)):
+            if messages[i].get("role") == "assistant":   # it would count as a sampled turn (max_turns, seeds, call ids)
+                raise HistoryMismatch(
+                    f"message {i} is an assistant message this endpoint did not write; after the first request "
+                    f"only the model writes an episode's assistant turns (each counts towards env.max_turns): "
+                    f"send that text in a user message, or start a new episode with another `user` id")
         return [_plain(m, called) for m in messages[len(recorded):]]
 
     def set_reward(self, episode: str, reward: float) -> None:
+        value = finite_reward(reward)
+        if value is None:   # NaN or inf would reach the advantages and the loss unseen
+            raise ValueError(f"episode {episode!r}: reward {reward!r:.80} ({type(reward).__name__}); it must be a "
+                             f"finite number")
         with self._lock:
             if episode not in self.episodes:
                 raise KeyError(f"no episode {episode!r}; episodes: {', '.join(self.episodes) or '(none)'}")
-            self.rewards[episode] = float(reward)
+            self.rewards[episode] = value
 
     def trajectories(self, prompts: dict[str, Prompt] | None = None) -> list[Trajectory]:
         """One trajectory per episode (in the order they started); ``prompts`` attaches each episode's
@@ -450,6 +461,8 @@ def create_app(recorder: EpisodeRecorder, model_name: str = "rlxf-policy"):
             recorder.set_reward(request.episode, request.reward)
         except KeyError as e:
             raise HTTPException(status_code=404, detail=str(e.args[0])) from None
+        except ValueError as e:
+            raise HTTPException(status_code=400, detail=str(e)) from None
         return {"ok": True}
 
     return app
