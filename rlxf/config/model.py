@@ -15,7 +15,9 @@ class LoraConfig(Section):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        description="Module names LoRA adapters attach to.",
+        description="Module names LoRA adapters attach to, matched as PEFT does (a module whose name is "
+        "this or ends in `.this`: `q_proj`, `self_attn.q_proj`); linear layers and embeddings only, and not "
+        "an output head tied to the input embedding (tie_word_embeddings), which the engines cannot sample.",
     )
 
 
@@ -26,7 +28,8 @@ class ModelConfig(Section):
         "`rlxf init-model --preset tiny OUT` makes one locally.",
     )
     tokenizer: str | None = Field(None, description="Tokenizer path or hub id, if not the model's.")
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of model.path's "
+                                 "repository (a model.tokenizer from another repository is read at its default).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Parameter dtype. `auto`: float32 on CPU, bfloat16 on CUDA."
     )

@@ -249,6 +249,13 @@ def load_errors() -> tuple[type[Exception], ...]:
 
 def hub_error(source: str, err: Exception) -> ModelLoadError:
     """The error for a model or tokenizer ``from_pretrained`` could not load (``load_errors``)."""
+    if "trust_remote_code" in str(err):
+        # transformers names its own argument, and the generic advice below (damaged weights)
+        # would send the user to copy a model that is fine
+        return ModelLoadError(
+            f"cannot load {source}: its config.json (auto_map) names Python code of its own that builds the "
+            f"model or tokenizer, and running it is off. Set model.trust_remote_code: true if you trust that "
+            f"code (it runs with your permissions), or use a model whose architecture transformers ships.")
     local = Path(source)
     if not local.is_dir():
         return ModelLoadError(
@@ -262,6 +269,27 @@ def hub_error(source: str, err: Exception) -> ModelLoadError:
         f"cannot load the local directory {source}: {type(err).__name__}: {err}. {what}Check that it holds "
         f"config.json and complete model weights; a copy or save that stopped part-way leaves truncated "
         f"files: copy or save the model again.")
+
+
+def check_loaded(source: str, model: torch.nn.Module, info: dict[str, Any], what: str) -> None:
+    """Refuse a model whose checkpoint lacks some of its weights (``from_pretrained``'s
+    ``output_loading_info``): transformers starts those at random with only a printed report, so
+    a value model's directory (a trunk, no ``lm_head``) read as a causal LM would train and
+    sample from a random output head."""
+    missing = sorted(info.get("missing_keys") or ())
+    if not missing:
+        return
+    arch = (getattr(model.config, "architectures", None) or ["?"])[0]
+    has_head = getattr(model, "get_output_embeddings", lambda: None)() is not None
+    if has_head and ((Path(source) / "rlxf_value_model.json").is_file() or not arch.endswith("ForCausalLM")):
+        hint = (f"Its config.json names {arch}, a model without a language-model head (an rlxf value or reward "
+                f"model saves its trunk so): give the directory of a causal LM (architectures: ...ForCausalLM), "
+                f"e.g. the one the value model was initialised from.")
+    else:
+        hint = "A copy or save that stopped part-way leaves weights out: copy or save the model again."
+    raise ModelLoadError(
+        f"{what} {source} lacks {len(missing)} of the weights of {type(model).__name__} (e.g. "
+        f"{', '.join(missing[:5])}); loading it would start them at random. {hint}")
 
 
 def unreadable_weights(directory: Path) -> list[str]:
@@ -308,7 +336,9 @@ def merge_adapter(model: PreTrainedModel, adapter: str | Path) -> PreTrainedMode
         raise ModelLoadError(f"the LoRA adapter {adapter} has {ADAPTER_CONFIG} but no weights (adapter_model."
                              f"safetensors or adapter_model.bin): copy them there, or point at the complete adapter")
     try:
-        return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        wrapped = PeftModel.from_pretrained(model, str(adapter))
+        _untie_adapted_embeddings(wrapped)
+        return wrapped.merge_and_unload()
     except (*load_errors(), RuntimeError, KeyError) as e:
         damaged = unreadable_weights(Path(adapter))
         if damaged:
@@ -317,6 +347,23 @@ def merge_adapter(model: PreTrainedModel, adapter: str | Path) -> PreTrainedMode
         raise ModelLoadError(f"the LoRA adapter {adapter} does not fit its base model "
                              f"({type(e).__name__}: {e}); check base_model_name_or_path in its "
                              f"{ADAPTER_CONFIG}") from None
+
+
+def _untie_adapted_embeddings(wrapped) -> None:
+    """Give a LoRA-adapted output head (or input embedding) its own weight when the two are tied.
+
+    The adapter changes only the layer it wraps; merged into the one shared tensor it would
+    change the other as well, a different model from the one the adapter was trained as."""
+    base = wrapped.get_base_model()
+    inp, out = base.get_input_embeddings(), base.get_output_embeddings()
+    if inp is None or out is None or inp.weight is not out.weight:
+        return
+    shared = inp.weight
+    for _, layer in lora_layers(base):
+        own = layer.get_base_layer()
+        if own.weight is shared:
+            own.weight = torch.nn.Parameter(shared.detach().clone(), requires_grad=shared.requires_grad)
+            base.config.tie_word_embeddings = False
 
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
@@ -416,9 +463,10 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True, **kwargs)
     except load_errors() as e:
         raise hub_error(source, e) from None
+    check_loaded(source, model, info, "model")
     if adapter is not None:
         model = merge_adapter(model, adapter)
     model.to(dev)
@@ -469,19 +517,65 @@ def apply_lora(model: PreTrainedModel, lora: LoraConfig, task_type: str = "CAUSA
         import peft
     except ImportError:
         raise ModelLoadError("model.lora.r > 0 needs PEFT: pip install 'rlxf[peft]'") from None
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    unknown = [m for m in lora.target_modules if m not in names]
-    if unknown:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
-        raise ModelLoadError(
-            f"model.lora.target_modules {unknown} are not modules of this model; linear modules it has: "
-            f"{', '.join(linear)}"
-        )
+    check_lora_targets(model, lora.target_modules)
     cfg = peft.LoraConfig(
         r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules), task_type=task_type,
     )
     return peft.get_peft_model(model, cfg)
+
+
+def _lora_layer_types() -> tuple[type[torch.nn.Module], ...]:
+    """The layers a LoRA adapter attaches to here: linear layers (GPT-2 style models write them
+    as transformers' ``Conv1D``) and embeddings; ``merged_state_dict`` merges each of them."""
+    from transformers.pytorch_utils import Conv1D
+
+    return torch.nn.Linear, Conv1D, torch.nn.Embedding
+
+
+def check_lora_targets(model: torch.nn.Module, targets: list[str]) -> None:
+    """Refuse ``model.lora.target_modules`` that PEFT would reject with a bare error, or accept
+    and get wrong.
+
+    A name matches a module whose full name is it or ends in ``.name`` (PEFT's rule, so
+    ``self_attn.q_proj`` works). Refused: a name matching nothing; one matching modules that are
+    not linear layers or embeddings (``mlp``, ``norm``); and one matching a tied input embedding
+    or output head (``tie_word_embeddings``): the adapter would untie the two, which neither
+    the rollout engines (they copy one tensor into both) nor the saved ``config.json`` can
+    represent, so rollouts would sample from the untrained head.
+    """
+    modules = dict(model.named_modules())
+    kinds = _lora_layer_types()
+    layers = sorted({n.rsplit(".", 1)[-1] for n, m in modules.items() if isinstance(m, kinds[:2])})
+    if not targets:
+        raise ModelLoadError(f"model.lora.target_modules is empty while model.lora.r > 0: name the layers to adapt "
+                             f"(linear modules this model has: {', '.join(layers)}), or set model.lora.r: 0 to "
+                             f"train every weight")
+    hits = {t: [n for n in modules if n and (n == t or n.endswith("." + t))] for t in targets}
+    unknown = [t for t, found in hits.items() if not found]
+    if unknown:
+        raise ModelLoadError(
+            f"model.lora.target_modules {unknown} are not modules of this model; linear modules it has: "
+            f"{', '.join(layers)}")
+    for t, found in hits.items():
+        wrong = [n for n in found if not isinstance(modules[n], kinds)]
+        if wrong:
+            inner = sorted({n.rsplit(".", 1)[-1] for n, m in modules[wrong[0]].named_modules()
+                            if n and isinstance(m, kinds[:2])})
+            name = f"the linear layers in it: {', '.join(inner)}" if inner else f"linear layers: {', '.join(layers)}"
+            raise ModelLoadError(
+                f"model.lora.target_modules: {t!r} names {type(modules[wrong[0]]).__name__} modules ({wrong[0]}); "
+                f"LoRA attaches only to linear layers and embeddings: name {name}")
+    inp = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if inp is not None and out is not None and getattr(out, "weight", None) is inp.weight:
+        tied = [t for t, found in hits.items() if any(modules[n] is inp or modules[n] is out for n in found)]
+        if tied:
+            raise ModelLoadError(
+                f"model.lora.target_modules {tied}: this model's output head shares its weight with the input "
+                f"embedding (config.json tie_word_embeddings: true), and a LoRA adapter on one of them would untie "
+                f"them, which the rollout engines and the saved model cannot represent (rollouts would sample "
+                f"without the adapter). Remove {', '.join(tied)} from model.lora.target_modules.")
 
 
 def load_from_config(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -515,11 +609,15 @@ def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str | None
 
 
 def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
-    """The tokenizer of the ``model:`` section; errors name the field its path came from."""
+    """The tokenizer of the ``model:`` section; errors name the field its path came from.
+
+    ``model.revision`` is a revision of ``model.path``'s repository: a ``model.tokenizer`` from
+    another repository is read at its own default revision (that commit or tag is not in it)."""
     # checked first: a missing model is the usual mistake
     check_source(cfg.path, "model.path", adapters=True, revision=cfg.revision)
+    own = not cfg.tokenizer or cfg.tokenizer == cfg.path
     return load_tokenizer(
-        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision,
+        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision if own else None,
         trust_remote_code=cfg.trust_remote_code, what="model.tokenizer" if cfg.tokenizer else "model.path",
     )
 

@@ -24,6 +24,7 @@ from rlxf.models.kernels import LinearKernels, use_fast_linears
 from rlxf.models.loading import (
     ModelLoadError,
     apply_lora,
+    check_loaded,
     check_source,
     enable_checkpointing,
     hub_error,
@@ -102,9 +103,10 @@ class ValueModel(torch.nn.Module):
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         try:
-            trunk = AutoModel.from_pretrained(source, **kwargs)
+            trunk, info = AutoModel.from_pretrained(source, output_loading_info=True, **kwargs)
         except load_errors() as e:
             raise hub_error(source, e) from None
+        check_loaded(source, trunk, info, "value model")
         trunk.to(dev)
         trunk.config.use_cache = False
         if gradient_checkpointing:

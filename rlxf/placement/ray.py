@@ -374,10 +374,9 @@ class RayPlacement(Placement):
         self.reward = None
         self._learners: list[Any] = []
         try:
-            from rlxf.models import load_tokenizer
+            from rlxf.models.loading import tokenizer_from_config
 
-            self.tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, chat_template=cfg.model.chat_template,
-                                            revision=cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
+            self.tokenizer = tokenizer_from_config(cfg.model)
             # learner ranks: rank 0 holds everything when colocated; the others are learner-only
             first = _Colocated if rc.mode == "colocated" else _Learner
             self._learners += [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]

@@ -21,7 +21,8 @@ from torch import Tensor
 from rlxf.algorithms import bradley_terry_loss
 from rlxf.config import Config
 from rlxf.data.preference import PreferenceExample, build_preference_data
-from rlxf.models import ValueModel, load_tokenizer, sequence_scores
+from rlxf.models import ValueModel, sequence_scores
+from rlxf.models.loading import tokenizer_from_config
 from rlxf.rewards.reward_model import ScoreStats
 from rlxf.run_dir import RunDir
 from rlxf.trainer.pairwise import PairRun, train_pairs
@@ -79,8 +80,7 @@ def run_reward_model(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[
 
     run.write_config(dump_config(cfg))
     m = cfg.model
-    tokenizer = load_tokenizer(m.tokenizer or m.path, chat_template=m.chat_template, revision=m.revision,
-                               trust_remote_code=m.trust_remote_code)
+    tokenizer = tokenizer_from_config(m)  # model.revision is model.path's, not a separate tokenizer's
     torch.manual_seed(cfg.seeds.init)
     model = ValueModel.from_pretrained(m.path, device=m.device, dtype=m.dtype, revision=m.revision,
                                        gradient_checkpointing=m.gradient_checkpointing,
