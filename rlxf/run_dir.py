@@ -25,6 +25,7 @@ of that name: that run clears it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -180,6 +181,9 @@ def recorded_command(path: Path) -> str | None:
 
 def _unusable(path: Path, err: OSError) -> RunDirError:
     reason = err.strerror or type(err).__name__
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):   # not the directory's fault: another name would fail too
+        return RunDirError(f"run.output_dir/run.name: cannot set up the run directory {path} ({reason}); nothing "
+                           f"was changed. Free space on {path.parent} and run again")
     return RunDirError(f"run.output_dir/run.name: cannot use {path} as the run directory ({reason}); "
                        f"set run.output_dir to a writable directory and run.name to a new name")
 
@@ -292,11 +296,11 @@ class RunDir:
             run.checkpoints.mkdir(exist_ok=True)
             if command is not None and not resume:
                 run.record.write_text(json.dumps({"command": command}) + "\n")
-        except OSError as e:
-            raise _unusable(path, e) from None
-        except BaseException:  # a Ctrl-C while it was made: no half-made directory, the old run back
+        except BaseException as e:  # a Ctrl-C or a full disk while it was made: no half-made directory, the old run back
             if not resume and (replaced is not None or holds_lock(path)):  # never one another process holds
                 cls(path, replaced).discard_if_unused()
+            if isinstance(e, OSError):
+                raise _unusable(path, e) from None
             raise
         return run
 

@@ -15,7 +15,12 @@ writer left behind: hidden ``.tmp-``/``.old-``/``.del-`` directories, and ``step
 without ``trainer_state.pt`` older than the newest complete checkpoint (an older rlxf's half-done
 deletions; they are never resumed from). Re-saving a step swaps two renames (``step_N`` aside as
 ``.old-``, the new one in); a kill between them leaves no ``step_N``, so the set-aside one is
-renamed back before anything is swept or resumed.
+renamed back before anything is swept or resumed. A save that fails (a full disk, a second
+Ctrl-C) removes what it had written, and puts a set-aside ``step_N`` back, before it raises.
+
+``trainer_state.pt`` lists every other file of the checkpoint with its length (``files``): a file
+gone or cut short later is damage even where its format has no check of its own (a missing
+``learner_state.pt``, a truncated chat template), so a resume takes the checkpoint before it.
 """
 
 from __future__ import annotations
@@ -108,7 +113,8 @@ def find_damage(path: Path) -> str | None:
     A checkpoint is renamed into place only once complete, so damage comes later (a disk
     error, a copy cut short, a hand edit). Each file is checked by its format without building
     a model: safetensors' header must match the file's length, a ``.pt`` archive's entries
-    their CRC-32, JSON must parse.
+    their CRC-32, JSON must parse; then each file the checkpoint was saved with must be there
+    with its saved length (``_saved_files``), which finds what no format check can.
     """
     import json
     import zipfile
@@ -129,7 +135,32 @@ def find_damage(path: Path) -> str | None:
                 json.loads(file.read_text())
         except Exception as e:  # noqa: BLE001 - any failure to read it back is damage
             return f"{file}: {type(e).__name__}: {e}"
+    for name, size in sorted(_saved_files(path).items()):
+        file = path / name
+        if not file.is_file():
+            return f"{file}: missing (the checkpoint was saved with it, {size} bytes)"
+        if file.stat().st_size != size:
+            return f"{file}: {file.stat().st_size} bytes, saved with {size} (cut short or changed since)"
     return None
+
+
+def _saved_files(path: Path) -> dict[str, int]:
+    """The files checkpoint ``path`` was saved with (relative path -> bytes), from its trainer
+    state; empty for one saved before the list was kept, or whose trainer state does not read
+    back (``find_damage`` then reports that file itself)."""
+    try:
+        files = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True).get("files")
+    except Exception:  # noqa: BLE001 - damage of the state file is found by its own check
+        return {}
+    if not isinstance(files, dict):
+        return {}
+    # relative names only: a crafted list must not send the check outside the checkpoint
+    return {str(k): int(v) for k, v in files.items()
+            if isinstance(v, int) and not Path(str(k)).is_absolute() and ".." not in Path(str(k)).parts}
+
+
+def _file_sizes(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
 
 
 def intact_checkpoint(root: Path) -> Path | None:
@@ -173,19 +204,26 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None],
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
     tmp.mkdir()
-    write(tmp)
-    _fsync_tree(tmp)
-    loop_state = state() if callable(state) else state
-    torch.save({**loop_state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
-    _fsync(tmp / STATE_FILE)
-    _fsync(tmp)
-    if final.exists():  # re-saving a step (e.g. after a resume): swap, never a half state
-        old = root / f".old-step_{step}-{os.getpid()}"
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(final)
+    try:
+        write(tmp)
+        _fsync_tree(tmp)
+        loop_state = state() if callable(state) else state
+        torch.save({**loop_state, "step": step, "rng": rng_state(), "files": _file_sizes(tmp)}, tmp / STATE_FILE)
+        _fsync(tmp / STATE_FILE)
+        _fsync(tmp)
+        if final.exists():  # re-saving a step (e.g. after a resume): swap, never a half state
+            old = root / f".old-step_{step}-{os.getpid()}"
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+    except BaseException:
+        # a full disk or a second Ctrl-C: the half-written copy would hold the space until the next
+        # save, and a step_N set aside for the swap would be missing until the next resume
+        shutil.rmtree(tmp, ignore_errors=True)
+        _restore_swapped(root)
+        raise
     _fsync(root)
     # newer checkpoints are of the run before a resume from an older one (resume takes the newest
     # intact one, so they are damaged): that history was cut back (metrics.jsonl too), and counted
