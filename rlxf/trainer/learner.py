@@ -56,6 +56,23 @@ def mini_batch_plan(num_samples: int, mini_batch_size: int, ppo_epochs: int, see
     return plan
 
 
+
+# what decides the weights' names and shapes: a checkpoint of another architecture fails
+# load_state_dict with hundreds of "size mismatch" lines instead of one sentence
+SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "intermediate_size", "tie_word_embeddings")
+
+
+def check_same_shape(model_config, saved_config, where: Path) -> None:
+    """Refuse a checkpoint whose model is not the shape of the one model.path built now (the
+    folder at model.path was replaced by another model between the run and its resume)."""
+    differ = [f"{k}: now {getattr(model_config, k, None)!r}, checkpoint {getattr(saved_config, k, None)!r}"
+              for k in SHAPE_FIELDS if getattr(model_config, k, None) != getattr(saved_config, k, None)]
+    if differ:
+        raise UserInputError(
+            f"--resume: the model in {where} is not the shape of the one model.path loads now ({'; '.join(differ)}); "
+            f"model.path must hold the model the run started from. Point it there, or start a new run")
+
 @dataclass
 class Learner:
     """Actor, reference and critic, with the experience maker and KL controller of the algorithm."""
@@ -149,6 +166,7 @@ class Learner:
             actor.load_adapter_state(state["trainable"])
         else:
             fresh = load_model(directory / "model", device=actor.device, dtype=actor.dtype)
+            check_same_shape(unwrap_model(actor.model).config, fresh.config, directory / "model")
             self.dp.load_full_state_dict(actor.model, fresh.state_dict())
             del fresh
         actor.load_state_dict(state["actor"])
