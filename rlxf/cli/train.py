@@ -34,7 +34,10 @@ def check_resume_compatible(saved_yaml: Path, cfg, resumable: tuple[str, ...] = 
     prefixes) may differ."""
     import yaml
 
-    if not saved_yaml.exists():
+    if not saved_yaml.exists():  # removed by hand: the data fingerprint and the checkpoint's shapes still are
+        logging.getLogger("rlxf").warning(
+            "--resume: %s is missing, so this config cannot be compared with the run's; a changed setting "
+            "(rollout.n, the algorithm, the lr...) would go unnoticed. Put it back to have it checked", saved_yaml)
         return
     saved = yaml.safe_load(saved_yaml.read_text()) or {}
     try:  # through the model: a field added since that run compares as its default, not as "changed"

@@ -26,3 +26,16 @@ def test_a_checkpoint_of_another_shape_is_refused_naming_the_fields():
 
 def test_the_same_shape_passes_whatever_else_differs():
     check_same_shape(_config(), _config(rope_theta=5.0), Path("m"))
+
+
+def test_a_resume_without_the_runs_config_says_it_cannot_compare(tmp_path, caplog):
+    """check_resume_compatible returned silently when config.yaml was gone: any change went unnoticed."""
+    import logging
+
+    from rlxf.cli.train import check_resume_compatible
+    from rlxf.config import Config
+
+    cfg = Config.model_validate({"model": {"path": "m"}, "data": {"task": "arithmetic"}})
+    with caplog.at_level(logging.WARNING, logger="rlxf"):
+        check_resume_compatible(tmp_path / "config.yaml", cfg)
+    assert "config.yaml is missing, so this config cannot be compared" in caplog.text
