@@ -374,9 +374,12 @@ class RayPlacement(Placement):
         self.reward = None
         self._learners: list[Any] = []
         try:
-            from rlxf.models.loading import tokenizer_from_config
+            from rlxf.models import load_tokenizer
 
-            self.tokenizer = tokenizer_from_config(cfg.model)
+            m = cfg.model   # model.revision is model.path's, not a separate tokenizer repository's
+            self.tokenizer = load_tokenizer(m.tokenizer or m.path, chat_template=m.chat_template,
+                                            revision=m.revision if not m.tokenizer or m.tokenizer == m.path else None,
+                                            trust_remote_code=m.trust_remote_code)
             # learner ranks: rank 0 holds everything when colocated; the others are learner-only
             first = _Colocated if rc.mode == "colocated" else _Learner
             self._learners += [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
