@@ -9,6 +9,7 @@ format), so the same records flow in-process, through worker processes and over 
 from __future__ import annotations
 
 import math
+import sys
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -151,8 +152,14 @@ class ScoredSample:
 
 
 def _number(value: Any) -> bool:
-    """A JSON number, not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A JSON number, not a bool, within a float's range (an integer of 400 digits is JSON too, and
+    ``float()`` of it raised OverflowError out of the reward)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, float) or abs(value) <= _FLOAT_MAX_INT
+
+
+_FLOAT_MAX_INT = int(sys.float_info.max)
 
 
 def _finite(value: Any) -> bool:

@@ -56,7 +56,6 @@ def mini_batch_plan(num_samples: int, mini_batch_size: int, ppo_epochs: int, see
     return plan
 
 
-
 # what decides the weights' names and shapes: a checkpoint of another architecture fails
 # load_state_dict with hundreds of "size mismatch" lines instead of one sentence
 SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -72,6 +71,7 @@ def check_same_shape(model_config, saved_config, where: Path) -> None:
         raise UserInputError(
             f"--resume: the model in {where} is not the shape of the one model.path loads now ({'; '.join(differ)}); "
             f"model.path must hold the model the run started from. Point it there, or start a new run")
+
 
 @dataclass
 class Learner:

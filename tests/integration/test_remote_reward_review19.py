@@ -57,6 +57,10 @@ def fake_server(health: object, score: bytes):
     (json.dumps({"results": [{**GOOD, "scores": {"a": None}}]}).encode(), "scores['a'] is None"),
     (json.dumps({"results": [{**GOOD, "correct": "yes"}]}).encode(), "correct is 'yes'"),
     (json.dumps({"results": [{**GOOD, "failures": {"a": {"kind": "boom"}}}]}).encode(), "failures"),
+    # JSON integers past a float's range raised OverflowError out of score() and ended the run
+    (json.dumps({"results": [{**GOOD, "reward": 10**400}]}).encode(), "result 0: reward is 1000"),
+    (json.dumps({"results": [{**GOOD, "scores": {"a": -10**400}}]}).encode(), "scores['a'] is -1000"),
+    (json.dumps({"results": [{**GOOD, "metrics": {"m": 10**400}}]}).encode(), "metrics['m'] is 1000"),
 ])
 def test_a_200_that_is_not_results_fails_its_samples_with_the_reason(body, why):
     with fake_server(HEALTH, body) as url:
