@@ -178,7 +178,7 @@ def grpo(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None
     return _broadcast(adv, mask), discounted_returns(rewards, mask, params.gamma)
 
 
-@register("advantage", "maxrl", needs=Needs(groups=True))
+@register("advantage", "maxrl", needs=Needs(groups=True, nonnegative_returns=True))
 def maxrl(rewards: Tensor, mask: Tensor, group_ids: Tensor, values: Tensor | None,
           params: AdvantageParams) -> tuple[Tensor, Tensor]:
     """Maximum-likelihood RL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning").

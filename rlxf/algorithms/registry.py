@@ -12,6 +12,9 @@
     @register("policy_loss", "my_loss", needs=Needs(zero_advantage_rows=False))
     def ...                                     # Â = 0 adds nothing: the actor skips such rows
 
+    @register("advantage", "my_maxrl", needs=Needs(groups=True, nonnegative_returns=True))
+    def ...                                     # divides by returns: penalties refused at load
+
 What a function needs from the rest of the run (a critic's values, groups of n >= 2 samples
 per prompt) is declared where it is registered, as ``Needs``; the placement, ``rlxf explain``
 and config validation ask ``needs(kind, name)`` instead of comparing names.
@@ -79,6 +82,10 @@ class Needs:
     # something per token), so the actor skips the forward and backward of such samples;
     # the safe default, True, runs every sample.
     zero_advantage_rows: bool = True
+    # advantage estimators: whether every sample's return must be >= 0 (maxrl divides by the
+    # group's mean return, a pass rate); config validation then refuses the settings that
+    # subtract from returns (a KL penalty in the reward, the overlong penalty)
+    nonnegative_returns: bool = False
 
 
 _NEEDS: dict[str, dict[str, Needs]] = {kind: {} for kind in KINDS}

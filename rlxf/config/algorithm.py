@@ -175,13 +175,21 @@ class AlgorithmConfig(Section):
                              f"unset); for the uncapped weight use off_policy: decoupled")
         if self.is_floor is not None and self.is_cap is not None and self.is_floor > self.is_cap:
             raise ValueError(f"algorithm.is_floor ({self.is_floor}) must not exceed algorithm.is_cap ({self.is_cap})")
-        if self.advantage == "maxrl":
-            # maxrl divides by the group's mean return, a pass rate: the penalties that make a
-            # return negative are refused here, before a run starts
-            if self.kl_coef > 0 and self.kl_mode == "reward":
-                raise ValueError("algorithm.advantage=maxrl needs returns >= 0, and kl_mode: reward subtracts "
-                                 "the KL penalty from them: use kl_mode: loss")
-            if self.overlong_buffer > 0 and self.overlong_penalty > 0:
-                raise ValueError("algorithm.advantage=maxrl needs returns >= 0, and the overlong penalty "
-                                 "(algorithm.overlong_buffer) subtracts from them: set overlong_buffer: 0")
         return self
+
+    def negative_return_problems(self) -> list[tuple[tuple[str, ...], str]]:
+        """The settings that subtract from the returns, as ``(location, message)`` problems.
+
+        They matter to an advantage estimator registered with ``Needs(nonnegative_returns=True)``
+        (maxrl divides by the group's mean return, a pass rate). Which estimators those are is the
+        registry's to say, once the plugins are imported: ``check_names`` asks it and reports
+        these, so a plugin with that need is checked as maxrl is, whatever its name."""
+        why = f"algorithm.advantage={self.advantage!r} needs every sample's return >= 0"
+        problems = []
+        if self.kl_coef > 0 and self.kl_mode == "reward":
+            problems.append((("algorithm", "kl_mode"), f"{why}, and kl_mode: reward subtracts the KL penalty "
+                             f"(algorithm.kl_coef) from them: use kl_mode: loss"))
+        if self.overlong_buffer > 0 and self.overlong_penalty > 0:
+            problems.append((("algorithm", "overlong_buffer"), f"{why}, and the overlong penalty "
+                             f"(algorithm.overlong_buffer) subtracts from them: set overlong_buffer: 0"))
+        return problems

@@ -618,6 +618,8 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).groups and cfg.rollout.n < 2:
         problems.append((("rollout", "n"), f"algorithm.advantage={cfg.algorithm.advantage!r} compares samples of "
                          f"one prompt and needs rollout.n >= 2 (got {cfg.rollout.n})"))
+    if not problems and registry.needs("advantage", cfg.algorithm.advantage).nonnegative_returns:
+        problems += cfg.algorithm.negative_return_problems()
     greedy = "rollout.temperature=0" if cfg.rollout.temperature == 0 else \
         "rollout.top_k=1" if cfg.rollout.top_k == 1 else None
     if not problems and greedy and cfg.rollout.n > 1 and cfg.env is None \
