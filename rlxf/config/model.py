@@ -65,3 +65,9 @@ class ModelConfig(Section):
         "(tokens x vocab) logits tensor is never held at once (with grad, each chunk is recomputed in "
         "the backward pass instead of kept).",
     )
+
+    @property
+    def tokenizer_revision(self) -> str | None:
+        """``revision`` where the tokenizer is ``path``'s own; a ``tokenizer`` from another
+        repository is read at its default revision (that commit or tag is not in it)."""
+        return self.revision if not self.tokenizer or self.tokenizer == self.path else None

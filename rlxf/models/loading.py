@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ import torch
 
 from rlxf.errors import UserInputError
 from rlxf.models.kernels import LinearKernels, use_fast_linears
-from rlxf.models.paths import ADAPTER_CONFIG, ModelPathError, resolve_model_dir
+from rlxf.models.paths import ADAPTER_CONFIG, TOKENIZER_FILES, ModelPathError, resolve_model_dir
 
 log = logging.getLogger("rlxf")
 
@@ -103,15 +104,24 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False, adap
     refused even then (a command line's ``runs/NAME`` is never a hub id).
 
     A hub id is checked against the hub once (``_hub_source``): with the hub out of reach it is
-    read from the local cache (``revision``'s snapshot), or refused at once when it is not there."""
+    read from the local cache (``revision``'s snapshot), or refused at once when it is not there.
+    A ``revision`` (model.revision) with a local model directory is refused: from_pretrained would
+    ignore it and load whatever the directory holds, where the user asked for a pinned version."""
     text = str(path)
     local = Path(text).expanduser()
     if local.exists():
         if not local.is_dir():
             raise ModelLoadError(f"{what} {text} is a file; give the directory that holds config.json")
         if adapters and is_adapter_dir(local):
-            return str(local)
-        return _local_source(local, what, tokenizer)
+            return str(local)  # a revision is its base model's, checked when that is loaded
+        source = _local_source(local, what, tokenizer)
+        if revision is not None:
+            raise ModelLoadError(
+                f"{what} {text} is a local directory, so model.revision={revision!r} cannot apply to it (a revision "
+                f"is a branch, tag or commit of a Hugging Face hub repository; the directory's files would be loaded "
+                f"as they are). Remove model.revision to use the directory, or set model.path to the hub id (org/name) "
+                f"to load that revision.")
+        return source
     # runs/NAME is where rlxf writes its runs (run.output_dir's default): a run not made yet, not
     # a hub id to spend half a minute of retries on
     looks_local = text.startswith((".", "/", "~", "runs/")) or text.count("/") > 1 or text.endswith("/")
@@ -172,7 +182,21 @@ def _hub_source(repo_id: str, what: str, revision: str | None) -> str:
         f"{what} {repo_id}: no such local directory, so it is a Hugging Face hub id, but the hub "
         f"({constants.ENDPOINT}) cannot be reached from this machine ({unreachable}) and {repo_id}{at} is not in "
         f"the local cache ({constants.HF_HUB_CACHE}). Download it where the hub is reachable (`hf download "
-        f"{repo_id}`) and copy that cache here (or set HF_HUB_CACHE to it), or give a local model directory.")
+        f"{repo_id}`) and copy that cache here (or set HF_HUB_CACHE to it), or give a local model directory "
+        f"(relative to the working directory, {Path.cwd()}).{_near_local(repo_id)}")
+
+
+def _near_local(text: str) -> str:
+    """`` Did you mean models/nano?`` when the first part of ``text`` (``model/nano``, ``nan0``) is a
+    mistyped name of a directory in the working directory and the rest is there; else ""."""
+    first, _, rest = text.partition("/")
+    try:
+        held = [p.name for p in Path.cwd().iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return ""
+    guesses = [Path(name, rest) for name in difflib.get_close_matches(first, held, n=3)]
+    found = next((g for g in guesses if g.is_dir()), None)
+    return f" Did you mean {found}?" if found else ""
 
 
 def hub_unreachable() -> str | None:
@@ -258,17 +282,23 @@ def hub_error(source: str, err: Exception) -> ModelLoadError:
             f"code (it runs with your permissions), or use a model whose architecture transformers ships.")
     local = Path(source)
     if not local.is_dir():
+        from huggingface_hub import constants
+
+        fix = (f"HF_HUB_OFFLINE=1 is set, so only the local cache ({constants.HF_HUB_CACHE}) is read, and it is not "
+               f"(all) there: download it where the hub is reachable (`hf download {source}`) and copy that cache here"
+               if constants.HF_HUB_OFFLINE else "check the name (org/name, as on huggingface.co) and that the hub "
+               "is reachable from here")
         return ModelLoadError(
-            f"cannot load {source!r}: {type(err).__name__}: {err}. If it is a hub id, check the name and "
-            f"that the hub is reachable (or set HF_HUB_OFFLINE=1 to use the local cache); if it is a "
-            f"local directory, check that it holds config.json and model weights.")
+            f"cannot load {source!r}: {type(err).__name__}: {str(err).rstrip('.')}. There is no local directory "
+            f"{source} (a relative path is read from the working directory, {Path.cwd()}), so it was read as a "
+            f"Hugging Face hub id: {fix}.{_near_local(source)}")
     damaged = unreadable_weights(local)
     what = (f"{', '.join(damaged)} in it {'is' if len(damaged) == 1 else 'are'} damaged (truncated or not "
-            f"safetensors). " if damaged else "")
+            f"safetensors). " if damaged else "") + missing_shard_index(local)
     return ModelLoadError(
-        f"cannot load the local directory {source}: {type(err).__name__}: {err}. {what}Check that it holds "
-        f"config.json and complete model weights; a copy or save that stopped part-way leaves truncated "
-        f"files: copy or save the model again.")
+        f"cannot load the local directory {source}: {type(err).__name__}: {str(err).rstrip('.')}. {what}Check "
+        f"that it holds config.json and complete model weights; a copy or save that stopped part-way leaves "
+        f"truncated files: copy or save the model again.")
 
 
 def check_loaded(source: str, model: torch.nn.Module, info: dict[str, Any], what: str) -> None:
@@ -304,6 +334,27 @@ def unreadable_weights(directory: Path) -> list[str]:
         except Exception:  # noqa: BLE001 - any failure to open is what is reported
             bad.append(f.name)
     return bad
+
+
+_SHARD = re.compile(r"^(?P<stem>.+)-\d+-of-\d+\.(?P<ext>safetensors|bin)$")
+
+
+def missing_shard_index(directory: Path) -> str:
+    """Why the sharded weights in ``directory`` cannot be found, or "": shards (``model-00001-of-00002.
+    safetensors``) without the index that lists them (``model.safetensors.index.json``). Without it
+    from_pretrained looks for one ``model.safetensors`` and reports no weights at all."""
+    shards: dict[str, list[str]] = {}
+    for f in sorted(directory.iterdir()):
+        m = _SHARD.match(f.name)
+        if m and f.is_file():
+            shards.setdefault(f"{m['stem']}.{m['ext']}.index.json", []).append(f.name)
+    for index, names in shards.items():
+        if not (directory / index).is_file():
+            shown = f"{names[0]}, ..." if len(names) > 1 else names[0]
+            return (f"It holds {len(names)} weight shard{'s' if len(names) > 1 else ''} ({shown}) but not their "
+                    f"index {index}, which says which weights each shard holds: copy it from where the shards came "
+                    f"from (`hf download` and save_pretrained write it next to them). ")
+    return ""
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -366,10 +417,6 @@ def _untie_adapted_embeddings(wrapped) -> None:
             base.config.tie_word_embeddings = False
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                    "spiece.model")
-
-
 def load_tokenizer(
     path: str | Path,
     *,
@@ -387,7 +434,7 @@ def load_tokenizer(
     from transformers import AutoTokenizer
 
     source = check_source(path, what, adapters=True, tokenizer=True, revision=revision)
-    if is_adapter_dir(source) and not any((Path(source) / f).is_file() for f in _TOKENIZER_FILES):
+    if is_adapter_dir(source) and not any((Path(source) / f).is_file() for f in TOKENIZER_FILES):
         source = check_source(adapter_base(source, what), f"the base model of the LoRA adapter {source}",
                               revision=revision)
     try:
@@ -397,8 +444,8 @@ def load_tokenizer(
     if not tok.encode("Hello world", add_special_tokens=False):
         # transformers builds an EMPTY tokenizer from config.json's model type when a directory
         # has no tokenizer files: every prompt would encode to zero tokens, with no error
-        held = [f for f in _TOKENIZER_FILES if (Path(source) / f).is_file()] if Path(source).is_dir() else None
-        where = (f"{source} holds no tokenizer files (none of {', '.join(_TOKENIZER_FILES)})" if held == []
+        held = [f for f in TOKENIZER_FILES if (Path(source) / f).is_file()] if Path(source).is_dir() else None
+        where = (f"{source} holds no tokenizer files (none of {', '.join(TOKENIZER_FILES)})" if held == []
                  else f"the tokenizer of {source} has no vocabulary")
         raise ModelLoadError(
             f"{what}: {where}; it would encode every prompt to zero tokens. Save the model's tokenizer "
@@ -609,15 +656,12 @@ def check_vocab(model, tokenizer, *, model_what: str, tokenizer_what: str | None
 
 
 def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
-    """The tokenizer of the ``model:`` section; errors name the field its path came from.
-
-    ``model.revision`` is a revision of ``model.path``'s repository: a ``model.tokenizer`` from
-    another repository is read at its own default revision (that commit or tag is not in it)."""
+    """The tokenizer of the ``model:`` section (at ``tokenizer_revision``); errors name the field
+    its path came from."""
     # checked first: a missing model is the usual mistake
     check_source(cfg.path, "model.path", adapters=True, revision=cfg.revision)
-    own = not cfg.tokenizer or cfg.tokenizer == cfg.path
     return load_tokenizer(
-        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.revision if own else None,
+        cfg.tokenizer or cfg.path, chat_template=cfg.chat_template, revision=cfg.tokenizer_revision,
         trust_remote_code=cfg.trust_remote_code, what="model.tokenizer" if cfg.tokenizer else "model.path",
     )
 

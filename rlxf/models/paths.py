@@ -40,6 +40,8 @@ class ModelPathError(ValueError):
 
 
 ADAPTER_CONFIG = "adapter_config.json"   # what PEFT's save_pretrained writes for a LoRA adapter
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model")
 
 
 def lora_adapter_message(path: Path) -> str:
@@ -116,6 +118,24 @@ def resolve_model_dir(path: str | Path) -> ModelLocation:
             f"{path / CHECKPOINTS_SUBDIR}/step_N/model). Wait for its first checkpoint "
             "(checkpoint.every) or give a model directory.")
     raise ModelPathError(
-        f"{path} holds no model. Give a model directory (with config.json), a checkpoint "
+        f"{path} holds no model.{_partial_model(path)} Give a model directory (with config.json), a checkpoint "
         f"directory (with model/config.json, e.g. runs/NAME/checkpoints/step_200) or a run "
         f"directory (with checkpoints/step_N/model, e.g. runs/NAME).")
+
+
+def _partial_model(path: Path) -> str:
+    """What part of a model ``path`` holds without its config.json (weights, or a tokenizer only:
+    a copy or download that left files out), said in a sentence; "" when neither."""
+    try:
+        files = sorted(p.name for p in path.iterdir() if p.is_file())
+    except OSError:
+        return ""
+    weights = [f for f in files if f.endswith((".safetensors", ".bin"))]
+    if weights:
+        return (f" It holds weights ({', '.join(weights[:3])}{', ...' if len(weights) > 3 else ''}) but not the "
+                f"config.json that says which model they are for: copy the model's config.json next to them.")
+    tokenizer = [f for f in files if f in TOKENIZER_FILES]
+    if tokenizer:
+        return (f" It holds only a tokenizer ({', '.join(tokenizer)}), no config.json or weights (a training "
+                f"config may name it as model.tokenizer, next to the model's own directory as model.path).")
+    return ""

@@ -69,7 +69,9 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
         if critic_trunk is not None and cfg.critic.path is None:
             value_model = ValueModel(critic_trunk)
         else:
+            # model.revision is model.path's: the critic's trunk at the policy's version, not the hub's newest
             value_model = ValueModel.from_pretrained(cfg.critic.path or cfg.model.path, device=device, dtype=dtype,
+                                                     revision=None if cfg.critic.path else cfg.model.revision,
                                                      gradient_checkpointing=cfg.model.gradient_checkpointing,
                                                      trust_remote_code=cfg.model.trust_remote_code,
                                                      linear_kernels=cfg.model.linear_kernels)

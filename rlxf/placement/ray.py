@@ -376,10 +376,9 @@ class RayPlacement(Placement):
         try:
             from rlxf.models import load_tokenizer
 
-            m = cfg.model   # model.revision is model.path's, not a separate tokenizer repository's
+            m = cfg.model
             self.tokenizer = load_tokenizer(m.tokenizer or m.path, chat_template=m.chat_template,
-                                            revision=m.revision if not m.tokenizer or m.tokenizer == m.path else None,
-                                            trust_remote_code=m.trust_remote_code)
+                                            revision=m.tokenizer_revision, trust_remote_code=m.trust_remote_code)
             # learner ranks: rank 0 holds everything when colocated; the others are learner-only
             first = _Colocated if rc.mode == "colocated" else _Learner
             self._learners += [self._new_learner(first)] + [self._new_learner(_Learner) for _ in range(rc.learners - 1)]
