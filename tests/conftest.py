@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,10 @@ def forked_engine(monkeypatch):
     def make(serve):
         monkeypatch.setattr(process, "serve", serve)
         monkeypatch.setattr(process.mp, "get_context", lambda method: multiprocessing.get_context("fork"))
-        made.append(process.EngineProcess(None, []))
+        # a recipe with what the parent reads of it (the vocabulary its requests are checked against)
+        recipe = types.SimpleNamespace(hf_config=types.SimpleNamespace(vocab_size=1000),
+                                       rollout=types.SimpleNamespace(backend="forked"))
+        made.append(process.EngineProcess(recipe, []))
         return made[-1]
 
     yield make

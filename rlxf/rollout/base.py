@@ -37,8 +37,8 @@ MIN_TEMPERATURE = 1e-6
 
 def _is_int(value) -> bool:
     """An integer (Python, numpy or 0-dim torch), not a bool and not a float with an integral value."""
-    if isinstance(value, bool):
-        return False
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dim() > 0):
+        return False  # torch lets a one-element tensor of any shape pass operator.index
     try:
         operator.index(value)
     except TypeError:
@@ -76,11 +76,13 @@ class SamplingParams:
     """How to sample: shared by every request of one ``generate`` call.
 
     ``temperature == 0`` is greedy decoding (argmax; top-k, top-p and seeds are then ignored).
-    ``stop_token_ids`` end a response when sampled (the token is kept in ``response_ids``);
-    unless ``ignore_eos``, the model's own eos ids (generation config / tokenizer) are added to
-    them. ``stop_strings`` end a response as soon as its decoded text contains one of them (the
+    ``stop_token_ids`` end a response when sampled (the token is kept in ``response_ids``); an
+    engine refuses ids outside its model's vocabulary, which could never be sampled. Unless
+    ``ignore_eos``, the model's own eos ids (generation config / tokenizer) are added to them.
+    ``stop_strings`` end a response as soon as its decoded text contains one of them (the
     token that completed the string is kept; the engine needs a tokenizer); a lone string or id
-    is one stop string or id. ``seed`` makes an
+    is one stop string or id. A response also ends ("length") at the context window: it gets
+    at most min(``max_new_tokens``, context window - prompt length) tokens. ``seed`` makes an
     unseeded request reproducible: request i of the call then uses a seed derived from
     (seed, i); a request's own seed wins over it.
     """
@@ -213,8 +215,22 @@ def as_requests(requests: Iterable[RequestLike]) -> list[GenerationRequest]:
         if isinstance(r, GenerationRequest):
             out.append(r)
             continue
+        # one prompt's ids where the list of prompts belongs: a 1-D tensor became one-token prompts
+        if _is_int(r):
+            raise ValueError(
+                f"request {i}: GenerationRequest prompt_ids must be a sequence of integer token ids (got a single "
+                f"token id, {int(r)}): generate takes a list of prompts, each a list of token ids; for one prompt "
+                f"call generate([ids], ...)"
+            )
+        if isinstance(r, torch.Tensor):
+            if r.dim() > 2 or (r.dim() == 2 and r.shape[0] != 1):  # reshape(-1) would join its rows into one
+                raise ValueError(
+                    f"request {i} is a tensor of shape {tuple(r.shape)}: one prompt is 1-D (or 1 x T); "
+                    f"pass each row as its own request (list(tensor))"
+                )
+            r = r.reshape(-1).tolist()
         try:
-            out.append(GenerationRequest(r.reshape(-1).tolist() if isinstance(r, torch.Tensor) else r))
+            out.append(GenerationRequest(r))
         except ValueError as e:
             raise ValueError(f"request {i}: {e}") from None
     return out
@@ -235,6 +251,25 @@ def validate_prompt(prompt_ids: Sequence[int], *, vocab_size: int, context_windo
     if bad:
         return f"prompt holds token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}"
     return None
+
+
+def check_sampling_params(sampling: SamplingParams, *, vocab_size: int, engine: str) -> None:
+    """Refuse, before any work, sampling an engine cannot honour: not a ``SamplingParams``, or a
+    stop id outside the model's vocabulary [0, ``vocab_size``). Such an id is never sampled, so
+    it never stops a response; it is usually another model's (Llama 3's 128001 on a Qwen model)."""
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(
+            f"the {engine} engine's generate takes a SamplingParams (got {type(sampling).__name__}): "
+            f"SamplingParams(n=..., max_new_tokens=...), or SamplingParams.from_config(cfg.rollout)"
+        )
+    outside = [t for t in sampling.stop_token_ids if t >= vocab_size]
+    if outside:
+        raise ValueError(
+            f"SamplingParams.stop_token_ids {outside} are outside the {engine} engine's vocabulary of "
+            f"{vocab_size} tokens (ids 0..{vocab_size - 1}): the model never samples them, so they would never "
+            f"stop a response. Take the ids from this model's tokenizer (tokenizer.convert_tokens_to_ids) for "
+            f"rollout.stop_token_ids, or drop them"
+        )
 
 
 def error_completions(reason: str, n: int, version: int) -> list[Completion]:

@@ -25,6 +25,7 @@ from rlxf.rollout.base import (
     RequestLike,
     SamplingParams,
     as_requests,
+    check_sampling_params,
     error_completions,
     validate_prompt,
 )
@@ -75,6 +76,26 @@ def _response_stop_criteria(matcher: StopStrings, prompt_width: int):
             return done.to(input_ids.device)
 
     return StoppingCriteriaList([ResponseStopStrings()])
+
+
+def _finite_logits_check(prompt_width: int, version: int):
+    """A transformers logits processor raising ``NonFiniteLogits`` before a step samples from logits
+    holding NaN or +inf (one max over the vocabulary per step, as the native sampler checks). Matching
+    torch.multinomial's error text instead broke whenever torch reworded it, and argmax raises nothing."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class FiniteLogits(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            bad = ~torch.isfinite(scores.amax(-1))  # max propagates NaN
+            if bool(bad.any()):
+                step = input_ids.shape[1] - prompt_width
+                where = f"hf engine (policy version {version}), response token [{step}]: "
+                raise NonFiniteLogits(bad.nonzero().flatten().tolist(), where=where)
+            return scores
+
+    # the engine's generation config holds token ids only (_token_ids_only), so generate adds just its
+    # sampling warpers, and puts them after the caller's processors: this one sees the raw logits
+    return LogitsProcessorList([FiniteLogits()])
 
 
 class HFEngine:
@@ -143,6 +164,7 @@ class HFEngine:
         self.policy_version = int(version)
 
     def generate(self, requests: Sequence[RequestLike], sampling: SamplingParams) -> list[list[Completion]]:
+        check_sampling_params(sampling, vocab_size=self.vocab_size, engine=self.name)
         reqs = as_requests(requests)
         results: list[list[Completion] | None] = [None] * len(reqs)
         seeded: list[tuple[int, int]] = []
@@ -197,6 +219,7 @@ class HFEngine:
             max_new_tokens=max(limits), num_return_sequences=copies, do_sample=not sp.greedy,
             eos_token_id=stops or None, pad_token_id=self.pad_id,
             return_dict_in_generate=True, output_logits=True, use_cache=True,
+            logits_processor=_finite_logits_check(width, self.policy_version),
         )
         if sp.greedy:
             kwargs.update(temperature=None, top_k=None, top_p=None)
@@ -209,19 +232,11 @@ class HFEngine:
             kwargs.update(stopping_criteria=_response_stop_criteria(matcher, width))
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(seed % 2**63)
-            try:
-                out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                          **kwargs)
-            except RuntimeError as e:   # torch.multinomial's words for NaN / inf logits
-                if "probability tensor contains" not in str(e):
-                    raise
-                raise NonFiniteLogits([], where=f"hf engine (policy version {self.policy_version}): ") from e
+            out = self.model.generate(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs
+            )
         new = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float()               # (B*n, steps, V), raw
-        bad = ~torch.isfinite(logits.amax(-1)).all(-1)   # greedy argmax takes NaN rows without a word
-        if bool(bad.any()):
-            raise NonFiniteLogits(bad.nonzero().flatten().tolist(), where=f"hf engine (policy version "
-                                                                         f"{self.policy_version}): ")
         if not sp.greedy:
             logits = logits / sp.temperature
         lps = torch.log_softmax(logits, -1).gather(-1, new[..., None]).squeeze(-1)

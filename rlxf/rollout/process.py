@@ -53,7 +53,14 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from rlxf.rollout.base import DecodeHooks, GenerationRequest, RequestLike, SamplingParams, as_requests
+from rlxf.rollout.base import (
+    DecodeHooks,
+    GenerationRequest,
+    RequestLike,
+    SamplingParams,
+    as_requests,
+    check_sampling_params,
+)
 from rlxf.rollout.sampling import derive_seed
 from rlxf.types import Completion
 
@@ -189,6 +196,9 @@ class EngineProcess:
         An unseeded request under ``sampling.seed`` gets its seed here, as request ``index`` of
         the call: in the engine process it shares a batch with whatever else is waiting, and its
         place there (or after a restart) must not choose its samples."""
+        # here, not only in the engine: refused there, it would come back as a failed engine process
+        check_sampling_params(sampling, vocab_size=self.recipe.hf_config.vocab_size,
+                              engine=f"{self.recipe.rollout.backend} (in its own process)")
         (request,) = as_requests([request])
         if request.seed is None and sampling.seed is not None:
             request = GenerationRequest(request.prompt_ids, seed=derive_seed(sampling.seed, index))

@@ -104,8 +104,6 @@ def _sample_full(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return (b * BLOCK + j).squeeze(-1)
 
 
-
-
 class NonFiniteLogits(ValueError):
     """Logits holding NaN or +inf: no distribution to sample from. Without this check greedy
     decoding returned token 0 with NaN log-probs (silently poisoning the trainer's batch) and

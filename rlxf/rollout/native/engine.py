@@ -33,6 +33,7 @@ from rlxf.rollout.base import (
     RequestLike,
     SamplingParams,
     as_requests,
+    check_sampling_params,
     error_completions,
     validate_prompt,
 )
@@ -201,6 +202,7 @@ class NativeEngine:
     def _generate(self, requests: Sequence[RequestLike], sampling: SamplingParams,
                   hooks: DecodeHooks | None) -> list[list[Completion]]:
         hooks = hooks or DecodeHooks()
+        check_sampling_params(sampling, vocab_size=self.spec.vocab_size, engine=self.name)
         reqs = as_requests(requests)
         seeds = self.request_seeds(reqs, sampling)
         results: list[list[Completion] | None] = [None] * len(reqs)

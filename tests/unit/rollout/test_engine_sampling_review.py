@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -118,6 +119,8 @@ def test_the_engine_process_seeds_an_unseeded_request_by_its_place_in_the_call()
     engine._ids, engine._inflight, engine._commands = iter(range(100)), {}, _Queue()
     engine._done, engine._awaited, engine._failed, engine._closed = {}, set(), None, False
     engine._cond = threading.Condition(threading.RLock())
+    engine.recipe = types.SimpleNamespace(hf_config=types.SimpleNamespace(vocab_size=100),
+                                          rollout=types.SimpleNamespace(backend="native"))
     engine._wait = lambda done, timeout=None: engine._done.update({i: [] for i in engine._inflight})
     sp = SamplingParams(seed=7)
     engine.generate([[1], GenerationRequest([2], seed=5), [3]], sp)
