@@ -125,6 +125,7 @@ def _shown(prompt: str | list[dict]) -> str:
 def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, temperature: float = 0.0,
         max_new_tokens: int = 64, chat_template: bool | None = None, prompts_file: Path | None = None) -> None:
     from rlxf.models.loading import ModelLoadError, check_source, check_vocab, load_model, load_tokenizer
+    from rlxf.models.tokenizer import reply_text
     from rlxf.rollout import BACKENDS, SamplingParams, build_engine
 
     wheres = [f"prompt {i}" for i in range(len(prompts))]
@@ -178,7 +179,7 @@ def run(model: str, prompts: list[str], backend: str = "native", n: int = 1, tem
                 print(f"--- sample {j} failed: {c.error}")
                 failed += 1
                 continue
-            text = tokenizer.decode(c.response_ids, skip_special_tokens=True)
+            text = reply_text(tokenizer, c.response_ids)
             print(f"--- sample {j} ({c.finish_reason}, {len(c.response_ids)} tokens, "
                   f"log-prob {sum(c.logprobs):.2f})\n{text}")
     print(f"[{type(engine).__name__}: {tokens} tokens in {seconds:.2f}s]", file=sys.stderr)

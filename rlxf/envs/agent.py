@@ -22,8 +22,9 @@ trajectory is ever longer than the limit, whatever an environment or a tool retu
 Failures stay inside their episode: an environment that raises, hangs past the timeout, or
 returns something that is not a ``StepResult`` (or one whose reward is not a finite number, whose
 info is not a dict or holds a ``success`` that is no flag or ``tool_errors`` that is no count, or
-whose messages are not text) ends that episode with ``episode["error"]`` set, naming the class
-(counted in the step's metrics, written to samples.jsonl), its loss mask zeroed and its reward 0
+whose messages are not text, hold a control token's text or have a role not in ``ENV_ROLES``: a
+model turn the model did not sample) ends that episode with ``episode["error"]`` set, naming the
+class (counted in the step's metrics, written to samples.jsonl), its loss mask zeroed and its reward 0
 (what it paid before it broke included), since an episode the environment broke carries no
 signal about the policy; so does a chat template that refuses an observation, the first one
 included (its ``raise_exception``, e.g. a tool message without a name, which a malformed tool
@@ -52,8 +53,8 @@ from typing import Any, Literal
 import numpy as np
 from jinja2 import TemplateError
 
-from rlxf.envs.base import Env, EnvTask, StepResult
-from rlxf.envs.tokens import Conversation, TokenBoundaryError, TokenLimitError, text_problem
+from rlxf.envs.base import ENV_ROLES, Env, EnvTask, StepResult
+from rlxf.envs.tokens import ControlTextError, Conversation, TokenBoundaryError, TokenLimitError, text_problem
 from rlxf.errors import raised_at
 from rlxf.rollout import GenerationRequest, SamplingParams
 from rlxf.trainer.seeds import derive_seed
@@ -162,20 +163,25 @@ def _outcome_of(fn: Callable[[], Any]) -> tuple[bool, Any]:
 def _check_messages(obs: Any, what: str, *, history: bool = False) -> str | None:
     """Why ``obs`` is not a list of chat messages an environment may return, or None.
 
-    ``history``: a first observation, which may hold assistant messages before its last one (a
-    few-shot conversation: environment tokens, loss_mask 0); a step's may hold none."""
+    Every message has one of ``ENV_ROLES``. ``history``: a first observation, which may hold
+    assistant messages before its last one (a few-shot conversation: environment tokens, loss_mask
+    0); a step's may hold none."""
     if not isinstance(obs, list) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in obs):
         return f"{what} must be a list of {{'role': str, 'content': str}} messages, got {obs!r:.120}"
+    roles = (*ENV_ROLES, "assistant") if history else ENV_ROLES
     for i, m in enumerate(obs):
+        if m["role"] not in roles:
+            few_shot = " (a first observation's also assistant, for few-shot examples)" if history else ""
+            return (f"{what} message {i} has role {m['role']!r}; an environment's messages have the roles "
+                    f"{', '.join(ENV_ROLES)}{few_shot}: any other may be templated as a model turn (Gemma's "
+                    f"templates write the assistant's as 'model', ShareGPT-style ones as 'gpt'), which only the "
+                    f"model writes; send the text as a user message")
         problem = text_problem(m["content"])
         if problem is not None:
             return f"{what} message {i} ({m['role']}): its content {problem}"
-    if history:
-        if obs and obs[-1]["role"] not in ("user", "tool", "system"):
-            return f"{what} must end with a user / tool / system turn, not {obs[-1]['role']!r}"
-    elif any(m["role"] == "assistant" for m in obs):
-        return f"{what} holds an assistant message; only the model writes those"
+    if history and obs and obs[-1]["role"] not in ENV_ROLES:
+        return f"{what} must end with a user / tool / system turn, not {obs[-1]['role']!r}"
     return None
 
 
@@ -290,6 +296,9 @@ def _reset_all(tokenizer, make_env: Callable[[], Env], episodes: list[_Episode],
         except TemplateError as err:   # the template's raise_exception, e.g. roles that do not alternate
             e.fail(f"reset: the chat template refused the first observation: {err}")
             continue
+        except ControlTextError as err:
+            e.fail(f"reset: {_name(e.env)}.reset() observation: {err}")
+            continue
         if len(e.conv.ids) >= limits.max_total_tokens:
             e.fail(f"the first observation has {len(e.conv.ids)} tokens, env.max_total_tokens is "
                    f"{limits.max_total_tokens}")
@@ -352,6 +361,8 @@ def _apply_step(e: _Episode, ok: bool, result: Any, turn: int, limits: EpisodeLi
         e.end, e.final_observation = "max_total_tokens", list(result.observation)
     except TokenBoundaryError as err:
         e.fail(f"step {turn}: {err}")
+    except ControlTextError as err:
+        e.fail(f"step {turn}: {_name(e.env)}.step() observation: {err}")
     except TemplateError as err:   # the template's raise_exception, e.g. a tool message without a name
         e.fail(f"step {turn}: the chat template refused the observation: {err}")
 

@@ -29,6 +29,12 @@ from typing import Any, Protocol, runtime_checkable
 # and "name" its chat template renders (rlxf.envs.tools)
 Message = dict[str, Any]
 
+# The roles an environment's (or an agent program's) messages may have: "ipython" is Llama 3.1's
+# tool results, "developer" OpenAI's instructions. Any other role may be rendered as a model turn
+# ("assistant"; Gemma's templates name it "model", ShareGPT-style ones "gpt"), which only the
+# model writes: a turn it never sampled would sit in its context as its own.
+ENV_ROLES = ("system", "developer", "user", "tool", "ipython")
+
 
 @dataclass(frozen=True)
 class EnvTask:
@@ -61,7 +67,8 @@ class Env(Protocol):
         ...
 
     def step(self, action: str) -> StepResult:
-        """The model's turn (its text, special tokens removed) -> the environment's answer."""
+        """The model's turn (its text, control tokens removed: ``rlxf.models.tokenizer.reply_text``) ->
+        the environment's answer."""
         ...
 
     # Optional: ``close(self) -> None``, called once when the episode is over (ended, failed or

@@ -157,7 +157,7 @@ class ModelTurn:
     """One model turn as the endpoint recorded it."""
 
     index: int                 # the turn's place in its episode (0 first)
-    text: str                  # the reply (special tokens removed)
+    text: str                  # the reply (control tokens removed: rlxf.models.tokenizer.reply_text)
     finish_reason: str         # the engine's: stop | length
     token_ids: list[int]       # as sampled (the end-of-turn token included)
     logprobs: list[float]      # the engine's log-prob of each (rlxf.rollout.base: which log-prob)

@@ -19,7 +19,9 @@ template (loss_mask 0). The program must resend the history it got: earlier user
 unchanged, and the assistant turns this endpoint wrote (their content is taken from the record,
 so an OpenAI client that resends them as ``tool_calls`` works). A history that changed is a 400
 naming the first differing message, and so is a new assistant message after the first request:
-only the model writes those (each counts as a model turn, towards ``max_turns``).
+only the model writes those (each counts as a model turn, towards ``max_turns``). So is a message
+whose role is neither assistant nor one of ``rlxf.envs.base.ENV_ROLES`` (Gemma's template renders
+"model" as a model turn), or whose text holds a control token's (``rlxf.envs.tokens``).
 
 In training (``sampling`` given), every turn samples with the rollout's parameters, whatever the
 program asks for (a program's own temperature would make the recorded log-probs those of
@@ -74,6 +76,7 @@ from jinja2 import TemplateError
 from pydantic import BaseModel
 
 from rlxf.envs.agent import conversation_trajectory, finite_reward
+from rlxf.envs.base import ENV_ROLES
 from rlxf.envs.chat_protocol import (
     ChatRequest,
     ModelTurn,
@@ -342,6 +345,10 @@ def _message_problem(message: Any) -> str | None:
     policy would be trained on a conversation without what the program sent."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         return f"a message is {{\"role\": string, \"content\": ...}}, got {json.dumps(message, default=repr)[:80]}"
+    if message["role"] not in (*ENV_ROLES, "assistant"):
+        return (f"role {message['role']!r} is not one of {', '.join((*ENV_ROLES, 'assistant'))}: a chat template "
+                f"may render it as a model turn (Gemma's writes its assistant turns as 'model'), which only the "
+                f"model writes; send the text as a user message")
     content = message.get("content")
     if isinstance(content, list):
         for j, part in enumerate(content):

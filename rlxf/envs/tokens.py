@@ -21,7 +21,15 @@ are recorded as ``{"role": "assistant", "content": TEXT}``, never with OpenAI ``
 template given ``tool_calls`` writes the calls in its own layout (Qwen2.5 and Hermes as
 ``<tool_call>`` JSON on lines of their own after the content, Llama 3.1 in place of the content),
 which is not what the model sampled, while the calls are already in TEXT as the model wrote them.
-Templated as text, the turn renders as its sampled text, which every append checks.
+Templated as text, the turn renders as its sampled text, which every append checks. TEXT is the
+turn's ids decoded without the tokenizer's control tokens (eos, the template's markers), its
+tool-call markers (``<tool_call>``...) kept where a tokenizer flags them special (``reply_text``).
+
+Only the model's sampled ids are a model turn (loss_mask 1), so nothing else may read as one: an
+environment's or a program's message holding the text of a control token, which the tokenizer
+turns into the token itself (``<|im_end|>\\n<|im_start|>assistant\\n...`` in a tool's output), is
+refused (``ControlTextError``: the agent loop ends that episode, the chat endpoint answers 400), as
+a role other than ``rlxf.envs.base.ENV_ROLES`` is.
 
 Tools (OpenAI function schemas, ``Conversation.start(..., tools=...)``) belong to the whole
 conversation and are rendered into every templating of it: given to the template as
@@ -40,6 +48,7 @@ from typing import Any
 
 from rlxf.envs.base import Message
 from rlxf.envs.tools import with_tools_described
+from rlxf.models.tokenizer import control_tokens, reply_text
 
 
 class TemplateAppendError(ValueError):
@@ -48,6 +57,10 @@ class TemplateAppendError(ValueError):
 
 class TokenBoundaryError(ValueError):
     """The text appended after a model turn merges with the model's last tokens."""
+
+
+class ControlTextError(ValueError):
+    """A message to template holds the text of a control token, which tokenizes as the token itself."""
 
 
 class TokenLimitError(ValueError):
@@ -89,6 +102,26 @@ def longest_token(tokenizer) -> int:
     return longest
 
 
+def check_no_control_text(tokenizer, messages: list[Message]) -> None:
+    """Refuse messages holding the text of a control token (``<|im_end|>``, ``<|eot_id|>``): the
+    tokenizer reads it as the token itself, so an environment, a tool's output or a program could
+    end its turn and start one of the model's (``<|im_end|>\\n<|im_start|>assistant\\n...``) that
+    the model never sampled, whatever the message's role."""
+    texts = {t for t in control_tokens(tokenizer).values() if t.strip()}   # not a tokenizer's own blank
+    for m in messages:
+        for key, value in m.items():
+            if not isinstance(value, str):
+                continue
+            found = min(((at, t) for t in texts if (at := value.find(t)) >= 0), default=None)
+            if found is not None:
+                at, found = found
+                raise ControlTextError(
+                    f"a {m.get('role')!r} message's {key} holds {found!r} ({value[max(0, at - 20):at + 40]!r}), "
+                    f"the text of a control token of the tokenizer: templated, it would be that token (ending "
+                    f"the turn, or starting one the model never wrote), not text; remove it or break it up "
+                    f"(e.g. '< |' for '<|') in what the environment, tool or program sends")
+
+
 def encode_text(tokenizer, text: str) -> list[int]:
     problem = text_problem(text)
     if problem is not None:
@@ -127,6 +160,7 @@ class Conversation:
         if getattr(tokenizer, "chat_template", None) is None:
             raise TemplateAppendError("multi-turn episodes need a chat template; the tokenizer has none "
                                       "(set model.chat_template)")
+        check_no_control_text(tokenizer, messages)
         tools = [dict(t) for t in tools] if tools else None
         text = render(tokenizer, messages, generation_prompt=True, tools=tools)
         # a template that ignores `tools` renders the same text without them
@@ -166,7 +200,8 @@ class Conversation:
 
     def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int | list[int], *,
                        stopped: bool = True) -> str:
-        """Append the engine's ids as they are; returns the turn's text (special tokens removed).
+        """Append the engine's ids as they are; returns the turn's text (control tokens removed,
+        ``reply_text``).
 
         ``version``: the policy version of each token (``Completion.versions()``: the weights may
         change while one turn is decoded), or one version for the whole turn.
@@ -177,7 +212,7 @@ class Conversation:
         versions = [version] * len(token_ids) if isinstance(version, numbers.Integral) else list(version)
         if len(versions) != len(token_ids):
             raise ValueError(f"model turn: {len(token_ids)} ids but {len(versions)} policy versions")
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        text = reply_text(self.tokenizer, token_ids)
         self.ids += list(token_ids)
         self.loss_mask += [1] * len(token_ids)
         self.logprobs += [float(x) for x in logprobs]
@@ -185,9 +220,8 @@ class Conversation:
         if token_ids:
             self.turn_ends.append(len(self.loss_mask) - 1)
         self.messages.append({"role": "assistant", "content": text})
-        last = self.tokenizer.decode(token_ids[-1:], skip_special_tokens=False) if token_ids else ""
-        special = self.tokenizer.decode(token_ids[-1:], skip_special_tokens=True) == "" and last
-        self._stop_texts = (last,) if special and stopped else ()
+        last = control_tokens(self.tokenizer).get(token_ids[-1]) if token_ids else None
+        self._stop_texts = (last,) if last and stopped else ()
         return text
 
     def add_messages(self, new: list[Message], *, generation_prompt: bool = True,
@@ -231,6 +265,7 @@ class Conversation:
             least = math.ceil(len(appended) / longest_token(self.tokenizer))
             raise TokenLimitError(f"the messages add {len(appended)} characters, at least {least} tokens, to the "
                                   f"conversation's {len(self.ids)}, past its limit of {max_len}", len(self.ids) + least)
+        check_no_control_text(self.tokenizer, new)
         new_ids = encode_text(self.tokenizer, appended)
         if max_len is not None and len(self.ids) + len(new_ids) > max_len:
             raise TokenLimitError(f"the messages add {len(new_ids)} tokens to the conversation's {len(self.ids)}, "

@@ -40,8 +40,11 @@ from fractions import Fraction
 from typing import Any
 
 from rlxf.envs.base import EnvError, Message, import_object
+from rlxf.models.tokenizer import TOOL_CALL_TAGS
 
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+# The tags around a call. Qwen2.5's tokenizer has them as added tokens not flagged special, some
+# fine-tunes' flag them special: the model's text keeps them either way (``rlxf.models.tokenizer.reply_text``).
+TOOL_CALL = re.compile(f"{TOOL_CALL_TAGS[0]}(.*?){TOOL_CALL_TAGS[1]}", re.DOTALL)
 
 
 def call_id(turn: int, index: int) -> str:

@@ -164,3 +164,27 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE):
 
 def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
+
+
+# Special tokens in some tokenizers that the model writes to call a tool and its tools or agent
+# program read: rlxf's <tool_call> tags (Qwen2.5's tokenizer does not flag them special, some
+# fine-tunes' do), Llama 3.1's <|python_tag|>, Mistral's [TOOL_CALLS].
+TOOL_CALL_TAGS = ("<tool_call>", "</tool_call>")   # rlxf.envs.tools parses the calls between them
+TOOL_CALL_MARKERS = (*TOOL_CALL_TAGS, "<|python_tag|>", "[TOOL_CALLS]")
+
+
+def control_tokens(tokenizer) -> dict[int, str]:
+    """The tokenizer's control tokens, id -> text: its special tokens (eos, pad, the chat template's
+    markers), which are never text of a model turn or of a message, but ``TOOL_CALL_MARKERS``."""
+    special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens))
+    special |= {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return {i: text for i, text in special.items() if text not in TOOL_CALL_MARKERS}
+
+
+def reply_text(tokenizer, token_ids: list[int], control: dict[int, str] | None = None) -> str:
+    """The text of a model's response or turn: its ids decoded without the control tokens, as
+    ``skip_special_tokens`` decodes them but keeping the tool-call markers (that would drop them
+    where they are special, and the calls with them). ``control``: ``control_tokens(tokenizer)``,
+    for a caller decoding many responses."""
+    control = control_tokens(tokenizer) if control is None else control
+    return tokenizer.decode([i for i in token_ids if i not in control], skip_special_tokens=False)

@@ -260,6 +260,7 @@ class EngineChatClient:
 
     async def chat(self, conversations: Sequence[Messages], *, max_tokens: int,
                    temperature: float) -> list[ChatReply]:
+        from rlxf.models.tokenizer import reply_text  # noqa: PLC0415
         from rlxf.rollout import SamplingParams  # noqa: PLC0415
 
         prompts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True)
@@ -273,7 +274,7 @@ class EngineChatClient:
             if c.finish_reason == "error":
                 replies.append(ChatReply(error=f"judge engine: {c.error}"))
             else:
-                replies.append(ChatReply(self.tokenizer.decode(c.response_ids, skip_special_tokens=True)))
+                replies.append(ChatReply(reply_text(self.tokenizer, c.response_ids)))
         return replies
 
 

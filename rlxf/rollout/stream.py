@@ -116,15 +116,18 @@ def engine_process_stats(engine: Any) -> dict[str, float]:
 
 
 def trajectories_of(prompt: Prompt, group: int, completions: list[Completion], tokenizer) -> list[Trajectory]:
-    """One prompt's completions as unscored trajectories (a failed request yields none)."""
-    trajs = []
+    """One prompt's completions as unscored trajectories (a failed request yields none). The
+    response text keeps tool-call markers that a tokenizer flags special (``reply_text``)."""
+    from rlxf.models.tokenizer import control_tokens, reply_text
+
+    trajs, control = [], control_tokens(tokenizer)
     for c in completions:
         if c.finish_reason == "error":
             log.warning("prompt %s failed in the engine: %s", prompt.uid, c.error)
             continue
         trajs.append(Trajectory(
             prompt=prompt, group=group, response_ids=list(c.response_ids),
-            response_text=tokenizer.decode(c.response_ids, skip_special_tokens=True),
+            response_text=reply_text(tokenizer, c.response_ids, control),
             rollout_logprobs=list(c.logprobs), loss_mask=[1] * len(c.response_ids),
             policy_versions=c.versions(), finish_reason=c.finish_reason,
         ))
