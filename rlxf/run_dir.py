@@ -179,11 +179,18 @@ def recorded_command(path: Path) -> str | None:
         return None
 
 
-def _unusable(path: Path, err: OSError) -> RunDirError:
+def _unusable(path: Path, err: OSError, resume: str | None = None) -> RunDirError:
+    """The error for ``err``, met while setting up ``path``; ``resume``: how the caller spells
+    --resume, when it resumes (the run is there: another name would start it over)."""
     reason = err.strerror or type(err).__name__
     if err.errno in (errno.ENOSPC, errno.EDQUOT):   # not the directory's fault: another name would fail too
         return RunDirError(f"run.output_dir/run.name: cannot set up the run directory {path} ({reason}); nothing "
                            f"was changed. Free space on {path.parent} and run again")
+    if resume is not None:
+        return RunDirError(f"{resume}: cannot use the run directory {path} ({reason}); nothing was "
+                           f"changed. A resumed run writes its lock, metrics and checkpoints there: make it "
+                           f"writable (remount a read-only filesystem read-write, or fix its owner and mode) "
+                           f"and resume again")
     return RunDirError(f"run.output_dir/run.name: cannot use {path} as the run directory ({reason}); "
                        f"set run.output_dir to a writable directory and run.name to a new name")
 
@@ -300,7 +307,7 @@ class RunDir:
             if not resume and (replaced is not None or holds_lock(path)):  # never one another process holds
                 cls(path, replaced).discard_if_unused()
             if isinstance(e, OSError):
-                raise _unusable(path, e) from None
+                raise _unusable(path, e, options.resume if resume else None) from None
             raise
         return run
 
@@ -322,7 +329,7 @@ class RunDir:
             if not exists:
                 _check_creatable(path)
         except OSError as e:
-            raise _unusable(path, e) from None
+            raise _unusable(path, e, options.resume if resume else None) from None
         if resume and not exists:
             raise RunDirError(f"{options.resume}: {path} does not exist (or is empty); start the run without "
                               f"{options.resume}")

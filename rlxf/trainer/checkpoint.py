@@ -21,10 +21,14 @@ Ctrl-C) removes what it had written, and puts a set-aside ``step_N`` back, befor
 ``trainer_state.pt`` lists every other file of the checkpoint with its length (``files``): a file
 gone or cut short later is damage even where its format has no check of its own (a missing
 ``learner_state.pt``, a truncated chat template), so a resume takes the checkpoint before it.
+A file the system will not let the process read (its permissions, an I/O error) is not damage:
+the resume stops and says so (``CheckpointUnreadable``), as taking the checkpoint before it would
+have the next save delete the newer one.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pickle
@@ -86,16 +90,17 @@ def _fsync(path: str | Path) -> None:
         os.close(fd)
 
 
-def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints under ``root`` as (step, path), oldest first."""
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
+    """Every ``step_N`` directory under ``root``, complete or not, as (step, path), oldest first."""
     if not root.exists():
         return []
-    found = []
-    for p in root.iterdir():
-        m = STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / STATE_FILE).exists():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
+    found = ((STEP_DIR.match(p.name), p) for p in root.iterdir())
+    return sorted((int(m.group(1)), p) for m, p in found if m and p.is_dir())
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints under ``root`` as (step, path), oldest first."""
+    return [(n, p) for n, p in _step_dirs(root) if (p / STATE_FILE).exists()]
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -107,22 +112,56 @@ class CheckpointDamaged(RuntimeError):
     """No checkpoint of a run can be read back; the message names each damaged file."""
 
 
+class CheckpointUnreadable(RuntimeError):
+    """A checkpoint's file cannot be read by this process (permissions, an I/O error): not damage,
+    so nothing falls back to an older checkpoint, whose next save would delete this one."""
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether ``e`` is the system refusing a read (permissions, the disk, ...), which says nothing
+    of the bytes: those of a garbled file fail otherwise, or as a seek to a garbled offset (EINVAL)."""
+    return isinstance(e, OSError) and e.errno not in (None, errno.EINVAL, errno.ENOENT)
+
+
+def _unreadable(path: Path, e: OSError) -> CheckpointUnreadable:
+    """The error for ``e``, met while reading checkpoint ``path``: the file, the errno, what to do."""
+    code = errno.errorcode.get(e.errno, type(e).__name__)
+    return CheckpointUnreadable(
+        f"cannot read {e.filename or path} ({code}: {e.strerror or e}). That is no damage of the checkpoint "
+        f"{path.name}, so the resume stops here instead of taking an older one (whose next save would delete "
+        f"{path.name}); nothing was changed. Make it readable by this user (its owner and mode: `ls -l`), "
+        f"or for EIO check the disk, then resume again")
+
+
 def find_damage(path: Path) -> str | None:
     """The first file of checkpoint ``path`` that cannot be read back, and why; None if intact.
 
-    A checkpoint is renamed into place only once complete, so damage comes later (a disk
-    error, a copy cut short, a hand edit). Each file is checked by its format without building
+    A checkpoint is renamed into place only once complete, so damage comes later (a copy cut
+    short, a hand edit, a disk that lost bytes). Each file is checked by its format without building
     a model: safetensors' header must match the file's length, a ``.pt`` archive's entries
     their CRC-32, JSON must parse; then each file the checkpoint was saved with must be there
     with its saved length (``_saved_files``), which finds what no format check can.
+
+    A file or directory the system does not let this process read raises ``CheckpointUnreadable``:
+    its permissions (or the disk) are at fault, not the checkpoint.
     """
+    try:
+        return _first_damage(path)
+    except OSError as e:
+        if _refused(e):
+            raise _unreadable(path, e) from None
+        return f"{e.filename or path}: {type(e).__name__}: {e}"  # gone while it was checked
+
+
+def _first_damage(path: Path) -> str | None:
     import json
     import zipfile
 
     from safetensors import safe_open
 
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+    for file in (path / name for name in _files(path)):
         try:
+            open(file, "rb").close()  # the system's own error first: safetensors says "not found" for any
             if file.suffix == ".safetensors":
                 with safe_open(file, "pt") as f:
                     f.keys()
@@ -133,7 +172,10 @@ def find_damage(path: Path) -> str | None:
                     raise ValueError(f"entry {bad} fails its CRC check")
             elif file.suffix == ".json":
                 json.loads(file.read_text())
-        except Exception as e:  # noqa: BLE001 - any failure to read it back is damage
+        except Exception as e:  # noqa: BLE001 - any failure to read it back is damage, unless the system's
+            if _refused(e):
+                e.filename = e.filename or str(file)  # a read's error has none
+                raise
             return f"{file}: {type(e).__name__}: {e}"
     for name, size in sorted(_saved_files(path).items()):
         file = path / name
@@ -159,21 +201,40 @@ def _saved_files(path: Path) -> dict[str, int]:
             if isinstance(v, int) and not Path(str(k)).is_absolute() and ".." not in Path(str(k)).parts}
 
 
+def _files(path: Path) -> list[str]:
+    """The files under directory ``path``, relative to it, sorted. A directory that cannot be listed
+    raises (``Path.rglob`` leaves it out without a word, and its files with it)."""
+
+    def fail(e: OSError) -> None:
+        raise e
+
+    found = (os.path.join(root, name) for root, _, names in os.walk(path, onerror=fail) for name in names)
+    return sorted(os.path.relpath(file, path) for file in found if os.path.isfile(file))
+
+
 def _file_sizes(path: Path) -> dict[str, int]:
-    return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+    return {name: (path / name).stat().st_size for name in _files(path)}
 
 
 def intact_checkpoint(root: Path) -> Path | None:
     """The newest checkpoint under ``root`` whose files all read back; a damaged newer one is
-    skipped with a warning naming its file. Raises ``CheckpointDamaged`` if all are damaged.
+    skipped with a warning naming its file. Raises ``CheckpointDamaged`` if all are damaged, and
+    ``CheckpointUnreadable`` at a file this process may not read (``find_damage``).
 
     What every ``--resume`` loads (RL, SFT, RM, DPO alike): ``latest_checkpoint`` does not read
     the files, so a checkpoint damaged after it was written would stop the resume."""
     if root.is_dir():
         _restore_swapped(root)
+    complete = list_checkpoints(root)
+    newest = complete[-1][0] if complete else -1
     damaged = []
-    for _, ckpt in reversed(list_checkpoints(root)):
-        problem = find_damage(ckpt)
+    for n, ckpt in reversed(_step_dirs(root)):
+        if (ckpt / STATE_FILE).exists():
+            problem = find_damage(ckpt)
+        elif n > newest:  # rlxf leaves none: a copy cut short (taken for none, the run would start over)
+            problem = f"{ckpt / STATE_FILE}: missing (its checkpoint directory was copied or moved in part?)"
+        else:
+            continue  # an older rlxf's half-done deletion, swept by the next save
         if problem is None:
             if damaged:
                 log.warning("resuming from the previous intact checkpoint %s instead", ckpt)
@@ -270,9 +331,8 @@ def _sweep(root: Path) -> None:
     if not complete:
         return
     newest = complete[-1][0]
-    for p in root.iterdir():
-        m = STEP_DIR.match(p.name)
-        if m and int(m.group(1)) < newest and p.is_dir() and not (p / STATE_FILE).exists():
+    for n, p in _step_dirs(root):
+        if n < newest and not (p / STATE_FILE).exists():
             _delete(p)
 
 
@@ -287,9 +347,9 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
-    except PermissionError:   # a whole file this process may not read: not damage, and not to delete
-        raise
     except (RuntimeError, OSError, EOFError) as e:  # torch's reader on a truncated or garbled archive
+        if _refused(e):  # permissions or the disk: not damage, and not to delete
+            raise _unreadable(path, e) from None
         # damage, not a format question: say which file, and how to get past it
         raise CheckpointDamaged(
             f"{file} cannot be read back ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'damaged'}); "

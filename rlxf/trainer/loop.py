@@ -39,7 +39,7 @@ from rlxf.trainer.collect import step_metrics
 from rlxf.trainer.diagnostics import Diagnostics
 from rlxf.trainer.evaluate import evaluate, no_held_out_hint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
-from rlxf.trainer.state import RunState, restore, save
+from rlxf.trainer.state import RunState, recorded_metrics, restore, save
 from rlxf.trainer.stream import step_batches
 from rlxf.trainer.timer import PhaseTimer
 
@@ -83,7 +83,8 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
         end = state.step
         log.warning("--resume: the run has trained %.1f s and train.max_seconds is %g: nothing to train; raise "
                     "train.max_seconds to train on", state.clock.checked, cfg.train.max_seconds)
-    last: dict[str, float] = {}
+    # the last step's metrics; a resumed run already done returns its last record, as it did when it ended
+    last = recorded_metrics(run, state.step) if end <= state.step else {}
     # warnings when the run is not learning (once each)
     diagnostics = Diagnostics(group_baseline=registry.needs("advantage", cfg.algorithm.advantage).groups)
     if resume:  # as if never interrupted: the steps done count (restore cut metrics.jsonl back to them)

@@ -30,6 +30,7 @@ from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import micro_batches
+from rlxf.trainer.state import recorded_metrics
 from rlxf.trainer.trainable import TrainableModel, checkpoint_trainable, resume_trainable
 
 log = logging.getLogger("rlxf")
@@ -80,6 +81,8 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
     core, objective, prefix = job.core, job.objective, job.objective.prefix
     sampler = PromptSampler(job.data.train, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     start = resume_trainable(run, core, sampler, steps=section.steps, field=f"{prefix}.steps") if resume else 0
+    if start >= section.steps:   # done (resume_trainable said there is nothing to train): its last record
+        return recorded_metrics(run, start)
 
     def checkpoint(step: int) -> Path:
         return checkpoint_trainable(run, step, core, job.tokenizer, sampler, keep_last=cfg.checkpoint.keep_last,

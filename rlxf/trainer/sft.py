@@ -19,13 +19,13 @@ from rlxf.config.load import ConfigError
 from rlxf.config.train import SFTConfig
 from rlxf.data import SFTExample, build_prompt_data, build_sampler, build_sft_data
 from rlxf.metrics.progress import ProgressDisplay
-from rlxf.metrics.sinks import build_sinks, read_jsonl
+from rlxf.metrics.sinks import build_sinks
 from rlxf.models import load_from_config, sequence_logprobs
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import nll_shares
-from rlxf.trainer.state import TrainClock
+from rlxf.trainer.state import TrainClock, recorded_metrics
 from rlxf.trainer.trainable import TrainableModel, resume_trainable
 
 log = logging.getLogger("rlxf")
@@ -70,19 +70,13 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
     return step
 
 
-def _record(run: RunDir, step: int) -> dict[str, float]:
-    """The numbers metrics.jsonl holds for step ``step``."""
-    record = next((r for r in read_jsonl(run.metrics) if r.get("step") == step), {})
-    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, int | float)}
-
-
 def _stopped_at(cfg: Config, run: RunDir, step: int) -> dict[str, float] | None:
     """The metrics of step ``step`` if the run stopped there by ``sft.stop_when`` (its scheduled
     evaluation reached the level), else None."""
     target = cfg.sft.stop_when
     if target is None or not step or not cfg.sft.eval_every or step % cfg.sft.eval_every or step >= cfg.sft.steps:
         return None
-    record = _record(run, step)
+    record = recorded_metrics(run, step)
     value = record.get(target.metric)
     if value is None or not value >= target.at_least:   # NaN is written as a string, so not a number here
         return None
@@ -105,6 +99,8 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
     sampler = build_sampler(data.train, data.weights, seed=cfg.seeds.data, shuffle=cfg.data.shuffle)
     core = TrainableModel(model, cfg.sft.optim, cfg.sft.steps, cfg.sft.micro_batch_size)
     start = resume_trainable(run, core, sampler, steps=cfg.sft.steps, field="sft.steps") if resume else 0
+    if start >= cfg.sft.steps:   # done (resume_trainable said there is nothing to train): its last record
+        return recorded_metrics(run, start)
     # the training time so far, which sft.max_seconds budgets (restarted, a resume got a whole budget more)
     resumed_from = run.checkpoints / f"step_{start}"
     clock = TrainClock.restored(load_trainer_state(resumed_from), resumed_from) if start else TrainClock()
@@ -113,10 +109,10 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         log.info("--resume: the run stopped at step %d, where %s reached sft.stop_when; nothing to train "
                  "(start a new run from its model to train on)", start, cfg.sft.stop_when.metric)
         return stopped
-    if start < cfg.sft.steps and clock.spent(cfg.sft.max_seconds):   # it ended there by its time budget
+    if clock.spent(cfg.sft.max_seconds):   # it ended there by its time budget
         log.warning("--resume: the run has trained %.1f s and sft.max_seconds is %g: nothing to train; raise "
                     "sft.max_seconds to train on", clock.checked, cfg.sft.max_seconds)
-        return _record(run, start)
+        return recorded_metrics(run, start)
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
     prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)
     if not prompts:   # nothing to measure: say so now, not with a missing metric at the first evaluation

@@ -14,7 +14,7 @@ from rlxf.config import Config, dump_config
 from rlxf.data import Sampler
 from rlxf.errors import close_all
 from rlxf.metrics.progress import ProgressDisplay
-from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, truncate_after_step
+from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, read_jsonl, truncate_after_step
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import (
     CheckpointDamaged,
@@ -162,6 +162,13 @@ class RunState:
 
     def close(self) -> None:
         close_all((self.sink.close, self.samples.close))
+
+
+def recorded_metrics(run: RunDir, step: int) -> dict[str, float]:
+    """The numbers of metrics.jsonl's last record of step ``step``: what a run a ``--resume`` finds
+    already done at ``step`` (by its steps, time budget or stop rule) returns, as it did when it ended."""
+    record = next((r for r in reversed(read_jsonl(run.metrics)) if r.get("step") == step), {})
+    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, int | float)}
 
 
 def save(run: RunDir, placement: Placement, state: RunState, sampler: Sampler, step: int,

@@ -142,3 +142,11 @@ def test_a_resume_with_fewer_steps_than_done_says_it_trains_nothing(tmp_path, na
     said = " ".join(capsys.readouterr().err.split())
     assert "the run has done 2 steps and rm.steps is 1: nothing to train; raise rm.steps" in said
     assert [r["step"] for r in read_metrics(tmp_path / "runs" / "rm")][-1] == 2
+    # and returns the run's last record, as it did when it ended (it returned {})
+    from rlxf.config import load_config
+    from rlxf.run_dir import RunDir
+    from rlxf.trainer.reward_model import run_reward_model
+
+    cfg = load_config(path, ["rm.steps=1"])
+    last = {k: v for k, v in read_metrics(tmp_path / "runs" / "rm")[-1].items() if k != "step"}
+    assert run_reward_model(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name, resume=True), resume=True) == last

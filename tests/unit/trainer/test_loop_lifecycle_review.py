@@ -217,10 +217,11 @@ def test_a_signal_in_the_last_step_ends_the_run_as_finished(tmp_path, tokenizer_
 
 def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path, tokenizer_for_tests, warnings):
     cfg = _config(tmp_path, 2)
-    train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), FallingAccuracy(tokenizer_for_tests))
+    done = train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), FallingAccuracy(tokenizer_for_tests))
     cfg = _config(tmp_path, 1)
-    assert train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name, resume=True), FallingAccuracy(tokenizer_for_tests),
-                 resume=True) == {}
+    again = train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name, resume=True), FallingAccuracy(tokenizer_for_tests),
+                  resume=True)
+    assert again == done != {}   # its last record, as the run returned it
     assert any("has done 2 steps and train.steps is 1: nothing to train" in m for m in warnings)
 
 
