@@ -10,7 +10,7 @@ from rlxf.cli.errors import UsageError
 
 def run(run_dirs: list[Path], out: Path | None) -> None:
     from rlxf.metrics.report import write_report
-    from rlxf.metrics.sinks import read_jsonl
+    from rlxf.metrics.sinks import iter_jsonl
 
     seen: dict[Path, Path] = {}
     for d in run_dirs:
@@ -28,7 +28,7 @@ def run(run_dirs: list[Path], out: Path | None) -> None:
                          f"give another --out") from None
     print(f"wrote {path}")
     for d in run_dirs:
-        if not read_jsonl(d / "metrics.jsonl"):  # a run stopped before its first step: the page is empty
+        if next(iter_jsonl(d / "metrics.jsonl"), None) is None:  # a run stopped before its first step: no curves
             print(f"note: {d}/metrics.jsonl holds no metrics yet (no step finished), so its curves are empty",
                   file=sys.stderr)
 

@@ -19,12 +19,13 @@ import html
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlxf.errors import UserInputError
-from rlxf.metrics.report_plots import PHASES, Plot, line_plot, phase_means, png, time_plot
+from rlxf.metrics.report_plots import PHASES, Plot, line_plot, phase_means, png, run_labels, time_plot
 from rlxf.metrics.sinks import read_jsonl
 from rlxf.run_dir import write_atomically
 
@@ -123,39 +124,65 @@ def record_step(record: dict[str, Any]) -> int | None:
     return int(step) if step is not None and math.isfinite(step) else None
 
 
+class Column(NamedTuple):
+    """What the report draws and says of one metric of a run."""
+
+    xs: list[int]       # the steps of the drawable values
+    ys: list[float]     # the drawable values (``drawable``)
+    non_finite: int     # how many values are NaN or infinite, or as good as infinite: not drawn, but said
+    last: float | None  # the last logged value, NaN and inf included
+
+
 @dataclass
 class RunMetrics:
     name: str
     records: list[dict[str, Any]]
     samples: list[dict[str, Any]] | None = None
+    # each key's column, read from the records once: a report asks for a key several times (its
+    # plot, the legend, the headline), and reading every record each time took most of the report
+    # of a 20,000-step run
+    _columns: dict[str, Column] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @cached_property
+    def steps(self) -> list[int | None]:
+        """Each record's ``record_step``."""
+        return [record_step(r) for r in self.records]
+
+    def column(self, key: str) -> Column:
+        """``key``'s values, read from the records at the first ask."""
+        if key not in self._columns:
+            xs, ys, bad, last = [], [], 0, None
+            records = zip(self.records, self.steps) if key in self.key_set else ()  # most plots' keys: none
+            for r, step in records:
+                if (v := metric_number(r.get(key))) is None:
+                    continue
+                last = v
+                if drawable(v):
+                    xs.append(step if step is not None else len(xs))
+                    ys.append(v)
+                else:
+                    bad += 1
+            self._columns[key] = Column(xs, ys, bad, last)
+        return self._columns[key]
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of the finite values of ``key``: what a curve can draw."""
-        xs, ys = [], []
-        for r in self.records:
-            v = metric_number(r.get(key))
-            if v is not None and drawable(v):
-                step = record_step(r)
-                xs.append(step if step is not None else len(xs))
-                ys.append(v)
-        return xs, ys
+        return self.column(key).xs, self.column(key).ys
 
     def non_finite(self, key: str) -> int:
         """How many logged values of ``key`` are NaN or infinite, or as good as infinite (not drawn,
         but said)."""
-        return sum(1 for r in self.records if (v := metric_number(r.get(key))) is not None and not drawable(v))
+        return self.column(key).non_finite
 
     def last(self, key: str) -> float | None:
         """The last logged value of ``key``, NaN and inf included: a run that ended on a NaN loss
         must not show the last finite loss as its result."""
-        for r in reversed(self.records):
-            v = metric_number(r.get(key))
-            if v is not None:
-                return v
-        return None
+        return self.column(key).last
 
-    def keys(self) -> set[str]:
-        return {k for r in self.records for k in r}
+    @cached_property
+    def key_set(self) -> frozenset[str]:
+        """Every key some record holds."""
+        return frozenset(k for r in self.records for k in r)
 
 
 def load_run(run_dir: Path, name: str | None = None) -> RunMetrics:
@@ -212,20 +239,28 @@ def default_output(run_dirs: list[Path]) -> Path:
 
 def check_output(out: Path) -> None:
     """Refuse to replace a file that is no HTML page: ``--out runs/x/metrics.jsonl`` (a slip of
-    tab completion) wrote the report over the run's metrics, and they were gone."""
-    if not out.is_file():
+    tab completion) wrote the report over the run's metrics, and they were gone. An empty file is
+    replaced only when named ``.html``: a run's metrics.jsonl is empty until its first step ends,
+    and its checkpoints hold empty files. Links are followed to the file they name (``link/metrics.jsonl``,
+    ``page.html -> runs/x/metrics.jsonl``)."""
+    target = out.resolve()
+    if not target.is_file():
         return
-    with open(out, "rb") as f:
+    with open(target, "rb") as f:
         head = f.read(64).lstrip().lower()
-    if head and not head.startswith((b"<!doctype html", b"<html")):
-        raise UserInputError(f"{out} exists and is not an HTML page, so the report will not replace it; give "
-                             f"the report a file of its own, e.g. --out {out.with_suffix('.html')}")
+    page = head.startswith((b"<!doctype html", b"<html")) if head else target.suffix.lower() in (".html", ".htm")
+    if not page:
+        named = f" (that is {target})" if target != out.absolute() else ""
+        what = "not an HTML page" if head else "empty (as a run's metrics.jsonl is until its first step ends)"
+        other = out.with_suffix(".html") if out.suffix.lower() != ".html" else out.with_name(f"{out.stem}-report.html")
+        raise UserInputError(f"{out}{named} exists and is {what}, so the report will not replace it; give the "
+                             f"report a file of its own, e.g. --out {other}")
 
 
 def plots_for(runs: list[RunMetrics]) -> list[Plot]:
     """The plots some run has data for; each eval source's accuracy joins the accuracy plot, and a
     multi-turn run gets the mean reward of each turn of its episodes (``env/turn_reward/K``)."""
-    keys = set().union(*(r.keys() for r in runs))
+    keys = set().union(*(r.key_set for r in runs))
     sources = tuple(sorted(k for k in keys if EVAL_SOURCE.match(k)))
     plots = [Plot(p.title, p.keys + sources, p.ylabel) if p.title == "Accuracy" else p for p in PLOTS]
     turns = tuple(sorted((k for k in keys if TURN_REWARD.match(k)), key=lambda k: int(TURN_REWARD.match(k)[1])))
@@ -243,12 +278,11 @@ def headline_rows(runs: list[RunMetrics]) -> list[list[str]]:
     such as the first with its warm-up, says little about a run). A "-" says a metric was not
     measured (no held-out prompts: no eval/accuracy); the columns of DPO and reward-model runs
     (``PAIR_HEADLINE``) are shown only where some run logged them."""
-    keys = set().union(*(r.keys() for r in runs))
+    keys = set().union(*(r.key_set for r in runs))
     last_keys = [k for k in HEADLINE_LAST if k not in PAIR_HEADLINE or k in keys]
     rows = [["run", "steps", *(f"{k} (last)" for k in last_keys), *(f"{k} (mean)" for k in HEADLINE_MEAN)]]
     for run in runs:
-        steps = [s for r in run.records if (s := record_step(r)) is not None]
-        row = [run.name, str(max(steps, default=0))]
+        row = [run.name, str(max((s for s in run.steps if s is not None), default=0))]
         for key in last_keys:
             last = run.last(key)
             row.append(_fmt(last) if last is not None else "-")
@@ -272,26 +306,26 @@ def phase_rows(runs: list[RunMetrics]) -> list[list[str]]:
 
 def sample_rows(run: RunMetrics, per_run_steps: int = SAMPLE_STEPS) -> list[list[str]]:
     """Best, worst and one random sample (seeded by run and step) of a few evenly spread steps."""
-    by_step: dict[int, list[dict[str, Any]]] = {}
+    by_step: dict[int, list[tuple[float, dict[str, Any]]]] = {}  # (reward, sample): a copy of each took seconds
     for s in run.samples or []:
         reward, step = metric_number(s.get("reward")), record_step(s) if "step" in s else 0
         if reward is not None and math.isfinite(reward) and step is not None:  # NaN is neither best nor worst
-            by_step.setdefault(step, []).append({**s, "reward": reward})
+            by_step.setdefault(step, []).append((reward, s))
     steps = sorted(by_step)
     if len(steps) > per_run_steps:
         steps = sorted({steps[round(i * (len(steps) - 1) / (per_run_steps - 1))] for i in range(per_run_steps)})
     rows = [["step", "which", "reward", "correct", "prompt", "response"]]
     for step in steps:
-        group = sorted(by_step[step], key=lambda s: s["reward"])
+        group = sorted(by_step[step], key=lambda pair: pair[0])
         picks = [("best", group[-1]), ("worst", group[0])]
         rest = group[1:-1]
         if rest:
             picks.append(("random", random.Random(f"{run.name}:{step}").choice(rest)))
-        for which, s in picks:
+        for which, (reward, s) in picks:
             response = str(s.get("response", ""))
             if s.get("reward_error"):
                 response += f"\n[reward error: {s['reward_error']}]"
-            rows.append([str(step), which, _fmt(float(s["reward"])), str(s.get("correct", "-")),
+            rows.append([str(step), which, _fmt(reward), str(s.get("correct", "-")),
                          _clip(str(s.get("prompt", "")), 300), _clip(response, 600)])
     return rows
 
@@ -333,6 +367,10 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
         for r in runs if len(rows := sample_rows(r)) > 1
     ) or "<p>No samples.jsonl with rewards in these runs.</p>"
     title = "rlxf report: " + ", ".join(r.name for r in runs)
+    numbered = [f"{label} is {run.name}" for label, run in zip(run_labels([r.name for r in runs]), runs)
+                if label != run.name]
+    numbers = (f"\n<p>The plots number the runs whose names their fonts cannot draw: "
+               f"{html.escape('; '.join(numbered))}.</p>" if numbered else "")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -350,7 +388,7 @@ figure {{ margin: 0; }}
 {_table(headline_rows(runs))}
 <h2>Curves</h2>
 <p>Training curves: smoothed (exponential moving average over about a twentieth of the run), raw
-values faint behind. Eval metrics: one point per evaluation.</p>
+values faint behind. Eval metrics: one point per evaluation.</p>{numbers}
 <div class="grid">
 {figures}
 </div>

@@ -15,6 +15,7 @@ PHASES = ("rollout", "reward", "experience", "train", "sync", "eval", "checkpoin
 STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LEGEND_INSIDE_MAX = 6   # entries a legend may have inside the axes; more go to the right of them
+DRAW_BUCKETS = 1000     # a long curve is drawn as the extremes of this many runs of its points (drawn_points)
 
 
 class Series(Protocol):
@@ -50,12 +51,58 @@ def ema(ys: Sequence[float], weight: float) -> list[float]:
     return out
 
 
+def drawn_points(xs: Sequence[int], ys: Sequence[float], buckets: int = DRAW_BUCKETS) -> tuple[Sequence, Sequence]:
+    """The points of a curve that are drawn: all of them up to ``4 * buckets``; past that the first,
+    the last, and the lowest and highest of each of ``buckets`` runs of consecutive points, in
+    order. On a plot up to ``buckets`` pixels wide a bucket spans under a pixel column, and its
+    extremes are what that column shows (a spike stays), so the line looks the same, and the
+    curves of a 20,000-step run draw in a fraction of the time. Drawing only: the tables and the
+    smoothing use every point."""
+    n = len(ys)
+    if n <= 4 * buckets:
+        return xs, ys
+    keep = {0, n - 1}
+    for b in range(buckets):
+        lo = b * n // buckets
+        part = ys[lo:(b + 1) * n // buckets]
+        keep |= {lo + part.index(min(part)), lo + part.index(max(part))}
+    kept = sorted(keep)
+    return [xs[i] for i in kept], [ys[i] for i in kept]
+
+
 def plain_text(text: str) -> str:
     """``text`` as matplotlib draws it literally: a run or source name is the user's, and
     matplotlib reads a pair of ``$`` as math (``a$b_{$`` stops the report with a parse error) and
     drops legend labels that start with ``_`` (a run named ``_baseline`` would lose its entry)."""
     text = text.replace("$", r"\$")
     return "\N{ZERO WIDTH SPACE}" + text if text.startswith("_") else text
+
+
+def run_labels(names: Sequence[str]) -> list[str]:
+    """The runs' names as the plots draw them: each name, or ``run N`` (its place among the runs,
+    from 1) where the fonts have no glyph for some character of it. With only DejaVu fonts
+    installed, a CJK run name was a row of boxes, every run's alike; the page around the plots
+    says which run each number is (``rlxf.metrics.report``)."""
+    return [name if drawable_text(name) else f"run {i}" for i, name in enumerate(names, start=1)]
+
+
+def drawable_text(text: str) -> bool:
+    """Whether the fonts matplotlib draws text with have a glyph for every character of ``text``:
+    the families of ``rcParams["font.family"]`` that are installed, the first one's missing glyphs
+    taken from the next (matplotlib's fallback), else its default font. A CJK font that is
+    installed but not listed there is not used."""
+    from matplotlib import font_manager, rcParams
+
+    paths = []
+    for family in rcParams["font.family"]:
+        try:
+            paths.append(font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False))
+        except ValueError:  # not installed
+            continue
+    missing = {ord(c) for c in text}
+    for path in paths or [font_manager.findfont(font_manager.FontProperties())]:
+        missing -= font_manager.get_font(path).get_charmap().keys()
+    return not missing
 
 
 def key_style(index: int, points: bool) -> tuple[str, str | None]:
@@ -103,12 +150,13 @@ def line_plot(plot: Plot, runs: Sequence[Series]):
 
     # styles go to the keys some run logged, in the plot's order, so every run draws a key alike
     logged = [k for k in plot.keys if any(run.series(k)[0] or bad(run, k) for run in runs)]
+    names = run_labels([run.name for run in runs])
     for ci, run in enumerate(runs):
         for si, key in enumerate(logged):
             # one run: a colour per key; several: a colour per run, and the key's style tells them apart
             color = f"C{(si if len(runs) == 1 else ci) % 10}"
             xs, ys = run.series(key)
-            label = plain_text(key if len(runs) == 1 else f"{run.name}: {key}")
+            label = plain_text(key if len(runs) == 1 else f"{names[ci]}: {key}")
             points = key.startswith("eval/")
             style, marker = key_style(si, points)
             if nonfinite := bad(run, key):  # a NaN loss is news: say it on the plot, where the curve stops or never starts
@@ -119,14 +167,16 @@ def line_plot(plot: Plot, runs: Sequence[Series]):
                 continue
             ys_all += ys
             if points:
-                ax.plot(xs, ys, style, color=color, label=label, marker=marker, markersize=4, linewidth=1)
+                ax.plot(*drawn_points(xs, ys), style, color=color, label=label, marker=marker, markersize=4,
+                        linewidth=1)
                 continue
             weight = smoothing_weight(len(ys))
             if weight > 0:
-                ax.plot(xs, ys, style, color=color, alpha=0.25, linewidth=1)
+                ax.plot(*drawn_points(xs, ys), style, color=color, alpha=0.25, linewidth=1)
                 label += " (smoothed)"
-            ax.plot(xs, ema(ys, weight), style, color=color, label=label, linewidth=1.6, marker=marker,
-                    markersize=4, markevery=max(1, len(xs) // 12))
+            smooth = drawn_points(xs, ema(ys, weight))
+            ax.plot(*smooth, style, color=color, label=label, linewidth=1.6, marker=marker,
+                    markersize=4, markevery=max(1, len(smooth[0]) // 12))
     ax.set_title(plot.title)
     ax.set_xlabel("step")
     ax.set_ylabel(plot.ylabel)
@@ -166,7 +216,7 @@ def time_plot(runs: Sequence[Series]):
             ax.barh(ri, mean, left=left, color=f"C{PHASES.index(phase)}", label=phase)
             left += mean
             drawn = True
-    ax.set_yticks(range(len(runs)), [plain_text(r.name) for r in runs])
+    ax.set_yticks(range(len(runs)), [plain_text(name) for name in run_labels([r.name for r in runs])])
     ax.set_xlabel("seconds per step (mean)")
     ax.set_title("Time per phase")
     if drawn:

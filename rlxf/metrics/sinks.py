@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -140,10 +140,15 @@ class DamagedFileError(UserInputError):
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """All complete records of a JSONL file: a torn last line is ignored, a whole one without
     its newline is kept (``whole_record``)."""
-    records = []
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """``read_jsonl``'s records one at a time, read as they are asked for (whether a file holds a
+    record at all need not parse the whole file)."""
     p = Path(path)
     if not p.exists():
-        return records
+        return
     with open(p, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if not raw.endswith(b"\n") and not whole_record(raw):
@@ -163,8 +168,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                         f"rlxf writes one object per line, so the file was edited or damaged after it was "
                         f"written; delete or repair that line and run again."
                     )
-                records.append(record)
-    return records
+                yield record
 
 
 def truncate_after_step(path: str | Path, step: int) -> int:
