@@ -61,7 +61,10 @@ class MathVerifierConfig(_AnswerVerifier):
         description=EXTRACTION_DOC,
     )
     answer_tag: str = Field("answer", description="Tag name for `answer_tag` extraction.")
-    float_rounding: int = Field(6, ge=0, description="Decimal places numbers are rounded to before comparing.")
+    float_rounding: int = Field(
+        6, ge=0,
+        description="Numbers agree within a relative 10^-float_rounding (an integer reference takes an integer "
+        "exactly); math-verify's decimal places for the numbers inside other expressions.")
     parse_timeout_s: int = Field(
         5, ge=0,
         description="math-verify's own time limit per parse/verify (0 = none). It works only in a "
@@ -93,9 +96,9 @@ class NumericVerifierConfig(_AnswerVerifier):
         default_factory=lambda: ["answer_tag", "boxed", "last_number"], min_length=1, description=EXTRACTION_DOC
     )
     answer_tag: str = Field("answer", description="Tag name for `answer_tag` extraction.")
-    rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance |a - b| <= rel_tol * max(|a|, |b|); two integers must be equal.")
+    rel_tol: float = Field(1e-6, ge=0, allow_inf_nan=False, description="Relative tolerance |a - b| <= rel_tol * max(|a|, |b|); two integers must be equal.")
     abs_tol: float = Field(
-        0.0, ge=0,
+        0.0, ge=0, allow_inf_nan=False,
         description="Absolute tolerance |a - b| <= abs_tol. 0: none (a fixed one would accept 0 for any reference "
         "smaller than it, such as 6.626e-34); set it where answers near 0 are rounded.")
 

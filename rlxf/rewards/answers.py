@@ -21,13 +21,14 @@ from typing import Any
 
 from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import SyncVerifier
-from rlxf.rewards.extract import extract_answer, numeral, parse_integer, parse_number
+from rlxf.rewards.extract import extract_answer, fold_unicode, numeral, parse_integer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
 
 
 def _ground_truth_text(x: RewardInput, marker: str | None = None) -> str | None:
     """The reference answer as text: a dict's ``answer``, cut after the last ``marker`` if given
-    and present (``"####"`` turns GSM8K's ``"... so 3 + 4 = 7.\n#### 7"`` into ``"7"``)."""
+    and present (``"####"`` turns GSM8K's ``"... so 3 + 4 = 7.\n#### 7"`` into ``"7"``), its
+    digits ASCII as the extracted answer's are (``fold_unicode``)."""
     gt = x.ground_truth
     if isinstance(gt, dict):  # e.g. a reasoning-gym style entry
         gt = gt.get("answer")
@@ -36,7 +37,7 @@ def _ground_truth_text(x: RewardInput, marker: str | None = None) -> str | None:
     gt = str(gt)
     if marker and marker in gt:
         gt = gt.rsplit(marker, 1)[1]
-    return gt.strip() or None
+    return fold_unicode(gt).strip() or None
 
 
 def _verdict(ok: bool) -> RewardResult:
@@ -51,8 +52,13 @@ class MathVerifier(SyncVerifier):
     """1.0 if the extracted answer is mathematically equivalent to the ground truth.
 
     Equivalence is math-verify's (Hugging Face): both sides are parsed from LaTeX or plain
-    expressions to sympy and compared symbolically and numerically (``float_rounding``
-    decimals), so ``\\frac{1}{2}``, ``0.5`` and ``1/2`` all match.
+    expressions to sympy and compared symbolically and numerically, so ``\\frac{1}{2}``,
+    ``0.5`` and ``1/2`` all match. Numbers agree within a relative ``10^-float_rounding``, never
+    to decimal places: math-verify rounds decimals to places and drops tiny differences, so
+    ``0.0`` matched 6.626e-34 and ``e^{-50}``, and ``10^{-30}`` matched ``2^{-70}``. A reference
+    that is a number is compared with a number here, as ``NumericVerifier`` compares them
+    (``numbers_match``: exactly, an integer reference taking an integer exactly); one that is
+    a constant expression (``\\sqrt{2}``, ``e^{-50}``) must also agree relatively in value.
 
     An answer is a result, not the computation that leads to it, which sympy would carry out
     for the policy (metric ``unevaluated``). Where the reference is a number, the answer must
@@ -81,6 +87,7 @@ class MathVerifier(SyncVerifier):
         self.extract = list(extract)
         self.answer_tag = answer_tag
         self.float_rounding = float_rounding
+        self.rel_tol = Fraction(1, 10**float_rounding)   # how closely two numbers agree
         self.parse_timeout_s = parse_timeout_s
         self._gold_cache: OrderedDict[str, Any] = OrderedDict()  # a group shares its ground truth
 
@@ -113,24 +120,24 @@ class MathVerifier(SyncVerifier):
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
-        gold_number = numeral(gt)
-        gold = self._gold(gt if gold_number is None else _latex(gold_number))
-        if not gold:
-            return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
-        if (_COSTLY.search(found[0]) and _BIG_ARGUMENT.search(_LOWER_BOUND.sub(r"\1", found[0]))
+        answer = found[0]
+        if (_COSTLY.search(answer) and _BIG_ARGUMENT.search(_LOWER_BOUND.sub(r"\1", answer))
                 and not _COSTLY.search(gt)):
             # \Gamma(10^6), \prod_{k=1}^{10^6} k: parsing evaluates them (seconds to minutes in
             # sympy, where math-verify's timeout cannot reach off the main thread); an answer the
             # reference does not write that way is not computed
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
-        answer = found[0]
+        gold_number = numeral(gt)
         if gold_number is not None:
-            number = numeral(answer)
+            number = numeral(answer)   # 1\,000, 1.5e3 and \$7 read as the numbers they are
             if number is None:
                 # 3+4, 5!, \binom{5}{2}, 48/6, 2^3: the question's own arithmetic copied out
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unevaluated": 1.0})
-            answer = _latex(number)   # 1\,000, 1.5e3 and \$7 read as the numbers they are
-        elif _numbers_listed(gt, brackets=True) and not _numbers_listed(answer):
+            return _verdict(numbers_match(gold_number, number, self.rel_tol))
+        gold = self._gold(gt)
+        if not gold:
+            return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
+        if _numbers_listed(gt, brackets=True) and not _numbers_listed(answer):
             # (3+4, 2) for (7, 2), [1, 1+2) for [1, 3): the same, element by element
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unevaluated": 1.0})
         try:
@@ -146,12 +153,8 @@ class MathVerifier(SyncVerifier):
                 # 9^{9^{9^{9}}}: sympy would compute it inside one C call that holds the GIL, which
                 # no timeout interrupts, and every other sample's scoring in this process waits on it
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
-            ok = self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
-            if not ok and gold_number is not None and gold_number.endswith("%") != number.endswith("%"):
-                # 12.5% for a reference of 12.5 (math-verify reads an integer's % so, not a decimal's)
-                ok = self._mv.verify(self._gold(_latex(gold_number.rstrip("%"))),
-                                     self._parse(_latex(number.rstrip("%"))),
-                                     float_rounding=self.float_rounding, timeout_seconds=self._timeout())
+            ok = (self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
+                  and _values_agree(gold, pred, self.rel_tol))
         except Exception:  # noqa: BLE001 - 2^{1/0} is a wrong answer, not a broken verifier (the gold parsed)
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unscorable": 1.0})
         return _verdict(bool(ok))
@@ -180,18 +183,6 @@ def _numbers_listed(text: str, brackets: bool = False) -> bool:
     return len(parts) > 1 and all(numeral(part) is not None for part in parts)
 
 
-def _latex(number: str) -> str:
-    """A plain number from ``numeral`` (``-5/2``, ``1.5e3``, ``50%``) in the LaTeX math-verify reads."""
-    if number.endswith("%"):
-        return _latex(number[:-1]) + r"\%"
-    if "/" in number:
-        num, den = number.split("/")
-        sign, num = ("-", num[1:]) if num.startswith("-") else ("", num)
-        return f"{sign}\\frac{{{num}}}{{{den}}}"
-    mantissa, _, exponent = number.lower().partition("e")
-    return f"{mantissa} \\times 10^{{{exponent}}}" if exponent else number
-
-
 def _unevaluated(parsed: list) -> set[str]:
     """The operations left for the reader to carry out in parsed expressions (sums, products,
     integrals, limits, derivatives), by name: an answer holding one is the computation, not its
@@ -199,9 +190,54 @@ def _unevaluated(parsed: list) -> set[str]:
     import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
 
     kinds = (sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit, sympy.Derivative)
-    # "\sum_{k=1}^{100} k = 5050" states the computation and its result: the result is what counts
-    values = [expr.rhs if isinstance(expr, sympy.Rel) else expr for expr in parsed if isinstance(expr, sympy.Basic)]
-    return {type(node).__name__ for expr in values for node in expr.atoms(*kinds)}
+    return {type(node).__name__ for expr in _values(parsed) for node in expr.atoms(*kinds)}
+
+
+def _values(parsed: list) -> list:
+    """The sympy values of math-verify's parse: of an equation, its right side (in
+    "\\sum_{k=1}^{100} k = 5050" and "x = 7" the result is what counts, as math-verify reads it)."""
+    import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
+
+    return [expr.rhs if isinstance(expr, sympy.Rel) else expr for expr in parsed if isinstance(expr, sympy.Basic)]
+
+
+def _values_agree(gold: list, pred: list, rel_tol: Fraction) -> bool:
+    """Whether a reference and an answer that are real constants (``e^{-50}``, ``0.0``), or
+    tuples, sets or intervals of them, agree within ``rel_tol`` relatively, value by value.
+    math-verify rounds decimals to places and drops ("chops") differences below its precision,
+    so every tiny constant matched 0.0 and any other. Anything else (symbols, a complex number,
+    a zero sympy cannot prove) is math-verify's to judge."""
+    import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
+
+    g, p = (next(iter(_values(parsed)), None) for parsed in (gold, pred))
+    g_values, p_values = _real_values(g), _real_values(p)
+    if g_values is None or p_values is None or len(g_values) != len(p_values):
+        return True
+    if isinstance(g, sympy.FiniteSet) or isinstance(p, sympy.FiniteSet):
+        g_values, p_values = sorted(g_values), sorted(p_values)
+    rel = sympy.Rational(rel_tol.numerator, rel_tol.denominator)
+    return all(a == b or (a.is_finite and b.is_finite and bool(abs(a - b) <= rel * max(abs(a), abs(b))))
+               for a, b in zip(g_values, p_values, strict=True))
+
+
+def _real_values(expr: Any) -> list | None:
+    """The 30-digit values of a real constant, of the elements of a tuple or set of them, or of
+    an interval's ends; None for anything else."""
+    import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
+
+    if isinstance(expr, sympy.Interval):
+        items = (expr.start, expr.end)
+    else:
+        items = expr.args if isinstance(expr, (sympy.Tuple, sympy.FiniteSet)) else (expr,)
+    values = []
+    for item in items:
+        if not isinstance(item, sympy.Expr) or item.free_symbols:
+            return None
+        value = item.evalf(30)
+        if not value.is_comparable:   # complex, or a zero sympy cannot prove (-0.e-165)
+            return None
+        values.append(value)
+    return values
 
 
 def _digits_bound(expr: Any) -> float:
@@ -269,9 +305,10 @@ class ExactVerifier(SyncVerifier):
 
 class NumericVerifier(SyncVerifier):
     """1.0 if the extracted answer is a number within tolerance of the ground truth:
-    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)`` (``math.isclose``). An integer
-    ground truth (``-1,234``, however long) takes an integer exactly, or another number within
-    ``abs_tol`` only: ``1234567.0`` and ``1.234567e6`` match 1234567, ``1234567.5`` does not.
+    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)``, exactly (``numbers_match``: ``1e-400``
+    is not 0, ``1e400`` is not inf). An integer ground truth (``-1,234``, however long) takes an
+    integer exactly, or another number within ``abs_tol`` only: ``1234567.0`` and ``1.234567e6``
+    match 1234567, ``1234567.5`` does not.
 
     A percentage on one side only is read both ways, as ``MathVerifier`` reads it: ``50%``
     matches a reference of 50 (the number a "what percent?" question asks for) and of 0.5 (its
@@ -285,6 +322,9 @@ class NumericVerifier(SyncVerifier):
         self.ground_truth_marker = ground_truth_marker
         self.extract = list(extract)
         self.answer_tag = answer_tag
+        for option, value in (("rel_tol", rel_tol), ("abs_tol", abs_tol)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"numeric verifier {name!r}: {option} must be a finite number >= 0, not {value!r}")
         self.rel_tol = rel_tol
         self.abs_tol = abs_tol
 
@@ -297,27 +337,37 @@ class NumericVerifier(SyncVerifier):
         if gt is None:
             return RewardResult.failed(_NO_GROUND_TRUTH)
         if parse_number(gt) is None:
-            return RewardResult.failed(f"the ground truth {gt!r} is not a number")
+            return RewardResult.failed(f"the ground truth {gt[:100]!r} is not a number the numeric verifier reads "
+                                       "(42, -1.5, 3/4, 1e-3, 50%); fix the sample, or score it with `math` or `exact`")
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
-        return _verdict(any(self._close(g, a) for g, a in _percent_readings(gt, found[0])))
+        return _verdict(numbers_match(gt, found[0], self.rel_tol, self.abs_tol))
 
-    def _close(self, gt: str, answer: str) -> bool:
-        gold = parse_number(gt)
-        exact_gold = parse_integer(gt)
-        if exact_gold is not None:
-            # an integer exactly, or within abs_tol however it is written: a relative 1e-6 would
-            # pass 1234568 or 1234567.5 for 1234567 (and 1.234567e8 for 123456789), and any two
-            # integers of 309 digits or more are both inf as floats
-            exact_pred = parse_integer(answer)
-            if exact_pred is not None:
-                return exact_pred == exact_gold
-            pred = parse_number(answer)
-            return pred is not None and math.isfinite(pred) and abs(Fraction(pred) - exact_gold) <= self.abs_tol
-        pred = parse_number(answer)
-        return (gold is not None and pred is not None and math.isfinite(pred) and math.isfinite(gold)
-                and math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol))
+
+def numbers_match(gt: str, answer: str, rel_tol: float | Fraction, abs_tol: float | Fraction = 0) -> bool:
+    """Whether ``answer`` writes the number ``gt`` writes (``numeral``), within
+    ``|a - b| <= max(rel_tol * max(|a|, |b|), abs_tol)``; an integer ``gt`` takes an integer
+    exactly, or another number within ``abs_tol`` only. Compared exactly, as fractions (a
+    tolerance as the decimal it is written as): floats read ``1e-400`` as 0 and ``1e400`` as inf.
+    A percentage on one side only is read both ways (``_percent_readings``).
+
+    >>> numbers_match("0", "1e-400", 1e-6), numbers_match("1e-400", "1.0000001e-400", 1e-6)
+    (False, True)
+    """
+    rel, tol = Fraction(str(rel_tol)), Fraction(str(abs_tol))
+    return any(_close(g, a, rel, tol) for g, a in _percent_readings(gt, answer))
+
+
+def _close(gt: str, answer: str, rel_tol: Fraction, abs_tol: Fraction) -> bool:
+    gold, pred = parse_number(gt), parse_number(answer)
+    if gold is None or pred is None:
+        return False
+    if parse_integer(gt) is not None:
+        # an integer exactly, or within abs_tol however else it is written: a relative 1e-6
+        # would pass 1234568 or 1234567.5 for 1234567 (and 1.234567e8 for 123456789)
+        return pred == gold or (parse_integer(answer) is None and abs(pred - gold) <= abs_tol)
+    return abs(pred - gold) <= max(rel_tol * max(abs(pred), abs(gold)), abs_tol)
 
 
 def _percent_readings(gt: str, answer: str) -> list[tuple[str, str]]:

@@ -48,7 +48,7 @@ from fractions import Fraction
 from typing import Any
 
 from rlxf.rewards.base import AsyncVerifier
-from rlxf.rewards.sandbox import Sandbox, SandboxLimits, TestCase, TestOutcome
+from rlxf.rewards.sandbox import ASSERTION_FAILED, Sandbox, SandboxLimits, TestCase, TestOutcome
 from rlxf.rewards.types import RewardInput, RewardResult
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -462,12 +462,16 @@ FAILURES = ("timeouts", "runtime_errors", "exited_early", "wrong_answers", "stra
 def failure(test: CodeTest, outcome: TestOutcome) -> str:
     """The metric a failed test counts in, so a 0 always says why. ``exited_early``: the program
     ended with status 0 (``sys.exit(0)``, ``os._exit(0)``) before it reported a call's, an eval's
-    or an assert's answer; an expression that raised is a runtime error, as a raising call is."""
+    or an assert's answer; an expression that raised is a runtime error, as a raising call is;
+    an unparsed assert test whose own assertion failed is a wrong answer (an AssertionError the
+    program raised is its runtime error)."""
     status = outcome.status
     if status in ("timeout", "wall_timeout"):
         return "timeouts"
     if status in ("stray_processes", "skipped"):
         return status
+    if test.case.kind == "assert" and outcome.result == ASSERTION_FAILED:
+        return "wrong_answers"
     if status != "ok" or (test.case.kind == "stdio" and outcome.stdout_truncated):
         return "runtime_errors"   # error, memory, killed, output_limit
     if test.case.kind != "stdio" and not outcome.result:

@@ -16,13 +16,34 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Sequence
+from fractions import Fraction
 
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 _MAX_INTEGER_DIGITS = 4000   # Python refuses int() of text over 4,300 digits
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-# minus signs other than "-" (U+2212 as typeset, full-width, small): read as "-", never dropped
-_MINUS = str.maketrans("\u2212\uff0d\ufe63", "---")
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+# minus signs other than "-" (U+2212 as typeset, small; full-width is folded with its block)
+_MINUS_SIGNS = "\u2212\ufe63"
+
+
+def fold_unicode(text: str) -> str:
+    """``text`` with other ways of writing digits and ASCII folded to ASCII, so every answer
+    checker reads an answer alike: each Unicode decimal digit (``４``, ``٤``, ``४``, ``𝟒``) as its
+    digit, full-width ASCII (``＋``, ``．``, ``％``) as ASCII, a minus sign (U+2212) as ``-``.
+    Nothing else: ``²`` and ``½`` keep their meaning (NFKC would read ``10²`` as 102)."""
+    return text if text.isascii() else _NOT_ASCII.sub(_ascii_form, text)
+
+
+def _ascii_form(m: re.Match) -> str:
+    char = m[0]
+    if "\uff01" <= char <= "\uff5e":   # the full-width forms of "!" to "~"
+        return chr(ord(char) - 0xFEE0)
+    if char in _MINUS_SIGNS:
+        return "-"
+    digit = unicodedata.decimal(char, None)   # what int() reads: the characters regex's \d finds
+    return char if digit is None else str(digit)
 
 
 def after_reasoning(text: str) -> str:
@@ -64,8 +85,8 @@ def boxed(text: str) -> str | None:
 
 def last_number(text: str) -> str | None:
     """The last number in the text, thousands separators removed ("1,250.5" -> "1250.5"), its
-    sign kept however it is written ("−5" -> "-5")."""
-    found = _NUMBER.findall(text.translate(_MINUS))
+    sign and digits read however they are written ("−５" -> "-5": ``fold_unicode``)."""
+    found = _NUMBER.findall(fold_unicode(text))
     return re.sub(r"[,\s]", "", found[-1]) if found else None
 
 
@@ -76,7 +97,8 @@ def last_line(text: str) -> str | None:
 
 def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") -> tuple[str, str] | None:
     """(answer, strategy) from the first strategy that finds one in what the response says
-    after its reasoning (``after_reasoning``), or None.
+    after its reasoning (``after_reasoning``), or None. The answer's digits are ASCII
+    (``fold_unicode``), as the answer checkers read their references.
 
     Strategies: ``answer_tag``, ``boxed``, ``last_number``, ``last_line``, ``full``.
     """
@@ -96,7 +118,7 @@ def extract_answer(text: str, strategies: Sequence[str], tag: str = "answer") ->
             raise ValueError(f"unknown extraction {strategy!r}; valid: answer_tag, boxed, last_number, "
                              "last_line, full")
         if found:
-            return found, strategy
+            return fold_unicode(found), strategy
     return None
 
 
@@ -135,9 +157,11 @@ def numeral(text: str) -> str | None:
     write a half, ``48/6`` is a division left to carry out. Dressing is dropped: ``$...$``,
     ``\text{...}``, spacing, units (``7 \text{ cm}``, ``90^\circ``, ``7 apples``), a lead-in
     (``x = 7``, ``3 + 4 = 7``, ``Answer: 7``). Anything else -- ``3+4``, ``5!``, ``2^3``, ``\sqrt{9}``,
-    ``7 = 3 + 4`` -- is the computation, not its result, and None.
+    ``7 = 3 + 4`` -- is the computation, not its result, and None. Digits in other scripts read
+    as ASCII ones (``fold_unicode``); a number of more than 4,000 digits, or with an exponent
+    past 4,000, is not read.
     """
-    text = text.strip().translate(_MINUS)
+    text = fold_unicode(text.strip())
     if len(text) > _MAX_NUMERAL_CHARS:
         return None
     text = text.strip("$").strip()
@@ -153,11 +177,12 @@ def numeral(text: str) -> str | None:
     m = _NUMERAL.match(text)
     if m is None or not _only_units(text[m.end():]):
         return None
-    if max(len(g) for g in m.groups("")) > _MAX_INTEGER_DIGITS:
-        return None   # past Python's int-from-text limit
+    exponent = m["pe"] or m["pe1"] or m["e"] or m["te"] or m["te1"]
+    if max(len(g) for g in m.groups("")) > _MAX_INTEGER_DIGITS or abs(int(exponent or 0)) > _MAX_INTEGER_DIGITS:
+        return None   # past Python's int-from-text limit, or a number of more digits than that
     sign = "-" if m["sign"] == "-" else ""
     if m["pe"] is not None or m["pe1"] is not None:   # a power of ten is scientific notation's
-        return f"{sign}1e{m['pe'] or m['pe1']}" + ("%" if m["pct"] else "")
+        return f"{sign}1e{exponent}" + ("%" if m["pct"] else "")
     if m["whole"] is not None:
         num, den = int(m["mn"]), int(m["md"])
         if not 0 < num < den:
@@ -170,7 +195,6 @@ def numeral(text: str) -> str | None:
             return None
     else:
         number = sign + m["dec"].replace(",", "")
-        exponent = m["e"] or m["te"] or m["te1"]
         return number + (f"e{exponent}" if exponent else "") + ("%" if m["pct"] else "")
     if num < 0:
         sign, num = ("" if sign else "-"), -num
@@ -205,15 +229,12 @@ def parse_integer(text: str) -> int | None:
     return int(text)
 
 
-def parse_number(text: str) -> float | None:
-    """A number written as ``-1,234.5``, ``3/4``, ``1e-3``, ``\\frac{3}{4}`` or ``50%``
-    (``numeral``); None otherwise, and for an expression such as ``48/6`` or ``3+4``."""
+def parse_number(text: str) -> Fraction | None:
+    """The number ``text`` writes (``numeral``: ``-1,234.5``, ``3/4``, ``1e-3``, ``\\frac{3}{4}``,
+    ``50%``), exactly; None otherwise, and for an expression such as ``48/6`` or ``3+4``. Exact,
+    not a float: as floats ``1e-400`` and ``0`` are equal, and ``1e400`` is inf."""
     text = numeral(text)
     if text is None:
         return None
-    scale = 100.0 if text.endswith("%") else 1.0
-    num, sep, den = text.rstrip("%").partition("/")
-    try:
-        return (float(num) / float(den) if sep else float(num)) / scale
-    except (ValueError, OverflowError):
-        return None
+    value = Fraction(text.rstrip("%"))
+    return value / 100 if text.endswith("%") else value

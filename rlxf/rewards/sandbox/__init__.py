@@ -88,6 +88,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from rlxf.rewards.sandbox._runner import ASSERTION_FAILED as ASSERTION_FAILED  # re-exported for code.py
+
 log = logging.getLogger(__name__)
 
 Isolation = Literal["strict", "auto", "weak"]
@@ -186,7 +188,8 @@ class TestOutcome:
     status: TestStatus
     stdout: str = ""              # the program's stdout (first max_output_bytes)
     stderr: str = ""              # the last 4 KiB of stderr
-    result: str = ""              # assert: the completion token; call: the JSON return value;
+    result: str = ""              # assert: the completion token, or ASSERTION_FAILED where the test's
+                                  # own assertion failed; call: the JSON return value;
                                   # eval: a JSON list of {"value": v} or {"error": message}
     exit_code: int | None = None
     signal: int | None = None

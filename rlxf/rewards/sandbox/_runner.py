@@ -18,8 +18,10 @@ What a test process emits on fd 3 (the result memfd):
   program's own class, whatever its ``__eq__``, is an error);
 - ``eval`` (parsed asserts): a JSON list, per expression ``{"value": v}`` or ``{"error": msg}``;
 - ``assert`` (asserts that could not be parsed): the test's token once the assert source ran
-  without raising. The source runs in the test process (the *judge*, which never runs program
-  code and stays non-dumpable); the program runs in a child of it without fd 3 and answers the
+  without raising; ``ASSERTION_FAILED`` where an assertion of the test's failed (a wrong
+  answer; an exception of the program's, an AssertionError included, is not one). The source
+  runs in the test process (the *judge*, which never runs program code and stays
+  non-dumpable); the program runs in a child of it without fd 3 and answers the
   judge's calls over a socket with plain data only (``_judge``). So the program can neither
   patch what the test runs (builtins, exec, AssertionError, the test's own locals), nor hand
   it an object whose ``__eq__`` says yes, nor write the token it may find in its memory.
@@ -35,6 +37,7 @@ import os
 import sys
 
 PR_SET_DUMPABLE = 4
+ASSERTION_FAILED = "assertion failed"   # an assert test's result when its own assertion failed
 CLONE_PARENT, SIGCHLD = 0x00008000, 17
 SOL_SOCKET, SCM_RIGHTS = 1, 1
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220, "ppc64le": 120, "s390x": 120}
@@ -270,7 +273,9 @@ def _judge(code: str, test: dict) -> None:
     What the source passes that is not data (a lambda, a function or an object of its own)
     stays here: the program gets a handle whose calls run here (``_Channel.serve``). The test
     passes when the source ran here without raising, nor any of its callbacks with an
-    AssertionError the program might have caught; this process exits with the status the
+    AssertionError the program might have caught. Where one of the test's assertions failed it
+    reports ``ASSERTION_FAILED`` (a wrong answer); an exception the program raised, whatever
+    its type, is the program's error (``raised_by``). This process exits with the status the
     child's own exit gives it when the program ends early (``sys.exit``, a crash, a signal)."""
     import ast  # noqa: PLC0415
     import builtins  # noqa: PLC0415
@@ -285,7 +290,7 @@ def _judge(code: str, test: dict) -> None:
         _serve(code, theirs)  # never returns
     theirs.close()
     channel = _Channel(mine)
-    status, passed = 1, False
+    status, passed, wrong = 1, False, False
     try:
         wanted = {n.id for n in ast.walk(ast.parse(test["source"])) if isinstance(n, ast.Name)}
         names = channel.ask(["start", sorted(n for n in wanted if n not in builtins.__dict__)])[1]
@@ -306,8 +311,12 @@ def _judge(code: str, test: dict) -> None:
         status = None
     except BaseException as e:  # noqa: BLE001 - an assertion (or the test) failed
         status = _exit_status(e)
+        # the test's assertion (a wrong answer), not the program's AssertionError come through
+        wrong = isinstance(e, AssertionError) and getattr(e, "raised_by", None) != "program"
     if passed:
         _emit(test["token"])
+    elif wrong:
+        _emit(ASSERTION_FAILED)
     mine.close()  # the child exits at the end of its requests
     _, child_status = os.waitpid(child, 0)
     try:
@@ -340,7 +349,9 @@ def _raised(reply: list, by: str) -> Exception:
     kind = getattr(builtins, str(reply[1]), None) if len(reply) > 1 else None
     if not (isinstance(kind, type) and issubclass(kind, Exception)):
         kind = RuntimeError
-    return kind(f"(raised by the {by}) {reply[2] if len(reply) > 2 else ''}"[:300])
+    error = kind(f"(raised by the {by}) {reply[2] if len(reply) > 2 else ''}"[:300])
+    error.raised_by = by   # the judge tells the program's AssertionError from its test's own
+    return error
 
 
 class _Channel:
