@@ -99,7 +99,9 @@ class CheckpointConfig(Section):
         "(0 = only at the end, and on SIGTERM / Ctrl-C, which always checkpoint the finished step).",
     )
     keep_last: int = Field(
-        2, ge=1, description="How many most recent checkpoints to keep; older ones are deleted."
+        2, ge=1, description="How many most recent checkpoints to keep; older ones are deleted (but the newest "
+        "one whose files are all there, while every newer one lost a file). With 1, a checkpoint damaged in a "
+        "way a file's length does not show leaves nothing to resume from: keep 2 or more."
     )
     save_final: bool = Field(
         True, description="Save a checkpoint when an RL run finishes (`rlxf sft`, `rm` and `dpo` always save their "

@@ -20,7 +20,9 @@ Ctrl-C) removes what it had written, and puts a set-aside ``step_N`` back, befor
 
 ``trainer_state.pt`` lists every other file of the checkpoint with its length (``files``): a file
 gone or cut short later is damage even where its format has no check of its own (a missing
-``learner_state.pt``, a truncated chat template), so a resume takes the checkpoint before it.
+``learner_state.pt``, a truncated chat template), so a resume takes the checkpoint before it;
+``keep_last`` does not delete the newest checkpoint with all its files at their saved lengths
+while every newer one it keeps lacks one (a stat per file at each save, a few ms).
 A file the system will not let the process read (its permissions, an I/O error) is not damage:
 the resume stops and says so (``CheckpointUnreadable``), as taking the checkpoint before it would
 have the next save delete the newer one.
@@ -177,7 +179,13 @@ def _first_damage(path: Path) -> str | None:
                 e.filename = e.filename or str(file)  # a read's error has none
                 raise
             return f"{file}: {type(e).__name__}: {e}"
-    for name, size in sorted(_saved_files(path).items()):
+    return _size_damage(path, _saved_files(path) or {})
+
+
+def _size_damage(path: Path, saved: dict[str, int]) -> str | None:
+    """The first of the ``saved`` files (``_saved_files``) gone from checkpoint ``path`` or of
+    another length, and how; None if none is."""
+    for name, size in sorted(saved.items()):
         file = path / name
         if not file.is_file():
             return f"{file}: missing (the checkpoint was saved with it, {size} bytes)"
@@ -186,14 +194,27 @@ def _first_damage(path: Path) -> str | None:
     return None
 
 
-def _saved_files(path: Path) -> dict[str, int]:
+def _stat_damage(path: Path) -> str | None:
+    """``find_damage`` without reading the files: a stat of each file checkpoint ``path`` was saved
+    with (and a read of its small trainer state), a few ms for every save where reading them all
+    takes seconds. None when all are there with their saved lengths (or it predates the list)."""
+    saved = _saved_files(path)
+    if saved is None:
+        return f"{path / STATE_FILE}: does not read back"
+    try:
+        return _size_damage(path, saved)
+    except OSError as e:  # a file that cannot even be looked at is nothing to count on
+        return f"{e.filename or path}: {type(e).__name__}: {e}"
+
+
+def _saved_files(path: Path) -> dict[str, int] | None:
     """The files checkpoint ``path`` was saved with (relative path -> bytes), from its trainer
-    state; empty for one saved before the list was kept, or whose trainer state does not read
-    back (``find_damage`` then reports that file itself)."""
+    state; empty for one saved before the list was kept, None when its trainer state does not
+    read back (``find_damage`` reports that file itself)."""
     try:
         files = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True).get("files")
     except Exception:  # noqa: BLE001 - damage of the state file is found by its own check
-        return {}
+        return None
     if not isinstance(files, dict):
         return {}
     # relative names only: a crafted list must not send the check outside the checkpoint
@@ -253,7 +274,9 @@ def intact_checkpoint(root: Path) -> Path | None:
 def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None],
                     state: dict[str, Any] | Callable[[], dict[str, Any]], keep_last: int) -> Path:
     """Write ``step_<step>`` atomically; keep it and the ``keep_last - 1`` newest before it
-    (checkpoints of later steps, left by the run before a resume from an older one, are deleted).
+    (checkpoints of later steps, left by the run before a resume from an older one, are deleted),
+    and, when every one kept has lost a file or part of one since it was written, the newest
+    older one that has not (``_stat_damage``: a stat per file, not ``find_damage``'s full read).
 
     ``write(directory)`` saves the models and the roles' state into the checkpoint directory
     (the placement's ``save``); ``state`` is the loop's own, saved as ``trainer_state.pt``. Given
@@ -296,7 +319,16 @@ def save_checkpoint(root: Path, step: int, *, write: Callable[[Path], None],
             _delete(path)
         elif n < step:
             older.append(path)
-    for path in older[:max(0, len(older) - (keep_last - 1))]:
+    doomed = older[:max(0, len(older) - (keep_last - 1))]
+    if doomed and all(_stat_damage(p) for p in [final, *older[len(doomed):]]):
+        # every kept one lost a file since it was written: deleting the newest that did not would
+        # leave a resume nothing to resume from
+        spared = next((p for p in reversed(doomed) if _stat_damage(p) is None), None)
+        if spared is not None:
+            log.warning("keeping checkpoint %s beyond checkpoint.keep_last = %d: the newer ones are "
+                        "damaged (%s)", spared, keep_last, _stat_damage(final))
+            doomed.remove(spared)
+    for path in doomed:
         _delete(path)
     return final
 

@@ -4,7 +4,8 @@ One optimizer step per batch of ``batch_size`` pairs drawn by a resumable sample
 micro-batches' losses through the shared ``TrainableModel`` step, held-out evaluation at the
 start, every ``eval_every`` steps and at the end, checkpoints that resume bit for bit, in the
 layout of every run: ``<run>/checkpoints/step_N/model`` (the final step's always). A SIGTERM or
-a first Ctrl-C finishes the step, checkpoints it and raises ``TrainingInterrupted``, as in RL.
+a first Ctrl-C finishes the step, checkpoints it and raises ``TrainingInterrupted``, as in RL
+(in the last step, the run ends as finished).
 What is learned (a reward model's scores, a policy's log-ratios) is the ``PairObjective``'s
 business.
 """
@@ -27,7 +28,6 @@ from rlxf.data.preference import PreferenceData, PreferenceExample
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import build_sinks
 from rlxf.run_dir import RunDir
-from rlxf.trainer.checkpoint import latest_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import micro_batches
 from rlxf.trainer.state import recorded_metrics
@@ -121,9 +121,10 @@ def train_pairs(job: PairRun, cfg: Config, section: PairTrainConfig, run: RunDir
                     if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == section.steps \
                             or stopping is not None:
                         saved = checkpoint(step)
-                    if stopping is not None:
+                    if stopping is not None and step < section.steps:  # the last step ends the run as usual
                         raise TrainingInterrupted(stopping, step, saved)
-            log.info("%s: %d steps; model in %s", prefix, section.steps, latest_checkpoint(run.checkpoints) / "model")
+            # the last step's checkpoint, which it always saves (the newest found now: none, if it went since)
+            log.info("%s: %d steps; model in %s", prefix, section.steps, saved / "model")
     finally:
         sink.close()
     return last

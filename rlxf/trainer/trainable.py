@@ -132,8 +132,9 @@ def adapter_mismatch(saved: dict[str, Tensor], model: torch.nn.Module) -> str | 
 def checkpoint_trainable(run: RunDir, step: int, core: TrainableModel, tokenizer, sampler, *, keep_last: int,
                          annotate: Callable[[Path], None] | None = None) -> Path:
     """Save ``core`` and the data ``sampler``'s position as ``<run>/checkpoints/step_<step>``
-    (atomically; the newest ``keep_last`` are kept). ``annotate(model_dir)`` may add files next
-    to the saved model (a reward model's score statistics). Returns the checkpoint directory."""
+    (atomically; the newest ``keep_last`` are kept, see ``save_checkpoint``). ``annotate(model_dir)``
+    may add files next to the saved model (a reward model's score statistics). Returns the
+    checkpoint directory."""
     def write(directory: Path) -> None:
         core.save(directory, tokenizer)
         if annotate is not None:
