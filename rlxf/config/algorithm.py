@@ -17,11 +17,14 @@ The presets and the papers behind them:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from rlxf.config.base import Section
+
+if TYPE_CHECKING:
+    from rlxf.config.reward import RewardConfig
 
 AlgorithmName = Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo"]
 
@@ -43,6 +46,20 @@ PRESETS: dict[str, dict[str, Any]] = {
              "loss_agg": "seq_mean_token_mean", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
     "ppo": {"advantage": "gae", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
 }
+
+
+def preset_sources(data: Any) -> dict[str, str]:
+    """The fields of a raw ``algorithm`` section that a preset fills in, each with the field that
+    chose the preset: ``{name: dapo}`` -> ``{"overlong_buffer": "name", ...}``, ``{off_policy: tis}``
+    -> ``{"is_cap": "off_policy"}``. An error about such a field points at the one that chose it."""
+    if not isinstance(data, dict):
+        return {}
+    sources = {}
+    for chooser, presets, default in (("name", PRESETS, "grpo"), ("off_policy", OFF_POLICY_DEFAULTS, "none")):
+        chosen = data.get(chooser, default)
+        if isinstance(chosen, str):
+            sources.update({name: chooser for name in presets.get(chosen, {}) if name not in data})
+    return sources
 
 
 class AlgorithmConfig(Section):
@@ -177,8 +194,9 @@ class AlgorithmConfig(Section):
             raise ValueError(f"algorithm.is_floor ({self.is_floor}) must not exceed algorithm.is_cap ({self.is_cap})")
         return self
 
-    def negative_return_problems(self) -> list[tuple[tuple[str, ...], str]]:
-        """The settings that subtract from the returns, as ``(location, message)`` problems.
+    def negative_return_problems(self, reward: RewardConfig | None = None) -> list[tuple[tuple, str]]:
+        """The settings that subtract from the returns, as ``(location, message)`` problems: this
+        section's, and ``reward``'s verifiers that can score below 0 when they make the returns.
 
         They matter to an advantage estimator registered with ``Needs(nonnegative_returns=True)``
         (maxrl divides by the group's mean return, a pass rate). Which estimators those are is the
@@ -190,6 +208,9 @@ class AlgorithmConfig(Section):
             problems.append((("algorithm", "kl_mode"), f"{why}, and kl_mode: reward subtracts the KL penalty "
                              f"(algorithm.kl_coef) from them: use kl_mode: loss"))
         if self.overlong_buffer > 0 and self.overlong_penalty > 0:
+            preset = (f", as algorithm.name: {self.name} sets it"
+                      if PRESETS[self.name].get("overlong_buffer") == self.overlong_buffer else "")
             problems.append((("algorithm", "overlong_buffer"), f"{why}, and the overlong penalty "
-                             f"(algorithm.overlong_buffer) subtracts from them: set overlong_buffer: 0"))
-        return problems
+                             f"(algorithm.overlong_buffer={self.overlong_buffer:g}{preset}) subtracts from them: "
+                             f"set overlong_buffer: 0"))
+        return problems + (reward.negative_reward_problems(why) if reward is not None else [])

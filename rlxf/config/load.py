@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rlxf.config.algorithm import preset_sources
 from rlxf.config.schema import Config
 from rlxf.errors import UserInputError, raised_at
 
@@ -311,9 +312,13 @@ _FIELD_PATH = re.compile(r"\b([a-z_]+(?:\.[a-z_0-9]+)+)")
 
 
 def _exact_line(node: yaml.Node | None, path: list[str]) -> int | None:
-    """1-based line of the key at ``path`` in the YAML file; None if the file does not set it."""
+    """1-based line of the key (or list entry) at ``path`` in the YAML file; None if the file does not set it."""
     line = None
     for part in path:
+        if isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+            continue
         if not isinstance(node, yaml.MappingNode):
             return None
         for key, value in node.value:
@@ -325,12 +330,14 @@ def _exact_line(node: yaml.Node | None, path: list[str]) -> int | None:
     return line
 
 
-def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridden: dict[tuple, str]) -> str:
+def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridden: dict[tuple, str],
+            preset: dict[tuple, tuple] | None = None) -> str:
     """Where the value behind one error came from: the override(s), or the file and line.
 
     An error about one field points at it; an error of a check across fields (batch arithmetic)
     points at every field its message names, so an override is blamed when it caused the problem
-    rather than the YAML file that was fine on its own.
+    rather than the YAML file that was fine on its own. A field a preset filled in (``preset``:
+    its path -> the path of the field that chose the preset) points at that one.
     """
     direct = next((o for k, o in overridden.items() if tuple(map(str, loc[: len(k)])) == k), None)
     if direct is not None:
@@ -338,6 +345,7 @@ def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridde
     named = [m.split(".") for m in dict.fromkeys(_FIELD_PATH.findall(msg)) if m.split(".")[0] in Config.model_fields]
     if not named:
         named = [list(map(str, loc))] if loc else []
+    named = [list(preset.get(tuple(path), path)) if preset else path for path in named]
     parts: list[str] = []
     for path in named:
         override = overridden.get(tuple(path))
@@ -353,16 +361,15 @@ def _origin(loc: tuple, msg: str, source: str, node: yaml.Node | None, overridde
     return f"{source}:{line}" if line else source
 
 
-def _format_errors(err: ValidationError, source: str, node: yaml.Node | None,
-                   overridden: dict[tuple, str]) -> str:
-    lines = [f"invalid config ({source}): {err.error_count()} problem(s)"]
+def _format_errors(err: ValidationError, origins: Origins) -> str:
+    lines = [f"invalid config ({origins.source}): {err.error_count()} problem(s)"]
     for e in err.errors():
         raw = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         loc = _walk(raw)[1]
         path = ".".join(str(p) for p in loc) or "(top level)"
         kind = e["type"]
         msg = e["msg"].removeprefix("Value error, ")
-        origin = _origin(loc, msg, source, node, overridden)
+        origin = origins(loc, msg)
         section = _model_at(raw[:-1]) if raw else None
         if kind == "extra_forbidden":
             valid = sorted(section.model_fields) if section else []
@@ -390,9 +397,10 @@ class Origins:
     source: str = "defaults"
     node: yaml.Node | None = None
     overridden: dict[tuple, str] = field(default_factory=dict)
+    preset: dict[tuple, tuple] = field(default_factory=dict)  # see _origin
 
     def __call__(self, loc: tuple, msg: str = "") -> str:
-        return _origin(loc, msg, self.source, self.node, self.overridden)
+        return _origin(loc, msg, self.source, self.node, self.overridden, self.preset)
 
     def error(self, problems: list[tuple[tuple, str]], *, names_in_message: bool = True) -> ConfigError:
         """One ConfigError listing every ``(location, message)`` problem with its origin.
@@ -437,10 +445,12 @@ def load_config_located(path: str | Path | None, overrides: list[str] | tuple[st
         keys, value = parse_override(text)
         _set_path(data, keys, value, f"override {text!r}")
         origins.overridden[tuple(keys)] = f"override {text!r}"
+    origins.preset = {("algorithm", name): ("algorithm", chooser)
+                      for name, chooser in preset_sources(data.get("algorithm")).items()}
     try:
         cfg = Config.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, origins.source, origins.node, origins.overridden)) from None
+        raise ConfigError(_format_errors(err, origins)) from None
     check_names(cfg, Path(path).resolve().parent if path is not None else None, given_rewards=given_rewards,
                 origins=origins)
     problems = [problem for check in checks for problem in check(cfg)]
@@ -619,7 +629,9 @@ def check_names(cfg: Config, config_dir: Path | None = None, *, given_rewards: b
         problems.append((("rollout", "n"), f"algorithm.advantage={cfg.algorithm.advantage!r} compares samples of "
                          f"one prompt and needs rollout.n >= 2 (got {cfg.rollout.n})"))
     if not problems and registry.needs("advantage", cfg.algorithm.advantage).nonnegative_returns:
-        problems += cfg.algorithm.negative_return_problems()
+        # the verifiers' rewards make the returns, unless a reward server's or an environment's alone do
+        scored = cfg.reward if not cfg.reward.url and (cfg.env is None or cfg.env.use_verifiers) else None
+        problems += cfg.algorithm.negative_return_problems(scored)
     greedy = "rollout.temperature=0" if cfg.rollout.temperature == 0 else \
         "rollout.top_k=1" if cfg.rollout.top_k == 1 else None
     if not problems and greedy and cfg.rollout.n > 1 and cfg.env is None \

@@ -17,6 +17,7 @@ and each s_i is logged on its own. Each entry of ``reward.verifiers`` picks a ki
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -41,6 +42,12 @@ class _Verifier(Section):
     @property
     def label(self) -> str:
         return self.name or self.type  # type: ignore[attr-defined]
+
+    @property
+    def score_range(self) -> tuple[float, float] | None:
+        """The lowest and highest score s_i this kind gives a sample it scores (before the weight);
+        None where it cannot be known from the config (a custom function's)."""
+        return 0.0, 1.0
 
 
 class _AnswerVerifier(_Verifier):
@@ -140,6 +147,10 @@ class OverlongVerifierConfig(_Verifier):
     max_tokens: int | None = Field(
         None, ge=1, description="Length limit L_max; default each sample's max_new_tokens."
     )
+
+    @property
+    def score_range(self) -> tuple[float, float]:
+        return -self.penalty, 0.0
 
 
 class ReasoningGymVerifierConfig(_Verifier):
@@ -249,6 +260,14 @@ class RewardModelVerifierConfig(_Verifier):
             raise ValueError(f"clip {list(value)} must be [lo, hi] with lo < hi")
         return value
 
+    @property
+    def score_range(self) -> tuple[float, float]:
+        # sigmoid's scores lie in (0, 1); the others are a signed score, unbounded but for `clip`
+        low, high = (0.0, 1.0) if self.normalize == "sigmoid" else (-math.inf, math.inf)
+        if self.clip is not None:
+            low, high = (min(max(bound, self.clip[0]), self.clip[1]) for bound in (low, high))
+        return low, high
+
 
 class JudgeVerifierConfig(_Verifier):
     """An LLM grades the response with a rubric; its reply's score is mapped to [0, 1]."""
@@ -316,6 +335,10 @@ class CustomVerifierConfig(_Verifier):
     @property
     def label(self) -> str:
         return self.name or self.function.rpartition(":")[2]
+
+    @property
+    def score_range(self) -> None:
+        return None
 
 
 VerifierConfig = Annotated[
@@ -417,6 +440,50 @@ class RewardConfig(Section):
         if self.accuracy is not None and self.accuracy not in names:
             raise ValueError(f"reward.accuracy is {self.accuracy!r}; allowed: {names}")
         return self
+
+    def negative_reward_problems(self, why: str) -> list[tuple[tuple, str]]:
+        """What can make a sample's reward ``r = Σ_i w_i · s_i`` negative, as ``(location, message)``
+        problems whose messages start with ``why``. Any verifier may fail on a sample (a timeout)
+        and score ``error_score``. None when the lowest ``r`` of the whole sum is >= 0 (with
+        error_score 1, a reward model clipped to [1, 2] makes up for an overlong penalty of 1); else
+        each verifier whose weighted score can be negative, and ``error_score`` when a failed one's
+        can. A custom function's own scores cannot be known here: they count as 0, neither blamed
+        nor credited."""
+        lowest, failing, blamed = 0.0, [], []
+        for i, v in enumerate(self.verifiers):
+            if v.weight == 0:
+                continue
+            scored = 0.0 if v.score_range is None else min(v.weight * s for s in v.score_range)
+            failed = v.weight * self.error_score
+            lowest += min(scored, failed)
+            if failed < 0:
+                failing.append(f"{failed:g} in {v.label} (weight {v.weight:g})")
+            if scored < 0:
+                blamed.append((i, v, scored))
+        if lowest >= 0:
+            return []
+        problems = []
+        for i, v, scored in blamed:
+            at = ("reward", "verifiers", i)
+            if v.weight < 0:
+                at, cause, fix = (*at, "weight"), f"has weight {v.weight:g}", "give it a weight >= 0"
+            elif isinstance(v, OverlongVerifierConfig):
+                cause = f"scores down to -{v.penalty:g} (the overlong penalty)"
+                fix = "drop it (algorithm.mask_truncated: true trains nothing on cut-off responses instead)"
+            elif isinstance(v, RewardModelVerifierConfig):
+                clip = f"clip: {list(v.clip)}" if v.clip is not None else "no clip"
+                at, cause = (*at, "normalize"), f"gives signed scores (normalize: {v.normalize}, {clip})"
+                fix = "set normalize: sigmoid, or clip: [0, hi]"
+            else:
+                cause, fix = f"scores down to {scored / v.weight:g}", "drop it"
+            problems.append((at, f"{why}, and reward.verifiers.{i} ({v.label}) {cause}, so a reward can be as "
+                                 f"low as {lowest:g}: {fix}"))
+        if failing:
+            problems.append((("reward", "error_score"), f"{why}, and a verifier that fails on a sample (raises, "
+                             f"times out) scores reward.error_score={self.error_score:g}, which adds "
+                             f"{', '.join(failing)}, so a reward can be as low as {lowest:g}: set reward.error_score: 0 "
+                             f"(a failure then scores as a wrong answer)"))
+        return problems
 
     @property
     def names(self) -> list[str]:

@@ -23,6 +23,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -60,16 +61,36 @@ _NESTED_CALL = ("generate was called from a hook of a running generate call (on_
 
 
 def model_eos_ids(model, tokenizer=None) -> tuple[int, ...]:
-    """The eos ids of the model's generation config, model config and tokenizer (union)."""
-    ids: list[int] = []
-    sources = [getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-               getattr(model.config, "eos_token_id", None),
-               getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None]
-    for value in sources:
+    """The eos ids of the model's generation config, model config and tokenizer (union).
+
+    An id outside the model's vocabulary (from a generation_config.json or tokenizer of another
+    model) is never sampled, so it never stops a response: it is warned about once, naming the
+    file it came from, and kept (tiny test models have one: GPT-2's 50256 in a 64-token model)."""
+    folder = getattr(model.config, "name_or_path", "")
+    model_files = f"{folder}/" if folder else "the model's "
+    generated = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    configured = getattr(model.config, "eos_token_id", None)
+    # without a generation_config.json, transformers copies config.json's ids into the generation config
+    copied = generated == configured and not (folder and Path(folder, "generation_config.json").is_file())
+    tokenizer_folder = getattr(tokenizer, "name_or_path", "")
+    tokenizer_file = f"{tokenizer_folder}/tokenizer_config.json" if tokenizer_folder else "the tokenizer"
+    sources = [(f"{model_files}generation_config.json", None if copied else generated),
+               (f"{model_files}config.json", configured),
+               (f"{tokenizer_file} (eos_token {getattr(tokenizer, 'eos_token', None)!r})",
+                getattr(tokenizer, "eos_token_id", None))]
+    found: dict[int, list[str]] = {}
+    for where, value in sources:
         for t in (value if isinstance(value, (list, tuple)) else [value]):
-            if t is not None and int(t) not in ids:
-                ids.append(int(t))
-    return tuple(ids)
+            if t is not None and where not in found.setdefault(int(t), []):
+                found[int(t)].append(where)
+    vocab_size = getattr(model.config, "vocab_size", None)
+    outside = {t: where for t, where in found.items() if vocab_size is not None and not 0 <= t < vocab_size}
+    if outside:
+        log.warning("eos id(s) outside the model's vocabulary of %d tokens (ids 0..%d) never stop a response, as "
+                    "the model never samples them: %s. Use the model's own tokenizer and generation config, or "
+                    "fix eos_token_id there", vocab_size, vocab_size - 1,
+                    "; ".join(f"{t} from {', '.join(where)}" for t, where in outside.items()))
+    return tuple(found)
 
 
 def _named_weights(model) -> Iterable[tuple[str, torch.Tensor]]:
