@@ -70,8 +70,9 @@ class MathVerifierConfig(_AnswerVerifier):
     answer_tag: str = Field("answer", description="Tag name for `answer_tag` extraction.")
     float_rounding: int = Field(
         6, ge=0,
-        description="Numbers agree within a relative 10^-float_rounding (an integer reference takes an integer "
-        "exactly); math-verify's decimal places for the numbers inside other expressions.")
+        description="Numbers agree when equal to float_rounding decimal places where those hold 3 significant "
+        "digits of the reference or more (0.367879 for e^{-1}), else within a relative 10^-float_rounding (so "
+        "0.0 never matches e^{-50}).")
     parse_timeout_s: int = Field(
         5, ge=0,
         description="math-verify's own time limit per parse/verify (0 = none). It works only in a "

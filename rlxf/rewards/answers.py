@@ -24,6 +24,10 @@ from rlxf.rewards.base import SyncVerifier
 from rlxf.rewards.extract import extract_answer, fold_unicode, numeral, parse_integer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
 
+# significant digits of the reference that float_rounding's decimal places must hold for agreement
+# to those places to count (MathVerifier.places_from)
+PLACES_DIGITS = 3
+
 
 def _ground_truth_text(x: RewardInput, marker: str | None = None) -> str | None:
     """The reference answer as text: a dict's ``answer``, cut after the last ``marker`` if given
@@ -53,12 +57,13 @@ class MathVerifier(SyncVerifier):
 
     Equivalence is math-verify's (Hugging Face): both sides are parsed from LaTeX or plain
     expressions to sympy and compared symbolically and numerically, so ``\\frac{1}{2}``,
-    ``0.5`` and ``1/2`` all match. Numbers agree within a relative ``10^-float_rounding``, never
-    to decimal places: math-verify rounds decimals to places and drops tiny differences, so
-    ``0.0`` matched 6.626e-34 and ``e^{-50}``, and ``10^{-30}`` matched ``2^{-70}``. A reference
-    that is a number is compared with a number here, as ``NumericVerifier`` compares them
-    (``numbers_match``: exactly, an integer reference taking an integer exactly); one that is
-    a constant expression (``\\sqrt{2}``, ``e^{-50}``) must also agree relatively in value.
+    ``0.5`` and ``1/2`` all match. Numbers agree to ``float_rounding`` decimal places where those
+    hold ``PLACES_DIGITS`` significant digits of the reference (``0.367879`` for ``e^{-1}``), and
+    within a relative ``10^-float_rounding`` where they do not: math-verify rounds decimals to
+    places and drops tiny differences, so ``0.0`` matched 6.626e-34 and ``e^{-50}``, and
+    ``10^{-30}`` matched ``2^{-70}``. A reference that is a number is compared with a number
+    here, exactly (``numbers_match``, or to the places); one that is a constant expression
+    (``\\sqrt{2}``, ``e^{-50}``) after math-verify's yes, in value (``_values_agree``).
 
     An answer is a result, not the computation that leads to it, which sympy would carry out
     for the policy (metric ``unevaluated``). Where the reference is a number, the answer must
@@ -88,6 +93,10 @@ class MathVerifier(SyncVerifier):
         self.answer_tag = answer_tag
         self.float_rounding = float_rounding
         self.rel_tol = Fraction(1, 10**float_rounding)   # how closely two numbers agree
+        # where float_rounding's decimal places hold this many significant digits of the reference,
+        # agreeing to those places is agreeing: 0.367879 for e^{-1}, 0.003333 for 1/300 (below it,
+        # the rounding erases the reference: 0.0 "matched" e^{-50})
+        self.places_from = Fraction(10) ** (PLACES_DIGITS - float_rounding)
         self.parse_timeout_s = parse_timeout_s
         self._gold_cache: OrderedDict[str, Any] = OrderedDict()  # a group shares its ground truth
 
@@ -95,6 +104,13 @@ class MathVerifier(SyncVerifier):
     def from_config(cls, cfg: Any) -> MathVerifier:
         return cls(cfg.label, cfg.extract, cfg.answer_tag, cfg.float_rounding, cfg.parse_timeout_s,
                    cfg.ground_truth_marker)
+
+    def _same_places(self, gold: Fraction | None, answer: Fraction | None) -> bool:
+        """Equal once rounded to ``float_rounding`` decimals, where those hold ``PLACES_DIGITS``
+        significant digits of the reference or more (math-verify's reading, kept where it means
+        something)."""
+        return (gold is not None and answer is not None and abs(gold) >= self.places_from
+                and round(gold, self.float_rounding) == round(answer, self.float_rounding))
 
     def _timeout(self) -> int | None:
         # math-verify's timeout uses SIGALRM, which only the main thread may set
@@ -133,7 +149,8 @@ class MathVerifier(SyncVerifier):
             if number is None:
                 # 3+4, 5!, \binom{5}{2}, 48/6, 2^3: the question's own arithmetic copied out
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unevaluated": 1.0})
-            return _verdict(numbers_match(gold_number, number, self.rel_tol))
+            return _verdict(numbers_match(gold_number, number, self.rel_tol)
+                            or self._same_places(parse_number(gold_number), parse_number(number)))
         gold = self._gold(gt)
         if not gold:
             return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
@@ -154,7 +171,7 @@ class MathVerifier(SyncVerifier):
                 # no timeout interrupts, and every other sample's scoring in this process waits on it
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
             ok = (self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
-                  and _values_agree(gold, pred, self.rel_tol))
+                  and _values_agree(gold, pred, self.rel_tol, self.places_from))
         except Exception:  # noqa: BLE001 - 2^{1/0} is a wrong answer, not a broken verifier (the gold parsed)
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unscorable": 1.0})
         return _verdict(bool(ok))
@@ -201,12 +218,13 @@ def _values(parsed: list) -> list:
     return [expr.rhs if isinstance(expr, sympy.Rel) else expr for expr in parsed if isinstance(expr, sympy.Basic)]
 
 
-def _values_agree(gold: list, pred: list, rel_tol: Fraction) -> bool:
+def _values_agree(gold: list, pred: list, rel_tol: Fraction, places_from: Fraction) -> bool:
     """Whether a reference and an answer that are real constants (``e^{-50}``, ``0.0``), or
-    tuples, sets or intervals of them, agree within ``rel_tol`` relatively, value by value.
-    math-verify rounds decimals to places and drops ("chops") differences below its precision,
-    so every tiny constant matched 0.0 and any other. Anything else (symbols, a complex number,
-    a zero sympy cannot prove) is math-verify's to judge."""
+    tuples, sets or intervals of them, agree within ``rel_tol`` relatively, value by value, where
+    the reference's value is below ``places_from``. math-verify rounds decimals to places and
+    drops ("chops") differences below its precision, so every tiny constant matched 0.0 and any
+    other; at or above ``places_from`` its agreement to those places is kept. Anything else
+    (symbols, a complex number, a zero sympy cannot prove) is math-verify's to judge."""
     import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
 
     g, p = (next(iter(_values(parsed)), None) for parsed in (gold, pred))
@@ -215,14 +233,16 @@ def _values_agree(gold: list, pred: list, rel_tol: Fraction) -> bool:
         return True
     if isinstance(g, sympy.FiniteSet) or isinstance(p, sympy.FiniteSet):
         g_values, p_values = sorted(g_values), sorted(p_values)
-    rel = sympy.Rational(rel_tol.numerator, rel_tol.denominator)
-    return all(a == b or (a.is_finite and b.is_finite and bool(abs(a - b) <= rel * max(abs(a), abs(b))))
+    rel, big = (sympy.Rational(f.numerator, f.denominator) for f in (rel_tol, places_from))
+    return all(a == b or (a.is_finite and b.is_finite and bool(abs(a) >= big or abs(a - b) <= rel * max(abs(a), abs(b))))
                for a, b in zip(g_values, p_values, strict=True))
 
 
 def _real_values(expr: Any) -> list | None:
-    """The 30-digit values of a real constant, of the elements of a tuple or set of them, or of
-    an interval's ends; None for anything else."""
+    """The values of a real constant, of the elements of a tuple or set of them, or of an
+    interval's ends: a fraction or a decimal exactly (``0.333333`` is 333333/10^6, as
+    ``numbers_match`` reads it, not the binary float below it that math-verify holds), other
+    constants to 30 digits; None for anything else."""
     import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
 
     if isinstance(expr, sympy.Interval):
@@ -233,7 +253,7 @@ def _real_values(expr: Any) -> list | None:
     for item in items:
         if not isinstance(item, sympy.Expr) or item.free_symbols:
             return None
-        value = item.evalf(30)
+        value = sympy.Rational(str(item)) if item.is_Float else item if item.is_Rational else item.evalf(30)
         if not value.is_comparable:   # complex, or a zero sympy cannot prove (-0.e-165)
             return None
         values.append(value)
@@ -338,7 +358,8 @@ class NumericVerifier(SyncVerifier):
             return RewardResult.failed(_NO_GROUND_TRUTH)
         if parse_number(gt) is None:
             return RewardResult.failed(f"the ground truth {gt[:100]!r} is not a number the numeric verifier reads "
-                                       "(42, -1.5, 3/4, 1e-3, 50%); fix the sample, or score it with `math` or `exact`")
+                                       "(42, -1.5, 3/4, 1e-3, 50%; at most 4,000 digits and an exponent within "
+                                       "+-4,000); fix the sample, or score it with `math` or `exact`")
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED

@@ -185,8 +185,8 @@ def numeral(text: str) -> str | None:
         return f"{sign}1e{exponent}" + ("%" if m["pct"] else "")
     if m["whole"] is not None:
         num, den = int(m["mn"]), int(m["md"])
-        if not 0 < num < den:
-            return None
+        if not 0 < num < den or len(m["whole"]) + len(m["md"]) > _MAX_INTEGER_DIGITS:
+            return None   # whole * den + num has up to that many digits, past int-to-text's limit
         num += int(m["whole"]) * den
     elif m["dec"] is None:
         num, den = (int(m["fn"]), int(m["fd"])) if m["fn"] is not None else (
