@@ -48,7 +48,8 @@ from fractions import Fraction
 from typing import Any
 
 from rlxf.rewards.base import AsyncVerifier
-from rlxf.rewards.sandbox import ASSERTION_FAILED, Sandbox, SandboxLimits, TestCase, TestOutcome
+from rlxf.rewards.sandbox import Sandbox, SandboxLimits, TestCase, TestOutcome
+from rlxf.rewards.sandbox._runner import ASSERTION_FAILED
 from rlxf.rewards.types import RewardInput, RewardResult
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)

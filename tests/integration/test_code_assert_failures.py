@@ -10,7 +10,8 @@ import pytest
 
 from rlxf.rewards import RewardInput, sandbox
 from rlxf.rewards.code import FAILURES, CodeVerifier, failure, parse_tests
-from rlxf.rewards.sandbox import ASSERTION_FAILED, Sandbox, SandboxLimits, SandboxUnavailable
+from rlxf.rewards.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+from rlxf.rewards.sandbox._runner import ASSERTION_FAILED
 
 PROGRAM = """
 def f(x):

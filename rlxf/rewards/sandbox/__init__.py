@@ -88,8 +88,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from rlxf.rewards.sandbox._runner import ASSERTION_FAILED as ASSERTION_FAILED  # re-exported for code.py
-
 log = logging.getLogger(__name__)
 
 Isolation = Literal["strict", "auto", "weak"]
