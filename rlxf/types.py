@@ -37,6 +37,7 @@ class Prompt:
     prompt_text: str              # the templated text the ids came from (logs, judges)
     ground_truth: Any = None      # answer / test cases / rubric, passed to verifiers
     metadata: dict[str, Any] = field(default_factory=dict)  # any other fields, passed through
+    question: str | None = None   # the prompt before the chat template (the text of its last user message)
 
 
 @dataclass

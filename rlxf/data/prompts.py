@@ -118,17 +118,18 @@ def _fold(ch: str) -> str:
     return "".join(_fold(chr(int(code, 16))) for code in rest.split())
 
 
-def _finish(raw: list[tuple[str, str, list[int], str, Any, dict[str, Any]]], split: str, cfg: DataConfig,
+def _finish(raw: list[tuple[str, str, list[int], str, Any, dict[str, Any], str]], split: str, cfg: DataConfig,
             tokenizer, counts: Counter) -> list[Prompt]:
-    """Apply the length policy to (where, uid, ids, text, ground truth, metadata) rows."""
+    """Apply the length policy to (where, uid, ids, text, ground truth, metadata, question) rows."""
     out = []
-    for where, uid, ids, text, gt, meta in raw:
+    for where, uid, ids, text, gt, meta, question in raw:
         kept = fit_length(ids, cfg.max_prompt_len, cfg.overlong_prompt, where, f"{split}_prompt", "last", counts)
         if kept is None:
             continue
         if kept is not ids:
             text = tokenizer.decode(kept)
-        out.append(Prompt(uid=uid, prompt_ids=kept, prompt_text=text, ground_truth=gt, metadata=meta))
+        out.append(Prompt(uid=uid, prompt_ids=kept, prompt_text=text, ground_truth=gt, metadata=meta,
+                          question=question))
     return out
 
 
@@ -148,7 +149,7 @@ def _task_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter, name: 
         raw = [(f"task {task.name} {split} item {i}", uid, ids, text,
                 it.ground_truth if it.ground_truth is not None else it.answer,
                 {"task": task.name, "task_options": task.options, "question": it.question, "answer": it.answer,
-                 **it.metadata})
+                 **it.metadata}, it.question)
                for i, (uid, it, (ids, text)) in enumerate(zip(uids, items, encoded, strict=True))]
         splits.append(_finish(raw, split, cfg, tokenizer, counts))
     return SourcePrompts(splits[0], splits[1], keys)
@@ -189,10 +190,19 @@ def _file_prompts(cfg: DataConfig, tokenizer, counts: Counter, name: str | None)
                                  use_chat_template=cfg.apply_chat_template, wheres=[w for w, _ in records])
         uids = [f"{name or file_name}:{split}:{i}" for i in range(len(records))]
         keys.update((uid, content_key(p)) for uid, (p, _, _) in zip(uids, parsed, strict=True))
-        raw = [(where, uid, ids, text, gt, meta)
-               for uid, (where, _), (_, gt, meta), (ids, text) in zip(uids, records, parsed, encoded, strict=True)]
+        raw = [(where, uid, ids, text, gt, meta, _question(p, where))
+               for uid, (where, _), (p, gt, meta), (ids, text) in zip(uids, records, parsed, encoded, strict=True)]
         splits.append(_finish(raw, split, cfg, tokenizer, counts))
     return SourcePrompts(splits[0], splits[1], keys)
+
+
+def _question(prompt: str | list, where: str) -> str:
+    """A file prompt's ``Prompt.question``: its text, or the text of its last user message (what an
+    environment is given, ``rlxf.envs.agent.episode_task``)."""
+    if isinstance(prompt, str):
+        return prompt
+    user = [m for m in prompt if m.get("role") == "user"] or prompt
+    return content_text(user[-1].get("content"), where, "content") or ""
 
 
 def _source_prompts(cfg: DataConfig, tokenizer, seed: int, counts: Counter, name: str | None = None) -> SourcePrompts:

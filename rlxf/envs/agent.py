@@ -22,8 +22,9 @@ trajectory is ever longer than the limit, whatever an environment or a tool retu
 Failures stay inside their episode: an environment that raises, hangs past the timeout, or
 returns something that is not a ``StepResult`` (or one whose reward is not a finite number, whose
 info is not a dict or holds a ``success`` that is no flag or ``tool_errors`` that is no count, or
-whose messages are not text, hold a control token's text or have a role not in ``ENV_ROLES``: a
-model turn the model did not sample) ends that episode with ``episode["error"]`` set, naming the
+whose messages are not text, hold the text of the chat template's turn markers or eos
+(``rlxf.envs.tokens``; other special tokens' texts stay text) or have a role not in ``ENV_ROLES``:
+a model turn the model did not sample) ends that episode with ``episode["error"]`` set, naming the
 class (counted in the step's metrics, written to samples.jsonl), its loss mask zeroed and its reward 0
 (what it paid before it broke included), since an episode the environment broke carries no
 signal about the policy; so does a chat template that refuses an observation, the first one
@@ -234,9 +235,13 @@ def _check_step(result: Any, env: str) -> str | None:
 
 
 def episode_task(prompt: Prompt, seed: int) -> EnvTask:
-    """The ``EnvTask`` of one episode of ``prompt``: its question as the task's text (a task's
-    question before the chat template; a file prompt's templated text, the only text it keeps)."""
-    return EnvTask(uid=prompt.uid, prompt=str(prompt.metadata.get("question", prompt.prompt_text)),
+    """The ``EnvTask`` of one episode of ``prompt``: its question before the chat template as the
+    task's text (a record's own ``question`` field, else ``Prompt.question``; the templated text
+    only for a prompt made without one). Given the templated text, an environment that starts its
+    episode with it as a user message templated the prompt twice (since refused: the text holds
+    the template's turn markers)."""
+    question = prompt.metadata.get("question", prompt.question if prompt.question is not None else prompt.prompt_text)
+    return EnvTask(uid=prompt.uid, prompt=str(question),
                    ground_truth=prompt.ground_truth, metadata=dict(prompt.metadata), seed=seed)
 
 
@@ -408,7 +413,7 @@ def conversation_trajectory(conv: Conversation | None, prompt: Prompt, group: in
     if conv is not None:
         prompt = Prompt(uid=prompt.uid, prompt_ids=conv.ids[:conv.prompt_len],
                         prompt_text=tokenizer.decode(conv.ids[:conv.prompt_len]), ground_truth=prompt.ground_truth,
-                        metadata=prompt.metadata)
+                        metadata=prompt.metadata, question=prompt.question)
     return Trajectory(
         prompt=prompt, group=group, response_ids=list(ids), response_text=final_text,
         rollout_logprobs=list(conv.logprobs) if conv is not None else [], loss_mask=mask,

@@ -21,7 +21,8 @@ so an OpenAI client that resends them as ``tool_calls`` works). A history that c
 naming the first differing message, and so is a new assistant message after the first request:
 only the model writes those (each counts as a model turn, towards ``max_turns``). So is a message
 whose role is neither assistant nor one of ``rlxf.envs.base.ENV_ROLES`` (Gemma's template renders
-"model" as a model turn), or whose text holds a control token's (``rlxf.envs.tokens``).
+"model" as a model turn), or whose text holds that of one of the template's turn markers or of eos
+(other special tokens' texts stay text: ``rlxf.envs.tokens``).
 
 In training (``sampling`` given), every turn samples with the rollout's parameters, whatever the
 program asks for (a program's own temperature would make the recorded log-probs those of

@@ -26,10 +26,14 @@ turn's ids decoded without the tokenizer's control tokens (eos, the template's m
 tool-call markers (``<tool_call>``...) kept where a tokenizer flags them special (``reply_text``).
 
 Only the model's sampled ids are a model turn (loss_mask 1), so nothing else may read as one: an
-environment's or a program's message holding the text of a control token, which the tokenizer
-turns into the token itself (``<|im_end|>\\n<|im_start|>assistant\\n...`` in a tool's output), is
-refused (``ControlTextError``: the agent loop ends that episode, the chat endpoint answers 400), as
-a role other than ``rlxf.envs.base.ENV_ROLES`` is.
+environment's or a program's message holding the text of a special token the chat template writes
+around turns, or of eos, which the tokenizer turns into the token itself
+(``<|im_end|>\\n<|im_start|>assistant\\n...`` in a tool's output), is refused (``ControlTextError``:
+the agent loop ends that episode, the chat endpoint answers 400), as a role other than
+``rlxf.envs.base.ENV_ROLES`` is. The text of any other special token (the ``<s>`` and ``</s>`` of
+HTML, where a ChatML fine-tune of Mistral keeps them special; Llama 3's reserved tokens) stays text:
+``Conversation.render`` marks it in the messages and tools and ``encode_rendered`` encodes it as
+text, as transformers' ``apply_chat_template(..., sanitize_control_tokens=True)`` does.
 
 Tools (OpenAI function schemas, ``Conversation.start(..., tools=...)``) belong to the whole
 conversation and are rendered into every templating of it: given to the template as
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,24 +107,93 @@ def longest_token(tokenizer) -> int:
     return longest
 
 
-def check_no_control_text(tokenizer, messages: list[Message]) -> None:
-    """Refuse messages holding the text of a control token (``<|im_end|>``, ``<|eot_id|>``): the
-    tokenizer reads it as the token itself, so an environment, a tool's output or a program could
-    end its turn and start one of the model's (``<|im_end|>\\n<|im_start|>assistant\\n...``) that
-    the model never sampled, whatever the message's role."""
-    texts = {t for t in control_tokens(tokenizer).values() if t.strip()}   # not a tokenizer's own blank
-    for m in messages:
-        for key, value in m.items():
-            if not isinstance(value, str):
+# Conversations a chat template renders with its turn markers (one may refuse a system prompt, as
+# Gemma's does, or a tool message)
+_PROBES = (
+    [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+     {"role": "user", "content": "v"}],
+    [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}],
+    [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+     {"role": "tool", "tool_call_id": "call_0_0", "name": "f", "content": "t"}],
+)
+
+# Private-use characters around a special token's text in a message, so that its encoding tells it
+# from the template's own special tokens (transformers' ``mark_control_tokens`` uses the same two)
+_OPEN, _CLOSE = "\U000f0000", "\U000f0001"
+
+
+@dataclass(frozen=True)
+class SpecialTexts:
+    """Regexes of the texts of a tokenizer's control tokens, as a message may hold them."""
+
+    turn: re.Pattern | None      # the chat template's markers and eos: refused, they would make a model turn
+    literal: re.Pattern | None   # the others: they stay text
+    marked: re.Pattern | None    # a literal between _OPEN and _CLOSE (``Conversation.render``)
+
+
+_SPECIAL_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def special_texts(tokenizer) -> SpecialTexts:
+    """The texts of ``tokenizer``'s control tokens (``control_tokens``, a blank one left out) that
+    are the chat template's: those it writes when rendering ``_PROBES``, and eos; all of them where
+    no probe renders, or where the tokenizer has no fast backend (``_plain_ids`` needs one).
+
+    Read once per tokenizer and again when it gains tokens or another template or eos."""
+    key = (len(tokenizer), tokenizer.eos_token_id, getattr(tokenizer, "chat_template", None))
+    cached = _SPECIAL_TEXTS.get(tokenizer)
+    if cached is None or cached[0] != key:
+        control = {i: text for i, text in control_tokens(tokenizer).items() if text.strip()}
+        written, rendered = {tokenizer.eos_token_id}, False
+        for probe in _PROBES if hasattr(tokenizer, "backend_tokenizer") else ():
+            try:
+                written.update(encode_text(tokenizer, render(tokenizer, probe, generation_prompt=True)))
+                rendered = True
+            except Exception:  # noqa: BLE001 - a template refusing this probe's roles
                 continue
-            found = min(((at, t) for t in texts if (at := value.find(t)) >= 0), default=None)
+        turn = {text for i, text in control.items() if i in written or not rendered}
+        literal = _any_of(set(control.values()) - turn)
+        marked = re.compile(f"{_OPEN}({literal.pattern}){_CLOSE}") if literal else None
+        cached = _SPECIAL_TEXTS[tokenizer] = key, SpecialTexts(_any_of(turn), literal, marked)
+    return cached[1]
+
+
+def _any_of(texts: set[str]) -> re.Pattern | None:
+    """A regex matching any of ``texts``, the longest first (``</s>`` before ``<``...)."""
+    return re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True)))) if texts else None
+
+
+def _marked(value: Any, literal: re.Pattern | None) -> Any:
+    """``value`` (messages, tools) with the special tokens' texts in its strings between ``_OPEN`` and
+    ``_CLOSE``, so that ``encode_rendered`` encodes them as text."""
+    if literal is None:
+        return value
+    if isinstance(value, str):
+        return literal.sub(f"{_OPEN}\\g<0>{_CLOSE}", value)
+    if isinstance(value, dict):
+        return {key: _marked(v, literal) for key, v in value.items()}
+    if isinstance(value, list):
+        return [_marked(v, literal) for v in value]
+    return value
+
+
+def check_no_control_text(tokenizer, messages: list[Message]) -> None:
+    """Refuse messages holding the text of a special token the chat template writes around turns
+    (``<|im_end|>``, ``<|start_header_id|>``) or of eos (``special_texts``): the tokenizer reads it
+    as the token itself, so an environment, a tool's output or a program could end its turn and
+    start one of the model's (``<|im_end|>\\n<|im_start|>assistant\\n...``) that the model never
+    sampled, whatever the message's role. Other special tokens' texts stay text (``encode_rendered``)."""
+    turn = special_texts(tokenizer).turn
+    for m in messages if turn is not None else ():
+        for key, value in m.items():
+            found = turn.search(value) if isinstance(value, str) else None
             if found is not None:
-                at, found = found
+                at = found.start()
                 raise ControlTextError(
-                    f"a {m.get('role')!r} message's {key} holds {found!r} ({value[max(0, at - 20):at + 40]!r}), "
-                    f"the text of a control token of the tokenizer: templated, it would be that token (ending "
-                    f"the turn, or starting one the model never wrote), not text; remove it or break it up "
-                    f"(e.g. '< |' for '<|') in what the environment, tool or program sends")
+                    f"a {m.get('role')!r} message's {key} holds {found[0]!r} ({value[max(0, at - 20):at + 40]!r}), "
+                    f"the text of a special token the chat template writes around turns (or of eos): templated, "
+                    f"it would be that token (ending the turn, or starting one the model never wrote), not text; "
+                    f"remove it or break it up (e.g. '< |' for '<|') in what the environment, tool or program sends")
 
 
 def encode_text(tokenizer, text: str) -> list[int]:
@@ -128,6 +202,38 @@ def encode_text(tokenizer, text: str) -> list[int]:
         raise ValueError(f"the text to tokenize {problem}")
     # the chat template writes its own special tokens: the tokenizer must add none
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_rendered(tokenizer, text: str) -> list[int]:
+    """The ids of a conversation's template text (``Conversation.render``): ``encode_text``'s, but
+    a special token's text that a message holds (marked) is encoded as text, without its marks; it
+    and the text after it are encoded apart from what precedes them, as the token would be."""
+    marked = special_texts(tokenizer).marked
+    pieces = [text] if marked is None else marked.split(text)   # text, literal, text, ..., text
+    ids = encode_text(tokenizer, pieces[0])
+    newline = encode_text(tokenizer, "\n") if len(pieces) > 1 else []
+    for k, piece in enumerate(pieces[1:], start=1):
+        encode = _plain_ids if k % 2 else encode_text
+        # after a newline, which is then dropped: a SentencePiece tokenizer would start the piece
+        # with a word-start "▁" (transformers' sanitize_control_tokens does the same)
+        piece_ids = encode(tokenizer, "\n" + piece)
+        piece_ids = piece_ids[len(newline):] if piece_ids[:len(newline)] == newline else encode(tokenizer, piece)
+        if k % 2 and tokenizer.convert_tokens_to_ids(piece) in piece_ids:
+            raise ControlTextError(f"a message holds {piece!r}, the text of a special token that this tokenizer "
+                                   f"encodes as the token even as plain text, so it cannot stay text; remove it or "
+                                   f"break it up in what the environment, tool or program sends")
+        ids += piece_ids
+    return ids
+
+
+def _plain_ids(tokenizer, text: str) -> list[int]:
+    """``text``'s ids as plain text: the tokenizer's pipeline without its added tokens. Not through
+    ``split_special_tokens``, which switches the tokenizer's backend for every thread using it."""
+    backend = tokenizer.backend_tokenizer
+    if backend.normalizer is not None:
+        text = backend.normalizer.normalize_str(text)
+    words = [w for w, _ in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [text]
+    return [token.id for word in words for token in backend.model.tokenize(word)]
 
 
 @dataclass
@@ -168,7 +274,7 @@ class Conversation:
         conv = cls(tokenizer=tokenizer, messages=[dict(m) for m in messages], ids=[], prompt_len=0,
                    prompt_messages=len(messages), tools=tools, tools_in_system=in_system)
         text = conv.render(conv.messages, generation_prompt=True)
-        conv.ids = encode_text(tokenizer, text)
+        conv.ids = encode_rendered(tokenizer, text)
         conv.prompt_len, conv._rendered = len(conv.ids), text
         return conv
 
@@ -193,10 +299,14 @@ class Conversation:
         return sum(m["role"] == "assistant" for m in self.messages[self.prompt_messages:])
 
     def render(self, messages: list[Message], *, generation_prompt: bool) -> str:
-        """The template text of ``messages`` in this conversation, its tools included."""
+        """The template text of ``messages`` in this conversation, its tools included, the special
+        tokens' texts they hold marked (``encode_rendered`` encodes them as text)."""
+        literal = special_texts(self.tokenizer).literal
         if self.tools_in_system:
-            return render(self.tokenizer, with_tools_described(messages, self.tools), generation_prompt=generation_prompt)
-        return render(self.tokenizer, messages, generation_prompt=generation_prompt, tools=self.tools)
+            messages = with_tools_described(messages, self.tools)
+            return render(self.tokenizer, _marked(messages, literal), generation_prompt=generation_prompt)
+        return render(self.tokenizer, _marked(messages, literal), generation_prompt=generation_prompt,
+                      tools=_marked(self.tools, literal))
 
     def add_model_turn(self, token_ids: list[int], logprobs: list[float], version: int | list[int], *,
                        stopped: bool = True) -> str:
@@ -236,7 +346,7 @@ class Conversation:
             raise TokenBoundaryError("this episode started from the data prompt's own ids (the environment's "
                                      "first observation was empty), so messages cannot be appended to it; "
                                      "return the first observation as chat messages from reset()")
-        reply = self.messages[-1]["content"]
+        reply = _marked(self.messages[-1]["content"], special_texts(self.tokenizer).literal)
         closed = self.render(self.messages, generation_prompt=False)
         full = self.render(self.messages + [dict(m) for m in new], generation_prompt=generation_prompt)
         name = getattr(self.tokenizer, "name_or_path", "") or "the tokenizer's"
@@ -261,17 +371,18 @@ class Conversation:
                 closing = closing[len(stop):]
                 break
         appended = closing + full[len(closed):]
-        if max_len is not None and len(appended) > (max_len - len(self.ids)) * longest_token(self.tokenizer):
-            least = math.ceil(len(appended) / longest_token(self.tokenizer))
-            raise TokenLimitError(f"the messages add {len(appended)} characters, at least {least} tokens, to the "
+        chars = len(appended) - appended.count(_OPEN) - appended.count(_CLOSE)   # marks are no text
+        if max_len is not None and chars > (max_len - len(self.ids)) * longest_token(self.tokenizer):
+            least = math.ceil(chars / longest_token(self.tokenizer))
+            raise TokenLimitError(f"the messages add {chars} characters, at least {least} tokens, to the "
                                   f"conversation's {len(self.ids)}, past its limit of {max_len}", len(self.ids) + least)
         check_no_control_text(self.tokenizer, new)
-        new_ids = encode_text(self.tokenizer, appended)
+        new_ids = encode_rendered(self.tokenizer, appended)
         if max_len is not None and len(self.ids) + len(new_ids) > max_len:
             raise TokenLimitError(f"the messages add {len(new_ids)} tokens to the conversation's {len(self.ids)}, "
                                   f"past its limit of {max_len}", len(self.ids) + len(new_ids))
         # the appended text must start at a token boundary of the whole conversation
-        whole = encode_text(self.tokenizer, full)
+        whole = encode_rendered(self.tokenizer, full)
         if new_ids and whole[len(whole) - len(new_ids):] != new_ids:
             raise TokenBoundaryError(
                 f"the text the template appends after the model's turn ({appended[:30]!r}) merges with the "

@@ -12,7 +12,10 @@ sees every number as the same kind of digit sequence, instead of an arbitrary me
 from __future__ import annotations
 
 import random
+import weakref
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 # ChatML, as used by Qwen2: the assistant turn ends with <|im_end|>, which is the eos token.
 IM_START = "<|im_start|>"
@@ -173,15 +176,26 @@ TOOL_CALL_TAGS = ("<tool_call>", "</tool_call>")   # rlxf.envs.tools parses the 
 TOOL_CALL_MARKERS = (*TOOL_CALL_TAGS, "<|python_tag|>", "[TOOL_CALLS]")
 
 
-def control_tokens(tokenizer) -> dict[int, str]:
+_CONTROL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> (len(tokenizer), its control tokens)
+
+
+def control_tokens(tokenizer) -> Mapping[int, str]:
     """The tokenizer's control tokens, id -> text: its special tokens (eos, pad, the chat template's
-    markers), which are never text of a model turn or of a message, but ``TOOL_CALL_MARKERS``."""
-    special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens))
-    special |= {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    return {i: text for i, text in special.items() if text not in TOOL_CALL_MARKERS}
+    markers), which are never text of a model turn or of a message, but ``TOOL_CALL_MARKERS``.
+
+    Read once per tokenizer, and again once it has gained tokens (``len(tokenizer)`` changed):
+    reading them takes ~0.3 ms for Llama 3's 256 special tokens, on every model turn and message."""
+    size = len(tokenizer)
+    cached = _CONTROL.get(tokenizer)
+    if cached is None or cached[0] != size:
+        special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens))
+        special |= {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+        control = {i: text for i, text in special.items() if text not in TOOL_CALL_MARKERS}
+        cached = _CONTROL[tokenizer] = size, MappingProxyType(control)
+    return cached[1]
 
 
-def reply_text(tokenizer, token_ids: list[int], control: dict[int, str] | None = None) -> str:
+def reply_text(tokenizer, token_ids: list[int], control: Mapping[int, str] | None = None) -> str:
     """The text of a model's response or turn: its ids decoded without the control tokens, as
     ``skip_special_tokens`` decodes them but keeping the tool-call markers (that would drop them
     where they are special, and the calls with them). ``control``: ``control_tokens(tokenizer)``,

@@ -114,6 +114,13 @@ def test_missing_api_key_variable_fails_at_build(judge_url, monkeypatch):
 
 
 class FakeTokenizer:
+    """A character per id, no special tokens (what ``reply_text`` reads of a tokenizer)."""
+
+    all_special_ids, all_special_tokens, added_tokens_decoder = [], [], {}
+
+    def __len__(self):
+        return 0x110000
+
     def apply_chat_template(self, messages, add_generation_prompt, tokenize):
         return [ord(c) for c in messages[-1]["content"]][-50:] or [1]
 
