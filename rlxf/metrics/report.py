@@ -237,24 +237,32 @@ def default_output(run_dirs: list[Path]) -> Path:
     return beside / f"{stem}.html"
 
 
-def check_output(out: Path) -> None:
-    """Refuse to replace a file that is no HTML page: ``--out runs/x/metrics.jsonl`` (a slip of
-    tab completion) wrote the report over the run's metrics, and they were gone. An empty file is
-    replaced only when named ``.html``: a run's metrics.jsonl is empty until its first step ends,
-    and its checkpoints hold empty files. Links are followed to the file they name (``link/metrics.jsonl``,
-    ``page.html -> runs/x/metrics.jsonl``)."""
+def check_output(out: Path) -> Path:
+    """Where the report of ``--out out`` is written: ``out``, or the file it links to (the link
+    kept, as a write through it would). Refused: to replace a file that is no HTML page (``--out
+    runs/x/metrics.jsonl``, a slip of tab completion, wrote the report over the run's metrics, and
+    they were gone), or anything that is not a file (``--out /dev/null`` replaced the device with
+    a file, as root). An empty file is replaced only when named ``.html``: a run's metrics.jsonl is
+    empty until its first step ends, and its checkpoints hold empty files. Links are followed to
+    the file they name (``link/metrics.jsonl``, ``page.html -> runs/x/metrics.jsonl``)."""
     target = out.resolve()
+    named = f" (that is {target})" if target != out.absolute() else ""
+    if target.exists() and not target.is_file():
+        raise UserInputError(f"{out}{named} exists and is not a file (a directory, a device such as /dev/null, a "
+                             f"pipe), so the report will not replace it; give the report a file of its own, e.g. "
+                             f"--out report.html")
+    where = target if out.is_symlink() else out
     if not target.is_file():
-        return
+        return where
     with open(target, "rb") as f:
         head = f.read(64).lstrip().lower()
     page = head.startswith((b"<!doctype html", b"<html")) if head else target.suffix.lower() in (".html", ".htm")
     if not page:
-        named = f" (that is {target})" if target != out.absolute() else ""
         what = "not an HTML page" if head else "empty (as a run's metrics.jsonl is until its first step ends)"
         other = out.with_suffix(".html") if out.suffix.lower() != ".html" else out.with_name(f"{out.stem}-report.html")
         raise UserInputError(f"{out}{named} exists and is {what}, so the report will not replace it; give the "
                              f"report a file of its own, e.g. --out {other}")
+    return where
 
 
 def plots_for(runs: list[RunMetrics]) -> list[Plot]:
@@ -349,8 +357,7 @@ def write_report(run_dirs: list[Path], out: Path | None = None) -> Path:
 
     run_dirs = [Path(d) for d in run_dirs]
     runs = [load_run(d, name) for d, name in zip(run_dirs, run_names(run_dirs), strict=True)]
-    out = Path(out) if out else default_output(run_dirs)
-    check_output(out)
+    out = check_output(Path(out) if out else default_output(run_dirs))
     images = []
     for plot in plots_for(runs):
         fig = line_plot(plot, runs)

@@ -63,3 +63,24 @@ def test_an_empty_html_file_and_an_earlier_report_are_replaced(runs, tmp_path):
     assert write_report([y], tmp_path / "new.html").read_text().startswith("<!doctype html>")
     assert write_report([y], y / "report.html") == y / "report.html"
     assert write_report([y], y / "report.html") == y / "report.html"
+
+
+def test_what_is_not_a_file_is_not_replaced(runs, tmp_path):
+    """`--out /dev/null` replaced the device with a file when run as root; a pipe, a directory too."""
+    _, y = runs
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "folder").mkdir()
+    for out in (tmp_path / "pipe", tmp_path / "folder", tmp_path / "to-pipe.html"):
+        if out.name == "to-pipe.html":
+            out.symlink_to(tmp_path / "pipe")
+        with pytest.raises(UserInputError, match="is not a file"):
+            write_report([y], out)
+    assert (tmp_path / "pipe").is_fifo() and (tmp_path / "to-pipe.html").is_symlink()
+
+
+def test_a_link_to_a_report_is_written_through_and_kept(runs, tmp_path):
+    _, y = runs
+    (tmp_path / "real.html").write_text("<!doctype html><p>old</p>")
+    (tmp_path / "alias.html").symlink_to(tmp_path / "real.html")
+    write_report([y], tmp_path / "alias.html")
+    assert (tmp_path / "alias.html").is_symlink() and "reward/mean" in (tmp_path / "real.html").read_text()
