@@ -78,7 +78,7 @@ def resume_hint(checkpoints: Path, command: str) -> str:
     process no longer holds its lock), and an --overwrite's old run put back there: nothing of
     it to resume, so it is run again as it was (``command`` without its ``--resume``)."""
     from rlxf.run_dir import holds_lock
-    from rlxf.trainer.checkpoint import latest_checkpoint
+    from rlxf.trainer.checkpoint import CheckpointUnreadable, latest_checkpoint
 
     run = checkpoints.parent
     if not holds_lock(run):
@@ -86,7 +86,10 @@ def resume_hint(checkpoints: Path, command: str) -> str:
         again = command.removesuffix(" --resume") + (" --overwrite" if back else "")
         return (f"it stopped before its first step, so its run directory was removed"
                 f"{' and the run it was to replace put back' if back else ''}; run it again with: {again}")
-    ckpt = latest_checkpoint(checkpoints)
+    try:
+        ckpt = latest_checkpoint(checkpoints)
+    except (OSError, CheckpointUnreadable):   # the error being reported may be this one: say it once
+        return f"once the checkpoints can be read, continue with: {command}"
     if ckpt is None:
         return f"no checkpoint was written yet; `{command}` starts the run over"
     return f"continue from {ckpt} with: {command}"

@@ -101,8 +101,16 @@ def _step_dirs(root: Path) -> list[tuple[int, Path]]:
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints under ``root`` as (step, path), oldest first."""
-    return [(n, p) for n, p in _step_dirs(root) if (p / STATE_FILE).exists()]
+    """Complete checkpoints under ``root`` as (step, path), oldest first. A ``step_N`` this
+    process may not look into raises ``CheckpointUnreadable`` (not Python's bare PermissionError)."""
+    return [(n, p) for n, p in _step_dirs(root) if _has_state(p)]
+
+
+def _has_state(path: Path) -> bool:
+    try:
+        return (path / STATE_FILE).exists()
+    except OSError as e:   # EACCES on a directory without search permission, EIO
+        raise _unreadable(path, e) from None
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -250,7 +258,7 @@ def intact_checkpoint(root: Path) -> Path | None:
     newest = complete[-1][0] if complete else -1
     damaged = []
     for n, ckpt in reversed(_step_dirs(root)):
-        if (ckpt / STATE_FILE).exists():
+        if _has_state(ckpt):
             problem = find_damage(ckpt)
         elif n > newest:  # rlxf leaves none: a copy cut short (taken for none, the run would start over)
             problem = f"{ckpt / STATE_FILE}: missing (its checkpoint directory was copied or moved in part?)"
@@ -364,7 +372,7 @@ def _sweep(root: Path) -> None:
         return
     newest = complete[-1][0]
     for n, p in _step_dirs(root):
-        if n < newest and not (p / STATE_FILE).exists():
+        if n < newest and not _has_state(p):
             _delete(p)
 
 

@@ -121,6 +121,18 @@ def test_a_checkpoint_file_this_user_may_not_read_stops_the_resume_naming_it(sha
     assert _contents(root) == before
 
 
+def test_a_checkpoint_directory_this_user_may_not_enter_stops_the_resume_naming_it(shared_tmp):
+    """``chmod 000 step_2``: listing the checkpoints raised Python's bare PermissionError."""
+    root = shared_tmp / "checkpoints"
+    _two_checkpoints(root)
+    before = _contents(root)
+    (root / "step_2").chmod(0o000)
+    with pytest.raises(CheckpointUnreadable, match=r"step_2.* \(EACCES: Permission denied\).*nothing was changed"):
+        _unprivileged(lambda: intact_checkpoint(root))
+    (root / "step_2").chmod(0o755)
+    assert _contents(root) == before
+
+
 def test_an_unreadable_trainer_state_is_said_as_such(shared_tmp):
     """``load_trainer_state`` let the bare PermissionError through."""
     root = shared_tmp / "checkpoints"
