@@ -20,7 +20,8 @@ import unicodedata
 from collections.abc import Sequence
 from fractions import Fraction
 
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+# a percent sign stays with its number ("It is 50%." -> "50%"), which the verifiers read both ways
+_NUMBER = re.compile(r"(?:-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?|-?\.\d+)(?:\\?%)?")
 _MAX_INTEGER_DIGITS = 4000   # Python refuses int() of text over 4,300 digits
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _NOT_ASCII = re.compile(r"[^\x00-\x7f]")

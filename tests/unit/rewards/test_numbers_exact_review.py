@@ -90,3 +90,10 @@ def test_a_reference_past_the_digit_limit_is_refused_saying_the_limit():
 )
 def test_six_places_count_where_they_hold_three_significant_digits(math_verifier, answer, gold, expected):
     assert _score(math_verifier, answer, gold) == expected
+
+
+@pytest.mark.parametrize("gold", ["0.5", "50"])
+def test_last_number_keeps_a_percent_sign_read_both_ways(gold):
+    """``It is 50%.`` scored 0 against 0.5: last_number dropped the sign the docstring reads both ways."""
+    for verifier in (NumericVerifier("numeric", extract=["last_number"]), MathVerifier("math", extract=["last_number"])):
+        assert verifier.score(RewardInput("q", "It is 50%.", gold)).score == 1.0
