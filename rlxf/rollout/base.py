@@ -29,6 +29,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 
+from rlxf.errors import UserInputError
 from rlxf.types import Completion
 
 # smallest nonzero temperature: below it logits / T overflows float32 (NaN log-probs, garbage tokens)
@@ -263,8 +264,8 @@ def check_sampling_params(sampling: SamplingParams, *, vocab_size: int, engine: 
             f"SamplingParams(n=..., max_new_tokens=...), or SamplingParams.from_config(cfg.rollout)"
         )
     outside = [t for t in sampling.stop_token_ids if t >= vocab_size]
-    if outside:
-        raise ValueError(
+    if outside:   # a config's mistake (rollout.stop_token_ids): the CLI's exit 2
+        raise UserInputError(
             f"SamplingParams.stop_token_ids {outside} are outside the {engine} engine's vocabulary of "
             f"{vocab_size} tokens (ids 0..{vocab_size - 1}): the model never samples them, so they would never "
             f"stop a response. Take the ids from this model's tokenizer (tokenizer.convert_tokens_to_ids) for "

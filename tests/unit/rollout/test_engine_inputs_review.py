@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlxf.errors import UserInputError
 from rlxf.rollout import GenerationRequest, SamplingParams, build_engine
 from rlxf.rollout.base import as_requests
 from rlxf.rollout.sampling import NonFiniteLogits
@@ -42,7 +43,7 @@ def test_a_stop_id_outside_the_vocabulary_is_refused_naming_it(llama, backend):
         rf"tokens \(ids 0\.\.{VOCAB - 1}\)",
     ):
         engine.generate([[1, 2, 3]], SamplingParams(stop_token_ids=[5, 128001], max_new_tokens=2, seed=0))
-    with pytest.raises(ValueError, match=rf"stop_token_ids \[{VOCAB}\]"):  # the first id past the last row
+    with pytest.raises(UserInputError, match=rf"stop_token_ids \[{VOCAB}\]"):  # the first id past the last row
         engine.generate([[1, 2, 3]], SamplingParams(stop_token_ids=[VOCAB], max_new_tokens=2, seed=0))
     out = engine.generate([[1, 2, 3]], SamplingParams(stop_token_ids=[VOCAB - 1], max_new_tokens=2, seed=0))
     assert len(out[0][0].response_ids) >= 1  # the last id is a token like any other
