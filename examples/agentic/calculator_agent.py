@@ -2,7 +2,7 @@
 calculator tool, and is trained by rlxf as it is (examples/agentic/tool_arithmetic_agent.yaml).
 
     env: {agent: calculator_agent:run}                      # called in-process, once per episode
-    env: {agent_command: [python, calculator_agent.py]}     # or run as a program, once per episode
+    env: {agent_command: [python, examples/agentic/calculator_agent.py]}   # or as a program, once per episode (a path from the working directory)
 
 rlxf gives each episode its own base URL (an OpenAI-compatible endpoint on loopback serving the
 policy being trained) and records the exact tokens of every model turn; what this program
