@@ -89,17 +89,33 @@ def tool_template_tokenizer(tokenizer_for_tests):
     return tok
 
 
+def answering_serve(recipe, weights, version, commands, connection, parent) -> None:
+    """A miniature of ``rlxf.rollout.process.serve``, no model: every group is answered with no
+    completions, every weight version loaded at once."""
+    from rlxf.rollout import process
+
+    process._die_with(parent)
+    connection.send(("loaded", version))
+    while (command := commands.get())[0] != "close":
+        if command[0] == "generate":
+            connection.send(("group", command[1], []))
+        elif command[0] == "weights":
+            connection.send(("loaded", command[1]))
+    connection.close()
+
+
 @pytest.fixture
 def forked_engine(monkeypatch):
     """``forked_engine(serve)``: an ``EngineProcess`` whose process runs ``serve`` -- a test's
-    miniature of ``rlxf.rollout.process.serve``, no model -- forked, not spawned: milliseconds."""
+    miniature of ``rlxf.rollout.process.serve``, no model (``answering_serve`` by default) --
+    forked, not spawned: milliseconds."""
     import multiprocessing
 
     from rlxf.rollout import process
 
     made = []
 
-    def make(serve):
+    def make(serve=answering_serve):
         monkeypatch.setattr(process, "serve", serve)
         monkeypatch.setattr(process.mp, "get_context", lambda method: multiprocessing.get_context("fork"))
         # a recipe with what the parent reads of it (the vocabulary its requests are checked against)

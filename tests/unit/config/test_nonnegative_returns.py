@@ -5,24 +5,13 @@ registry: a plugin with that need, under any name, is checked as maxrl is."""
 from __future__ import annotations
 
 import pytest
+from test_negative_rewards import BASE  # the smallest config that loads
 
 from rlxf.algorithms import registry
 from rlxf.algorithms.advantages import maxrl
 from rlxf.algorithms.registry import Needs, register
 from rlxf.config import ConfigError, load_config
 from rlxf.config.algorithm import AlgorithmConfig
-
-BASE = """\
-model:
-  path: models/tiny
-data:
-  task: arithmetic
-rollout:
-  n: 4
-train:
-  prompts_per_step: 8
-  micro_batch_size: 4
-"""
 
 
 @pytest.fixture

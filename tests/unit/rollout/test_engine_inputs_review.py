@@ -112,22 +112,10 @@ def test_hf_names_the_response_token_whose_logits_are_not_finite(llama):
 
 
 
-def _serve(recipe, weights, version, commands, connection, parent) -> None:
-    """An engine process's miniature: every group is answered with no completions."""
-    from rlxf.rollout import process
-
-    process._die_with(parent)
-    connection.send(("loaded", version))
-    while (command := commands.get())[0] != "close":
-        if command[0] == "generate":
-            connection.send(("group", command[1], []))
-    connection.close()
-
-
 def test_an_engine_process_refuses_a_stop_id_outside_the_vocabulary_in_the_caller(forked_engine):
     """Refused only inside the engine process, it came back as a failed engine (EngineLost) that
     every later call raised too; the caller's process refuses it and the engine stays usable."""
-    engine = forked_engine(_serve)
+    engine = forked_engine()
     with pytest.raises(ValueError, match=r"stop_token_ids \[128001\] .*forked \(in its own process\) engine"):
         engine.generate([[1, 2, 3]], SamplingParams(stop_token_ids=[128001], max_new_tokens=2))
     assert engine.generate([[1, 2, 3]], SamplingParams(stop_token_ids=[999], max_new_tokens=2)) == [[]]

@@ -14,26 +14,14 @@ import time
 
 import pytest
 
-from rlxf.rollout import process
 from rlxf.rollout.base import SamplingParams
 
 SAMPLING = SamplingParams(n=1, max_new_tokens=2)
 
 
-def _serve(recipe, weights, version, commands, connection, parent) -> None:
-    process._die_with(parent)
-    connection.send(("loaded", version))
-    while (command := commands.get())[0] != "close":
-        if command[0] == "generate":
-            connection.send(("group", command[1], []))
-        elif command[0] == "weights":
-            connection.send(("loaded", command[1]))
-    connection.close()
-
-
 @pytest.fixture
 def engine(forked_engine):
-    return forked_engine(_serve)
+    return forked_engine()   # conftest's answering_serve
 
 
 def _kill(engine) -> None:
