@@ -72,7 +72,7 @@ class MathVerifierConfig(_AnswerVerifier):
         6, ge=0,
         description="Numbers agree when equal to float_rounding decimal places where those hold 3 significant "
         "digits of the reference or more (0.367879 for e^{-1}), else within a relative 10^-float_rounding (so "
-        "0.0 never matches e^{-50}).")
+        "0.0 never matches e^{-50}; never looser than 10^-6). An integer reference takes an integer exactly.")
     parse_timeout_s: int = Field(
         5, ge=0,
         description="math-verify's own time limit per parse/verify (0 = none). It works only in a "

@@ -92,7 +92,9 @@ class MathVerifier(SyncVerifier):
         self.extract = list(extract)
         self.answer_tag = answer_tag
         self.float_rounding = float_rounding
-        self.rel_tol = Fraction(1, 10**float_rounding)   # how closely two numbers agree
+        # how closely two numbers agree relatively: never looser than 10^-6, whatever the places
+        # (float_rounding: 2 made any answer within 1% right, and 0 any answer of the same sign)
+        self.rel_tol = Fraction(1, 10**max(float_rounding, 6))
         # where float_rounding's decimal places hold this many significant digits of the reference,
         # agreeing to those places is agreeing: 0.367879 for e^{-1}, 0.003333 for 1/300 (below it,
         # the rounding erases the reference: 0.0 "matched" e^{-50})
@@ -149,8 +151,10 @@ class MathVerifier(SyncVerifier):
             if number is None:
                 # 3+4, 5!, \binom{5}{2}, 48/6, 2^3: the question's own arithmetic copied out
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unevaluated": 1.0})
-            return _verdict(numbers_match(gold_number, number, self.rel_tol)
-                            or self._same_places(parse_number(gold_number), parse_number(number)))
+            # an integer reference takes an integer exactly (numbers_match), as the numeric verifier's
+            places = parse_integer(gold_number) is None and self._same_places(parse_number(gold_number),
+                                                                              parse_number(number))
+            return _verdict(numbers_match(gold_number, number, self.rel_tol) or places)
         gold = self._gold(gt)
         if not gold:
             return RewardResult.failed(f"math-verify cannot parse the ground truth {gt!r}")
@@ -318,7 +322,10 @@ class ExactVerifier(SyncVerifier):
         found = extract_answer(x.response, self.extract, self.answer_tag)
         if found is None:
             return _NOTHING_EXTRACTED
-        same = (_normalize(found[0], self.case_sensitive, self.normalize_whitespace)
+        answer = found[0]
+        if found[1] == "last_number" and not gt.rstrip().endswith("%"):   # the number, not its % sign
+            answer = re.sub(r"\\?%$", "", answer)
+        same = (_normalize(answer, self.case_sensitive, self.normalize_whitespace)
                 == _normalize(gt, self.case_sensitive, self.normalize_whitespace))
         return _verdict(same)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlxf.rewards.answers import NumericVerifier
+from rlxf.rewards.answers import ExactVerifier, NumericVerifier
 from rlxf.rewards.extract import numeral, parse_number
 from rlxf.rewards.types import RewardInput
 
@@ -79,8 +79,10 @@ def test_a_reference_past_the_digit_limit_is_refused_saying_the_limit():
         ("0.367879", "e^{-1}", 1.0),            # 1.2e-6 apart relatively: only the places say yes
         (r"\frac{1}{300}", "0.003333", 1.0),
         ("0.003333", r"\frac{1}{300}", 1.0),
-        ("7.0000001", "7", 1.0),
-        ("7.000001", "7", 0.0),                 # the sixth place differs
+        ("7.0000001", "7", 0.0),                # an integer reference takes an integer exactly
+        ("2.9999999", "3", 0.0),
+        ("19.9900001", "19.99", 1.0),
+        ("19.991", "19.99", 0.0),
         # below 10^-3 the places erase the reference: relative, so nothing tiny matches 0 or another
         ("0.0000014", "0.000001", 0.0),
         ("0.0", "e^{-50}", 0.0),
@@ -97,3 +99,16 @@ def test_last_number_keeps_a_percent_sign_read_both_ways(gold):
     """``It is 50%.`` scored 0 against 0.5: last_number dropped the sign the docstring reads both ways."""
     for verifier in (NumericVerifier("numeric", extract=["last_number"]), MathVerifier("math", extract=["last_number"])):
         assert verifier.score(RewardInput("q", "It is 50%.", gold)).score == 1.0
+
+
+@pytest.mark.parametrize(("places", "answer", "gold"), [(2, "1225", "1234.56"), (2, "19.8", "19.99"),
+                                                        (0, "4.9", "2.5"), (0, "0", "0.5")])
+def test_few_decimal_places_are_no_relative_tolerance(places, answer, gold):
+    """float_rounding: 2 read as a relative 10^-2 made any answer within 1% right (0: any of the sign)."""
+    assert _score(MathVerifier("math", float_rounding=places), answer, gold) == 0.0
+
+
+def test_the_exact_verifier_compares_last_numbers_without_their_percent_sign():
+    exact = ExactVerifier("exact", extract=["last_number"])
+    assert exact.score(RewardInput("q", "The discount is 50%.", "50")).score == 1.0
+    assert exact.score(RewardInput("q", "The discount is 50%.", "50%")).score == 1.0
