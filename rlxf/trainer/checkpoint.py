@@ -37,6 +37,7 @@ import pickle
 import random
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,9 +109,19 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 def _has_state(path: Path) -> bool:
     try:
-        return (path / STATE_FILE).exists()
+        return _stat(path / STATE_FILE) is not None
     except OSError as e:   # EACCES on a directory without search permission, EIO
         raise _unreadable(path, e) from None
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """``path``'s stat, None where there is nothing (or a file stands where a directory should);
+    any other error raised. Not ``Path.exists``/``is_file``: from Python 3.13 they answer False
+    to EACCES and EIO too, and an unreadable checkpoint would read as a missing one."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -195,10 +206,11 @@ def _size_damage(path: Path, saved: dict[str, int]) -> str | None:
     another length, and how; None if none is."""
     for name, size in sorted(saved.items()):
         file = path / name
-        if not file.is_file():
+        found = _stat(file)
+        if found is None or not stat.S_ISREG(found.st_mode):
             return f"{file}: missing (the checkpoint was saved with it, {size} bytes)"
-        if file.stat().st_size != size:
-            return f"{file}: {file.stat().st_size} bytes, saved with {size} (cut short or changed since)"
+        if found.st_size != size:
+            return f"{file}: {found.st_size} bytes, saved with {size} (cut short or changed since)"
     return None
 
 
@@ -383,7 +395,11 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     would run whatever code a crafted ``trainer_state.pt`` names on ``--resume``.
     """
     file = path / STATE_FILE
-    if not file.exists():
+    try:
+        missing = _stat(file) is None
+    except OSError as e:
+        raise _unreadable(path, e) from None
+    if missing:
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
     try:
         return torch.load(file, map_location="cpu", weights_only=True)

@@ -121,8 +121,28 @@ def test_a_checkpoint_file_this_user_may_not_read_stops_the_resume_naming_it(sha
     assert _contents(root) == before
 
 
-def test_a_checkpoint_directory_this_user_may_not_enter_stops_the_resume_naming_it(shared_tmp):
-    """``chmod 000 step_2``: listing the checkpoints raised Python's bare PermissionError."""
+def _paths_as_in_python_3_13(monkeypatch):
+    """From Python 3.13 ``Path.exists``/``is_file``/``is_dir`` answer False to any OSError (EACCES
+    included), where 3.10-3.12 raise it: an unreadable checkpoint must not read as a missing one."""
+    for name in ("exists", "is_file", "is_dir"):
+        real = getattr(Path, name)
+
+        def quiet(self, *args, _real=real, **kwargs):
+            try:
+                return _real(self, *args, **kwargs)
+            except OSError:
+                return False
+
+        monkeypatch.setattr(Path, name, quiet)
+
+
+@pytest.mark.parametrize("python", ["3.10-3.12", "3.13+"])
+def test_a_checkpoint_directory_this_user_may_not_enter_stops_the_resume_naming_it(shared_tmp, monkeypatch,
+                                                                                   python):
+    """``chmod 000 step_2``: listing the checkpoints raised Python's bare PermissionError; under
+    3.13's Path the newest checkpoint read as damaged and the resume went back one."""
+    if python == "3.13+":
+        _paths_as_in_python_3_13(monkeypatch)
     root = shared_tmp / "checkpoints"
     _two_checkpoints(root)
     before = _contents(root)
