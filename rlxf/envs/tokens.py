@@ -53,7 +53,7 @@ from typing import Any
 
 from rlxf.envs.base import Message
 from rlxf.envs.tools import with_tools_described
-from rlxf.models.tokenizer import control_tokens, reply_text
+from rlxf.models.tokenizer import TOOL_CALL_MARKERS, control_tokens, reply_text
 
 
 class TemplateAppendError(ValueError):
@@ -144,6 +144,10 @@ def special_texts(tokenizer) -> SpecialTexts:
     cached = _SPECIAL_TEXTS.get(tokenizer)
     if cached is None or cached[0] != key:
         control = {i: text for i, text in control_tokens(tokenizer).items() if text.strip()}
+        # added tokens not flagged special that the template writes around turns are markers too
+        # (DeepSeek-R1's "<｜Assistant｜>"): in a message they would be the token itself
+        added = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()
+                 if not t.special and t.content.strip() and t.content not in TOOL_CALL_MARKERS}
         written, rendered = {tokenizer.eos_token_id}, False
         for probe in _PROBES if hasattr(tokenizer, "backend_tokenizer") else ():
             try:
@@ -153,6 +157,7 @@ def special_texts(tokenizer) -> SpecialTexts:
                 continue
         turn = {text for i, text in control.items() if i in written or not rendered}
         literal = _any_of(set(control.values()) - turn)
+        turn |= {text for i, text in added.items() if i in written}
         marked = re.compile(f"{_OPEN}({literal.pattern}){_CLOSE}") if literal else None
         cached = _SPECIAL_TEXTS[tokenizer] = key, SpecialTexts(_any_of(turn), literal, marked)
     return cached[1]
@@ -177,23 +182,41 @@ def _marked(value: Any, literal: re.Pattern | None) -> Any:
     return value
 
 
-def check_no_control_text(tokenizer, messages: list[Message]) -> None:
+def check_no_control_text(tokenizer, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> None:
     """Refuse messages holding the text of a special token the chat template writes around turns
     (``<|im_end|>``, ``<|start_header_id|>``) or of eos (``special_texts``): the tokenizer reads it
     as the token itself, so an environment, a tool's output or a program could end its turn and
     start one of the model's (``<|im_end|>\\n<|im_start|>assistant\\n...``) that the model never
-    sampled, whatever the message's role. Other special tokens' texts stay text (``encode_rendered``)."""
+    sampled, whatever the message's role. Other special tokens' texts stay text (``encode_rendered``).
+    Every string inside a message (content parts, tool calls) is read, and so are ``tools``, which
+    the template renders into the prompt."""
     turn = special_texts(tokenizer).turn
-    for m in messages if turn is not None else ():
-        for key, value in m.items():
-            found = turn.search(value) if isinstance(value, str) else None
+    if turn is None:
+        return
+    fields = [(f"a {m.get('role')!r} message's {key}", value) for m in messages for key, value in m.items()]
+    for where, value in [*fields, *((f"tools[{i}]", t) for i, t in enumerate(tools or []))]:
+        for text in _strings(value):
+            found = turn.search(text)
             if found is not None:
                 at = found.start()
                 raise ControlTextError(
-                    f"a {m.get('role')!r} message's {key} holds {found[0]!r} ({value[max(0, at - 20):at + 40]!r}), "
+                    f"{where} holds {found[0]!r} ({text[max(0, at - 20):at + 40]!r}), "
                     f"the text of a special token the chat template writes around turns (or of eos): templated, "
                     f"it would be that token (ending the turn, or starting one the model never wrote), not text; "
                     f"remove it or break it up (e.g. '< |' for '<|') in what the environment, tool or program sends")
+
+
+def _strings(value: Any):
+    """Every string in ``value`` (and in the lists and dicts inside it, keys included)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 def encode_text(tokenizer, text: str) -> list[int]:
@@ -210,6 +233,8 @@ def encode_rendered(tokenizer, text: str) -> list[int]:
     and the text after it are encoded apart from what precedes them, as the token would be."""
     marked = special_texts(tokenizer).marked
     pieces = [text] if marked is None else marked.split(text)   # text, literal, text, ..., text
+    # a mark left alone (a template that split marked content, as on "</think>") is no text of anyone's
+    pieces = [p if k % 2 else p.replace(_OPEN, "").replace(_CLOSE, "") for k, p in enumerate(pieces)]
     ids = encode_text(tokenizer, pieces[0])
     newline = encode_text(tokenizer, "\n") if len(pieces) > 1 else []
     for k, piece in enumerate(pieces[1:], start=1):
@@ -266,7 +291,7 @@ class Conversation:
         if getattr(tokenizer, "chat_template", None) is None:
             raise TemplateAppendError("multi-turn episodes need a chat template; the tokenizer has none "
                                       "(set model.chat_template)")
-        check_no_control_text(tokenizer, messages)
+        check_no_control_text(tokenizer, messages, tools)
         tools = [dict(t) for t in tools] if tools else None
         text = render(tokenizer, messages, generation_prompt=True, tools=tools)
         # a template that ignores `tools` renders the same text without them

@@ -183,9 +183,10 @@ def control_tokens(tokenizer) -> Mapping[int, str]:
     """The tokenizer's control tokens, id -> text: its special tokens (eos, pad, the chat template's
     markers), which are never text of a model turn or of a message, but ``TOOL_CALL_MARKERS``.
 
-    Read once per tokenizer, and again once it has gained tokens (``len(tokenizer)`` changed):
-    reading them takes ~0.3 ms for Llama 3's 256 special tokens, on every model turn and message."""
-    size = len(tokenizer)
+    Read once per tokenizer, and again once it has gained tokens or its special ones changed (a
+    new eos, a token made special): reading them takes ~0.3 ms for Llama 3's 256 special tokens,
+    on every model turn and message."""
+    size = (len(tokenizer), tokenizer.eos_token_id, tuple(tokenizer.all_special_tokens))   # ~15 us
     cached = _CONTROL.get(tokenizer)
     if cached is None or cached[0] != size:
         special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens))
