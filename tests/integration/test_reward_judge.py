@@ -116,7 +116,7 @@ def test_missing_api_key_variable_fails_at_build(judge_url, monkeypatch):
 class FakeTokenizer:
     """A character per id, no special tokens (what ``reply_text`` reads of a tokenizer)."""
 
-    all_special_ids, all_special_tokens, added_tokens_decoder = [], [], {}
+    all_special_ids, all_special_tokens, added_tokens_decoder, eos_token_id = [], [], {}, None
 
     def __len__(self):
         return 0x110000
