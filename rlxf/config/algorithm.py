@@ -208,7 +208,7 @@ class AlgorithmConfig(Section):
             problems.append((("algorithm", "kl_mode"), f"{why}, and kl_mode: reward subtracts the KL penalty "
                              f"(algorithm.kl_coef) from them: use kl_mode: loss"))
         if self.overlong_buffer > 0 and self.overlong_penalty > 0:
-            preset = (f", as algorithm.name: {self.name} sets it"
+            preset = (f", algorithm.name: {self.name}'s value"
                       if PRESETS[self.name].get("overlong_buffer") == self.overlong_buffer else "")
             problems.append((("algorithm", "overlong_buffer"), f"{why}, and the overlong penalty "
                              f"(algorithm.overlong_buffer={self.overlong_buffer:g}{preset}) subtracts from them: "

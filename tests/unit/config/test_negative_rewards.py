@@ -133,7 +133,7 @@ def test_the_dapo_overlong_buffer_is_blamed_on_algorithm_name(write):
     path = write("algorithm:\n  name: dapo\n")
     msg = _refused(path)
     assert f"algorithm.overlong_buffer (override '{MAXRL}', {path}:11)" in msg   # line 11: `name: dapo`
-    assert "(algorithm.overlong_buffer=0.25, as algorithm.name: dapo sets it)" in msg
+    assert "(algorithm.overlong_buffer=0.25, algorithm.name: dapo's value)" in msg
     msg = _refused(write(), "algorithm.name=dapo")
     assert f"algorithm.overlong_buffer (override '{MAXRL}', override 'algorithm.name=dapo')" in msg
     # set by the user, it is theirs
