@@ -6,6 +6,7 @@ Plotting only: what to plot and the page around it live in ``rlxf.metrics.report
 from __future__ import annotations
 
 import base64
+import functools
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,8 +102,17 @@ def drawable_text(text: str) -> bool:
             continue
     missing = {ord(c) for c in text}
     for path in paths or [font_manager.findfont(font_manager.FontProperties())]:
-        missing -= font_manager.get_font(path).get_charmap().keys()
+        missing -= _glyphs(path)
     return not missing
+
+
+@functools.lru_cache(maxsize=16)
+def _glyphs(path: str) -> frozenset[int]:
+    """The code points font file ``path`` has glyphs for: read once (a few ms each, and every plot
+    of a report asks for its run names)."""
+    from matplotlib import font_manager
+
+    return frozenset(font_manager.get_font(path).get_charmap())
 
 
 def key_style(index: int, points: bool) -> tuple[str, str | None]:

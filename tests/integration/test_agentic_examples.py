@@ -5,20 +5,18 @@ nano model, and examples/agentic/calculator_agent.py plays a whole tool episode 
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 from rl_helpers import metrics
+from test_agent_programs import ToolCaller  # a policy that calls the calculator, then answers
 
 from rlxf.cli.main import main
 from rlxf.config import load_config
 from rlxf.envs.agent import EpisodeLimits
 from rlxf.envs.programs import ProgramEpisodes
-from rlxf.envs.tokens import encode_text
-from rlxf.envs.tools import calculator
 from rlxf.rollout import SamplingParams
-from rlxf.types import Completion, Prompt
+from rlxf.types import Prompt
 
 pytest.importorskip("openai")
 
@@ -35,27 +33,6 @@ def test_agentic_example_trains_a_step(example, tmp_path, nano_model_dir):
     assert main(["train", str(example), *overrides]) == 0
     [record] = metrics(tmp_path / load_config(example).run.name)
     assert record["env/episode_errors"] == 0 and record["env/end/error"] == 0
-
-
-class ToolCaller:
-    """Turn 0 calls the calculator on the user's expression, turn 1 answers with its value."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def generate(self, requests, sampling):
-        out = []
-        for r in requests:
-            text = self.tokenizer.decode(list(r.prompt_ids))
-            expression = text.split("<|im_start|>user\n")[1].split("=")[0]
-            if text.count("<|im_start|>assistant") == 1:
-                arguments = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
-                reply = f"<tool_call>{arguments}</tool_call>"
-            else:
-                reply = f"It is {calculator(expression)}"
-            ids = encode_text(self.tokenizer, reply) + [self.tokenizer.eos_token_id]
-            out.append([Completion(ids, [-0.5] * len(ids), "stop", 0)])
-        return out
 
 
 def test_calculator_agent_example_plays_a_tool_episode(tokenizer_for_tests):
