@@ -83,8 +83,18 @@ def run_labels(names: Sequence[str]) -> list[str]:
     """The runs' names as the plots draw them: each name, or ``run N`` (its place among the runs,
     from 1) where the fonts have no glyph for some character of it. With only DejaVu fonts
     installed, a CJK run name was a row of boxes, every run's alike; the page around the plots
-    says which run each number is (``rlxf.metrics.report``)."""
-    return [name if drawable_text(name) else f"run {i}" for i, name in enumerate(names, start=1)]
+    says which run each number is (``rlxf.metrics.report``). A number never repeats another
+    run's name: beside a run named "run 2", the second run's number is "run 2'"."""
+    drawn = [drawable_text(name) for name in names]
+    taken = {name for name, ok in zip(names, drawn, strict=True) if ok}
+    labels = []
+    for i, (name, ok) in enumerate(zip(names, drawn, strict=True), start=1):
+        label = name if ok else f"run {i}"
+        while not ok and label in taken:
+            label += "'"
+        taken.add(label)
+        labels.append(label)
+    return labels
 
 
 def drawable_text(text: str) -> bool:

@@ -23,6 +23,13 @@ def test_a_name_is_drawable_when_the_font_family_or_a_fallback_has_its_glyphs():
         assert run_labels(["実験", "base", "实验二"]) == ["run 1", "base", "run 3"]
 
 
+def test_a_number_never_repeats_another_runs_name():
+    # a run really named "run 2" beside an undrawable second run drew two legend entries alike
+    with rc_context(DEJAVU):
+        assert run_labels(["run 2", "実験"]) == ["run 2", "run 2'"]
+        assert run_labels(["実験", "run 1", "run 1'"]) == ["run 1''", "run 1", "run 1'"]
+
+
 def test_plots_number_the_runs_whose_names_the_fonts_cannot_draw():
     runs = [RunMetrics(name, [{"step": 1, "reward/mean": 0.5}]) for name in ("実験", "base")]
     with rc_context(DEJAVU):
