@@ -20,12 +20,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import math
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlxf.config.data import DataConfig, SourceFields
+from rlxf.data.errors import DataError
 from rlxf.data.sources import (
     Record,
     drop_held_out,
@@ -37,6 +39,7 @@ from rlxf.data.sources import (
 )
 from rlxf.data.tasks import check_disjoint, get_task
 from rlxf.data.templates import (
+    SYSTEM_ROLES,
     check_messages,
     check_not_blank,
     check_prompt,
@@ -72,15 +75,15 @@ def content_key(prompt: str | list[dict[str, Any]]) -> str:
     presentation only folded (``normalise_text``): two sources that render the same question
     with a different system prompt, spacing, Unicode composition or seed still share a key.
 
-    Chat messages hash their roles and contents, without system turns (a system prompt is
-    templating, as ``data.system_prompt`` is); a conversation of one user turn is keyed as that
-    turn's text, since a text prompt becomes exactly that turn, and content given as parts
+    Chat messages hash their roles and contents, without system (and developer) turns (a system
+    prompt is templating, as ``data.system_prompt`` is); a conversation of one user turn is keyed
+    as that turn's text, since a text prompt becomes exactly that turn, and content given as parts
     (``[{"type": "text", "text": ...}]``) as the text the template renders of them
     (``content_text``). So the same question held out by one source as text and given by another
     as ``messages`` is still kept out of training."""
     if not isinstance(prompt, str):
         turns = [{**m, "content": content_text(m.get("content"), "prompt", f"messages[{i}]")}
-                 for i, m in enumerate(prompt) if m.get("role") != "system"]
+                 for i, m in enumerate(prompt) if m.get("role") not in SYSTEM_ROLES]
         if len(turns) == 1 and turns[0].get("role") == "user":
             prompt = turns[0]["content"]
         else:
@@ -167,6 +170,10 @@ def record_prompt(record: dict[str, Any], where: str, cfg: DataConfig) -> tuple[
         # mixes the two could otherwise be read by neither data.fields.prompt nor .messages
         prompt = check_prompt(get_field(record, f.prompt, where, "prompt"), where, f.prompt, "prompt")
     gt = get_field(record, f.ground_truth, where, "ground_truth") if f.ground_truth is not None else None
+    if isinstance(gt, float) and math.isnan(gt):
+        raise DataError(f"{where}: field {f.ground_truth!r} (data.fields.ground_truth) is NaN: a missing value "
+                        f"(pandas writes one for an empty cell), not an answer: the verifiers would score every "
+                        f"response 0, or reward one that says 'nan'; fill in the answer, or drop the record")
     if f.metadata is not None:
         meta = {k: get_field(record, k, where, "metadata") for k in f.metadata}
     else:

@@ -16,9 +16,14 @@ import hashlib
 from typing import Any
 
 from rlxf.data.errors import DataError
+from rlxf.envs.base import ENV_ROLES
 
 Messages = list[dict[str, Any]]
-ROLES = ("system", "user", "assistant", "tool")
+# the roles chat templates render: the model's own turn and those an environment may send
+# ("developer" is OpenAI's instructions, "ipython" Llama 3.1's tool results)
+ROLES = (*ENV_ROLES, "assistant")
+# turns that instruct rather than ask: not a prompt's question (``check_not_blank``, ``content_key``)
+SYSTEM_ROLES = ("system", "developer")
 
 
 def get_field(record: dict[str, Any], name: str, where: str, config_key: str) -> Any:
@@ -44,7 +49,9 @@ def check_messages(messages: Any, where: str, field: str) -> Messages:
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise DataError(f"{where}: {field}[{i}] must be an object with 'role' and 'content', got {m!r:.80}")
         if m["role"] not in ROLES:
-            raise DataError(f"{where}: {field}[{i}] has role {m['role']!r}; valid roles: {', '.join(ROLES)}")
+            raise DataError(f"{where}: {field}[{i}] has role {m['role']!r}; valid roles: {', '.join(ROLES)}. "
+                            f"Rename it in the data to the one it means (ShareGPT's 'human' and 'gpt' are 'user' "
+                            f"and 'assistant'; Gemma's 'model' is 'assistant')")
         # text, or a list of content parts; null only for an assistant turn that calls tools (OpenAI format)
         content = m["content"]
         if not (isinstance(content, (str, list)) or (content is None and m["role"] == "assistant"
@@ -106,16 +113,17 @@ def check_prompt(value: Any, where: str, field: str, config_key: str) -> str | M
 
 def check_not_blank(prompt: str | Messages, where: str, field: str) -> str | Messages:
     """``prompt``, or a DataError when it holds no text (only whitespace, or turns that are all
-    system or blank): an empty CSV cell or a field mapped wrongly, which would otherwise train on
-    the template alone, and share one held-out key with every other blank prompt."""
+    system, developer or blank): an empty CSV cell or a field mapped wrongly, which would
+    otherwise train on the template alone, and share one held-out key with every other blank
+    prompt."""
     if isinstance(prompt, str):
         blank = not prompt.strip()
     else:
-        blank = all(m["role"] == "system" or _blank_content(m.get("content")) for m in prompt)
+        blank = all(m["role"] in SYSTEM_ROLES or _blank_content(m.get("content")) for m in prompt)
     if blank:
         raise DataError(f"{where}: field {field!r} holds an empty prompt (no text but whitespace"
-                        f"{'' if isinstance(prompt, str) else ' outside system turns'}); fix or remove the record, "
-                        f"or point data.fields at the key that holds the prompt")
+                        f"{'' if isinstance(prompt, str) else ' outside system and developer turns'}); fix or remove "
+                        f"the record, or point data.fields at the key that holds the prompt")
     return prompt
 
 
