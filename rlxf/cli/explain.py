@@ -4,6 +4,7 @@ for all)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from rich.console import Console
@@ -111,12 +112,27 @@ def _data_files(cfg) -> list[tuple[tuple, str]]:
     return files
 
 
+def model_problems(cfg) -> list[tuple[tuple, str]]:
+    """What ``rlxf train`` refuses of model.path, model.revision, model.tokenizer and
+    model.chat_template before it loads the model (``check_inputs``: the tokenizer is loaded),
+    once model.path holds a model. One that does not yet (not made, or on a hub out of reach) is
+    no problem here: the memory estimate says why it is skipped, and the config is explained."""
+    from rlxf.cli.preflight import model_problems as problems
+    from rlxf.models.loading import ModelLoadError, check_source
+
+    try:
+        check_source(cfg.model.path, "model.path", adapters=True)   # without model.revision: is it there?
+    except ModelLoadError:
+        return []
+    return problems(cfg)
+
+
 def data_problems(cfg) -> list[tuple[tuple, str]]:
     """What ``rlxf train`` checks of the data before it loads a model (``check_inputs``), where
     it is cheap: each task made with its options, each data file's first record against
-    ``data.fields``, a directory given for a file. Not the tokenizer (the model may not be made
-    yet), not a hub dataset (the network), not a missing data file (it may not be made yet
-    either: ``run`` warns of it)."""
+    ``data.fields``, a directory given for a file. Not the tokenizer (``model_problems``), not a
+    hub dataset (the network), not a missing data file (it may not be made yet: ``run`` warns of
+    it)."""
     from rlxf.cli.preflight import data_problems as problems
 
     return problems(cfg, missing_files=False)
@@ -127,21 +143,26 @@ def machine_problems(cfg) -> list[str]:
     (the explanation itself describes the machine the config asks for)."""
     import torch  # noqa: PLC0415
 
+    problems = []
+    if cfg.run.placement == "ray" and importlib.util.find_spec("ray") is None:   # as ``check_inputs`` refuses it
+        problems.append("run.placement=ray needs Ray, which is not installed here: `rlxf train` stops on it here "
+                        "(pip install 'rlxf[ray]')")
     on_this_machine = cfg.run.placement == "local" or cfg.ray.address is None   # a cluster's machines are its own
     if on_this_machine and cfg.model.device == "cuda" and not torch.cuda.is_available():
-        return ["model.device=cuda, and this machine has no CUDA device: `rlxf train` stops on it here "
-                "(the figures below are for a CUDA machine; model.device=auto uses one where there is one)"]
-    return []
+        problems.append("model.device=cuda, and this machine has no CUDA device: `rlxf train` stops on it here "
+                        "(the figures below are for a CUDA machine; model.device=auto uses one where there is one)")
+    return problems
 
 
 def run(config: Path, overrides: list[str], *, full_config: bool = False) -> None:
     from rlxf.config import load_config
     from rlxf.config.explain import unused_settings
+    from rlxf.data.readers import unexpanded
 
-    cfg = load_config(config, overrides, checks=(data_problems,))
+    cfg = load_config(config, overrides, checks=(model_problems, data_problems))
     console = Console()
     missing = [f"{'.'.join(map(str, loc))}: data file {path} does not exist (yet); `rlxf train` stops on it"
-               for loc, path in _data_files(cfg)]
+               f"{unexpanded(path)}" for loc, path in _data_files(cfg)]
     for warning in (*missing, *machine_problems(cfg), *unused_settings(cfg)):
         console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     try:
