@@ -85,6 +85,7 @@ def data_problems(cfg: Config, *, prompts: bool = True, missing_files: bool = Tr
     need the network, so it is read when training starts."""
     from rlxf.config.load import source_locations
     from rlxf.data.prompts import source_config
+    from rlxf.data.readers import unexpanded
     from rlxf.errors import UserInputError
 
     problems: list[tuple[tuple, str]] = []
@@ -108,7 +109,7 @@ def data_problems(cfg: Config, *, prompts: bool = True, missing_files: bool = Tr
                                      f"files, is read with source: hf)"))
                 elif not local.is_file():
                     if missing_files:
-                        problems.append(((*loc, key), f"data file {path} does not exist"))
+                        problems.append(((*loc, key), f"data file {path} does not exist{unexpanded(str(path))}"))
                 elif prompts and not ptx:  # PPO-ptx's files are SFT data, checked when read
                     checks.append(((*loc, key), data.model_copy(update={other: None})))
         for where, one in checks:

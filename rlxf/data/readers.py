@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ def read_records(path: str | Path, fmt: str, split: str | None = None,
                         f"path (a dataset saved with save_to_disk, or a directory of data files, is read with "
                         f"source: hf)")
     if not p.is_file():
-        raise DataError(f"data file {p} does not exist (data.source={fmt})")
+        raise DataError(f"data file {p} does not exist (data.source={fmt}){unexpanded(str(path))}")
     named = _SUFFIX_FORMATS.get(p.suffix.lower())
     if named is not None and fmt not in named:
         raise DataError(f"data file {p} is named like {' or '.join(named)} but data.source is {fmt}; set "
@@ -62,18 +64,43 @@ def read_records(path: str | Path, fmt: str, split: str | None = None,
         raise _not_utf8(p, e) from None
 
 
+def unexpanded(path: str) -> str:
+    """What to do about a ``path`` that names environment variables (``$DATA/train.jsonl``), which
+    are not expanded (a path is read as written, ``~`` aside); "" for any other."""
+    if not _ENV_VAR.search(path):
+        return ""
+    expanded = os.path.expandvars(path)
+    return (f"; environment variables in a path are not expanded: write it out"
+            f"{f' ({expanded} here)' if expanded != path else ''}, or give it as a command-line override, "
+            f"which the shell expands")
+
+
+_ENV_VAR = re.compile(r"\$(\w+|\{\w+\})")
+
+
 # "utf-8-sig" reads UTF-8 and drops a leading byte-order mark, which would otherwise stick to the
 # first CSV column name ('\ufeffprompt') or make the first JSON line invalid
 _ENCODING = "utf-8-sig"
 
 
+# the first bytes of the compressed files datasets are shipped as (train.jsonl.gz), and how to unpack each
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
+               b"PK\x03\x04": "zip"}
+_DECOMPRESS = {"gzip": "gunzip -k", "zstd": "zstd -d", "bzip2": "bunzip2 -k", "xz": "unxz -k", "zip": "unzip"}
+
+
 def _not_utf8(p: Path, e: UnicodeDecodeError) -> DataError:
-    """The error for a file that is not UTF-8, at its first undecodable byte. A text-mode read
-    reports the byte's offset within a buffer, not within the file, so the file is scanned again
-    line by line to find the line and column."""
+    """The error for a file that is not UTF-8 (or is compressed), at its first undecodable byte.
+    A text-mode read reports the byte's offset within a buffer, not within the file, so the file
+    is scanned again line by line to find the line and column."""
     where, byte = str(p), e.object[e.start]  # if the scan does not find it (the file changed)
     with p.open("rb") as f:
-        utf16 = f.read(2) in (b"\xff\xfe", b"\xfe\xff")
+        start = f.read(6)
+        compressed = next((kind for magic, kind in _COMPRESSED.items() if start.startswith(magic)), None)
+        if compressed is not None:
+            return DataError(f"{p} is a {compressed} archive, not text; decompress it first ({_DECOMPRESS[compressed]} "
+                             f"{p.name}) and give the decompressed file's path")
+        utf16 = start[:2] in (b"\xff\xfe", b"\xfe\xff")
         f.seek(0)
         for lineno, line in enumerate(f, start=1):
             try:
@@ -112,26 +139,32 @@ def _duplicate(where: str, key: str) -> DataError:
 def _read_jsonl(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     with p.open(encoding=_ENCODING) as f:
         for lineno, line in enumerate(f, start=1):
+            # a byte-order mark inside the file: files that each began with one, concatenated (an
+            # empty one leaves a line of the mark alone)
+            line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue  # blank lines (a trailing newline) are not records
             # a JSON list (one record per line or not) read as JSON lines: name the other format
             hint = "; the file looks like one JSON list, not JSON lines: set data.source=json" \
-                if line.lstrip("\ufeff \t").startswith("[") else ""
+                if line.lstrip(" \t").startswith("[") else ""
             try:
-                # a byte-order mark inside the file: files that each began with one, concatenated
-                record = json.loads(line.removeprefix("\ufeff"), object_pairs_hook=_unique_keys)
+                record = json.loads(line, object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as e:
                 raise DataError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno}){hint}") from None
             except _DuplicateKey as e:
                 raise _duplicate(f"{p}:{lineno}", e.key) from None
             if not isinstance(record, dict):
                 raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(record).__name__}{hint}")
+            if _SURROGATE_ESCAPE.search(line):
+                _check_surrogates(record, f"{p}:{lineno}")
             yield f"{p}:{lineno}", record
 
 
 def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    text = p.read_text(encoding=_ENCODING)
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
     try:
-        data = json.loads(p.read_text(encoding=_ENCODING), object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         # a second value after the first: JSON lines (a .json name is common for them)
         hint = "; the file holds more than one JSON value: JSON lines? set data.source=jsonl" \
@@ -152,7 +185,34 @@ def _read_json(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     for i, record in enumerate(data):
         if not isinstance(record, dict):
             raise DataError(f"{p} record {i}: expected a JSON object, got {type(record).__name__}")
+        if surrogates:
+            _check_surrogates(record, f"{p} record {i}")
         yield f"{p} record {i}", record
+
+
+# a JSON escape of half a UTF-16 surrogate pair: an emoji written by an ASCII-only writer (two of
+# them, decoded as one character), or half of one left by cutting the text between them
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_surrogates(value: Any, where: str, field: str = "") -> None:
+    """A DataError naming the field of ``value`` (a record) that holds a lone surrogate: JSON
+    decodes a ``\\ud83d`` without its other half to a character UTF-8 cannot encode, which no
+    tokenizer takes (a TypeError, far from the record, once the batch is encoded)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_surrogates(v, where, f"{field}.{k}" if field else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_surrogates(v, where, f"{field}[{i}]")
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DataError(f"{where}: field {field!r} holds \\u{ord(value[e.start]):04x} at character {e.start}, half of "
+                            f"a character written as a UTF-16 surrogate pair (an emoji, say) whose other half is "
+                            f"missing, which no tokenizer can encode: the text was cut between the two. Remove the "
+                            f"escape (or write the whole character), or drop the record") from None
 
 
 def _read_csv(p: Path) -> Iterator[tuple[str, dict[str, Any]]]:
