@@ -224,9 +224,10 @@ class CodeVerifierConfig(_Verifier):
         "strict",
         description="`strict`: namespaces (no network, read-only files, own PIDs) + unprivileged uid + "
         "rlimits, or refuse to run. `auto`: strict if the kernel allows, else weak with a warning. "
-        "`weak`: rlimits, a seccomp filter (no ptrace, no new namespaces, no prlimit on other processes) and, on "
-        "Linux >= 5.13, a Landlock "
-        "domain that keeps it out of your processes -- the program can still reach the network and your files.",
+        "`weak`: rlimits, a seccomp filter (Unix sockets only, no ptrace, no new namespaces, no prlimit on other "
+        "processes) and, on Linux >= 5.13, a Landlock domain that keeps it out of your processes and your files "
+        "(it reads only the Python installation and its working directory, and writes only there); without "
+        "them it can reach the network and your files (the log and `Sandbox.mechanisms` say which hold).",
     )
     sandbox_uid: int = Field(
         61000, ge=1, description="uid/gid programs run as when rlxf runs as root (own no files there)."

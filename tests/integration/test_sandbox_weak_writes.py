@@ -5,8 +5,9 @@ are refused, as in a default Docker container, which runs as root) a program cou
 every file its uid could. As root that is every file: the verifier's code, the expected
 answers a data file holds, the run's checkpoints -- a policy that learns to rewrite the
 verifier scores 1.0 from then on. Now the weak program's Landlock domain grants writes only
-under its working directory (its $HOME and $TMPDIR), /dev/shm and the null devices; reading
-is unchanged, and ordinary programs (temporary files, multiprocessing) still run.
+under its working directory (its $HOME and $TMPDIR), /dev/shm and the null devices (its reads
+are confined too: test_sandbox_weak_confinement.py), and ordinary programs (temporary files,
+multiprocessing) still run.
 
 And as root the weak program used to keep uid 0 (without capabilities): on kernels whose
 Landlock cannot scope signals (ABI < 6: Linux before 6.12) it could kill the trainer, the judge,
@@ -47,7 +48,7 @@ ATTACK = textwrap.dedent("""
             done.append(name)
         except OSError:
             pass
-    print(done, open(victim).read())
+    print(done)
 """)
 
 ORDINARY = textwrap.dedent("""
@@ -84,7 +85,7 @@ def test_a_weak_program_cannot_write_the_callers_files(weak_box, tmp_path):
     if landlock_abi() == 0:  # no kernel mechanism for it: the mechanisms must say so
         assert any("can write every file your uid can" in m or "read and write" in m for m in weak_box.mechanisms)
         pytest.skip("this kernel has no Landlock: weak programs write what your uid can (documented)")
-    assert out.stdout == '[] {"answer": 42}\n', out.stdout
+    assert out.stdout == "[]\n", out.stdout
     assert victim.read_text() == '{"answer": 42}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["expected_answers.json"]
     assert any("writes" in m and "working directory" in m for m in weak_box.mechanisms), weak_box.mechanisms

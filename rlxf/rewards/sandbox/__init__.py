@@ -29,21 +29,31 @@ Isolation (``isolation=``):
   CLONE_NEW* flag; clone3 fails with ENOSYS so libc falls back to clone). If the kernel refuses
   any of it, ``Sandbox`` raises ``SandboxUnavailable`` instead of running weaker.
 - ``"auto"``: strict where the kernel allows it, otherwise weak with a logged warning.
-- ``"weak"``: rlimits, a scrubbed environment, a temporary working directory, a process-tree
-  kill and, where the kernel has them, the seccomp filter without its socket and io_uring rules
-  (so no prlimit on your processes either) and a Landlock domain (Linux >= 5.13) that keeps the program from every process outside it:
-  no ptrace, no /proc/<pid>/mem, and from Landlock ABI 6 no signals; and that keeps its writes
-  inside its working directory (its $HOME and $TMPDIR; also /dev/shm and the null devices), so
-  it cannot rewrite the verifier, the run's files or anything else your uid owns (a program
-  that writes to /tmp by path fails in weak mode; strict mode gives it a private /tmp). The
-  program can reach the network and read whatever files your uid can; without Landlock it can
-  write them too. As root it runs as ``sandbox_uid`` with one capability, reading files: out of
-  your processes' memory, unable to signal them or write root's files, and bounded in its forks
-  by RLIMIT_NPROC (which exempts root). As any other user without Landlock it runs as you and can read, through
-  /proc/<pid>/mem, the memory of your dumpable processes -- the caller's, where the expected
-  answers are -- wherever ptrace between your processes is allowed; ``mechanisms`` says which
-  case holds. Logged as a warning; the code verifier's metric ``strict_isolation`` is 0. Use it
-  only for code you would run unsandboxed anyway.
+- ``"weak"``: no namespaces: the program shares the machine's processes, files and network,
+  kept from them by what a process may impose on itself: rlimits, a scrubbed environment, a
+  temporary working directory, a process-tree kill and, where the kernel has them, a seccomp
+  filter and a Landlock domain. The filter is strict mode's but for sockets: AF_UNIX only, so
+  no network (IPv4, IPv6, netlink, vsock...), no io_uring, and no ptrace or prlimit on your
+  processes. The Landlock domain (Linux >= 5.13) keeps the program from every process outside
+  it (no ptrace, no /proc/<pid>/mem; from ABI 6 no signals or abstract Unix sockets); lets it
+  read only what strict mode's root holds (``default_binds``: the Python installation, its
+  site-packages, the system libraries), /proc, /dev/shm, the null and random devices and its
+  working directory -- not your home, the run directory or a file of expected answers; keeps
+  its writes inside that working directory (its $HOME and $TMPDIR), /dev/shm and the null
+  devices (a program that writes to /tmp by path fails in weak mode; strict mode gives it a
+  private /tmp); and from ABI 4 refuses TCP bind and connect. Open even then: /proc (other
+  processes' command lines, not their memory), /dev/shm (keep no secrets there), stat of any
+  path (names, sizes), Unix sockets its uid may connect to by path (a Docker socket, an ssh
+  agent). Without Landlock the program reads and writes whatever its uid can; without the
+  filter it reaches the network (but for TCP, with Landlock ABI >= 4). As root it runs as
+  ``sandbox_uid`` with one capability, reading files (CAP_DAC_READ_SEARCH: without Landlock,
+  every file of the machine): out of your processes' memory, unable to signal them or write
+  root's files, and bounded in its forks by RLIMIT_NPROC (which exempts root). As any other
+  user without Landlock it runs as you and can read, through /proc/<pid>/mem, the memory of
+  your dumpable processes -- the caller's, where the expected answers are -- wherever ptrace
+  between your processes is allowed. ``mechanisms`` says which case holds and what stays open.
+  Logged as a warning; the code verifier's metric ``strict_isolation`` is 0. Use it only for
+  code you would run unsandboxed anyway.
 
 Budgets are CPU time, not wall time: a correct program gets the same verdict whether the
 machine is idle or every core is busy. The verdict is ``timeout`` when the kernel's CPU count
@@ -313,9 +323,10 @@ def _shutdown(servers: list[_Server]) -> None:
 
 
 def default_binds(python: str = sys.executable) -> list[str]:
-    """Host paths visible (read-only) inside a strict sandbox: the system libraries, the
-    Python installation running rlxf and its site-packages, so a program can import what is
-    installed -- but not the working directory, the script's directory or a home directory."""
+    """Host paths visible (read-only) inside a strict sandbox, and the only ones a weak one reads
+    where the kernel has Landlock: the system libraries, the Python installation running rlxf
+    and its site-packages, so a program can import what is installed -- but not the working
+    directory, the script's directory or a home directory."""
     import site  # noqa: PLC0415
 
     candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(python),
@@ -384,8 +395,8 @@ class Sandbox:
     def _spawn(self) -> _Server:
         with self._lock:
             mode = self._mode or "strict"
-            server = _Server(self.python, {**self._init, "mode": mode, "binds": default_binds(self.python)
-                                           if mode == "strict" else []})
+            init = {**self._init, "binds": default_binds(self.python)}  # weak mode's Landlock reads them
+            server = _Server(self.python, {**init, "mode": mode})
             if not server.hello.get("ok") and self._mode is None:
                 reason = server.hello.get("error", "unknown")
                 server.kill()
@@ -394,11 +405,12 @@ class Sandbox:
                         f"strict sandbox isolation is not available here: {reason}. Namespaces "
                         "(user, mount, PID, network, IPC) are needed; in a container run it with "
                         "CAP_SYS_ADMIN or allow unprivileged user namespaces. To run model code "
-                        "with weaker isolation anyway (rlimits only: it can reach the network and "
-                        "your files), set the code verifier's `isolation: weak` (or `auto`)."
+                        "with weaker isolation anyway (no namespaces: what it can still reach, the "
+                        "kernel decides, and Sandbox.mechanisms names), set the code verifier's "
+                        "`isolation: weak` (or `auto`)."
                     )
                 mode = "weak"
-                server = _Server(self.python, {**self._init, "mode": mode, "binds": []})
+                server = _Server(self.python, {**init, "mode": mode})
             if not server.hello.get("ok"):
                 server.kill()
                 raise SandboxUnavailable(f"the sandbox server failed to start: {server.hello.get('error')}")
@@ -412,9 +424,10 @@ class Sandbox:
                                 "memory_mb in all): %s", self.mechanisms[-1])
                 if mode == "weak":
                     log.warning(
-                        "code sandbox runs in WEAK isolation (%s): model-written code can reach the "
-                        "network and read any file your user can (a policy can learn to read expected "
-                        "answers from them); in force: %s",
+                        "code sandbox runs in WEAK isolation (%s): no namespaces, so model-written code "
+                        "shares this machine's files, processes and network, kept from them only by what "
+                        "follows, which names what it leaves open (a policy can learn to use that, e.g. "
+                        "to read expected answers): %s",
                         "requested" if self.isolation == "weak" else "strict unavailable",
                         "; ".join(self.mechanisms))
                 else:

@@ -33,10 +33,10 @@ when its input pipe closes, even in the middle of a job (the host died: ``kill -
 and a message during a job cancels it. ``weak`` mode (opt-in, for machines without namespaces)
 keeps the rlimits, the control groups where available, the scrubbed environment, a temporary
 working directory and process-tree cleanup through a child subreaper, adds what an unprivileged
-process may impose on itself where the kernel has it (the seccomp filter but for its socket
-rules, a Landlock domain that keeps the program from the caller's processes and its writes
-inside its working directory), and nothing else: the program can reach the network and read the
-caller's files.
+process may impose on itself where the kernel has it (the seccomp filter with Unix sockets only,
+a Landlock domain that keeps the program from the caller's processes, its reads to the Python
+installation and its working directory, its writes to that directory, and it from TCP), and
+nothing else: without them the program can reach the network and the caller's files.
 
 Keep this file importable by a bare interpreter: the standard library only, no rlxf imports.
 """
@@ -76,8 +76,10 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 217, "arm64": 217, "ppc64le": 203, "
 # A network namespace does not scope every socket family: AF_VSOCK shares one port space with
 # the host (the hypervisor and every vsock service of the machine are reachable from inside it).
 # A seccomp filter lets a strict program create sockets of the families below only (others fail
-# with EAFNOSUPPORT, as on a kernel without them) and refuses io_uring (IORING_OP_SOCKET makes
-# sockets without socket(2)). In every mode it refuses what reaches other processes' memory
+# with EAFNOSUPPORT, as on a kernel without them); a weak one, which shares the host's network,
+# AF_UNIX only: a program under test needs no network, and one that reached it could fetch the
+# answers or hand its output to a helper. Both refuse io_uring (IORING_OP_SOCKET makes sockets
+# without socket(2)). In every mode it refuses what reaches other processes' memory
 # (ptrace, process_vm_readv/writev, pidfd_getfd: EPERM) and new namespaces (unshare or clone with
 # a CLONE_NEW* flag, setns: EPERM), which would undo the isolation's assumptions and open the
 # kernel's namespace code; clone3 passes its flags in memory a filter cannot read, so it fails
@@ -110,19 +112,28 @@ SECCOMP_ARCH["arm64"] = SECCOMP_ARCH["aarch64"]
 # Landlock (Linux >= 5.13, unprivileged): a process in a Landlock domain cannot ptrace -- nor
 # open /proc/<pid>/mem, which seccomp cannot tell from other files -- any process outside it,
 # whatever their uids; from ABI 6 it cannot signal them either. Weak mode puts the program in
-# a domain of its own that also keeps every write to files inside its working directory (and
-# /dev/shm, for multiprocessing's semaphores, and the null devices): reading stays open, but
-# the program cannot rewrite the verifier's code, the run's checkpoints or anything else its
-# uid owns -- as root, every file. The same syscall numbers on every architecture.
+# a domain of its own that also keeps its files to what strict mode's root would show it: it
+# reads and runs only the Python installation and system libraries (strict mode's binds), /proc
+# and the random devices, and writes only in its working directory (which it also reads), in
+# /dev/shm (multiprocessing's semaphores) and the null devices. So it can neither read the
+# caller's files -- expected answers, the run directory, your home -- nor rewrite the verifier's
+# code, the run's checkpoints or anything else its uid owns (as root, every file). From ABI 4
+# the domain also refuses TCP bind and connect (the seccomp filter refuses IP sockets anyway).
+# Landlock checks opens, not lookups: stat still sees the names and sizes of other files, and
+# a pathname Unix socket is reached by connect, which it does not check (before ABI 6 nor an
+# abstract one). The same syscall numbers on every architecture.
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_RULE_PATH_BENEATH = 1
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1, 2
+LANDLOCK_READ_ACCESS = 0b1101  # EXECUTE, READ_FILE, READ_DIR (ABI 1)
 # The write accesses: WRITE_FILE, REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG,
 # MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM (ABI 1), REFER (ABI 2), TRUNCATE (ABI 3).
 LANDLOCK_WRITE_ACCESS = {1: 0b1_1111_1111_0010, 2: 0b11_1111_1111_0010, 3: 0b111_1111_1111_0010}
-LANDLOCK_FILE_WRITE = 1 << 1 | 1 << 14  # what a rule on a file (not a directory) may grant
+LANDLOCK_FILE_ACCESS = 0b111 | 1 << 14  # EXECUTE, WRITE_FILE, READ_FILE, TRUNCATE: what a rule on a file may grant
 LANDLOCK_MAKE_DEVICE = 1 << 6 | 1 << 11  # MAKE_CHAR, MAKE_BLOCK: granted nowhere
+LANDLOCK_NET_TCP = 0b11  # BIND_TCP, CONNECT_TCP (ABI 4): granted nowhere
 LANDLOCK_WRITABLE = ("/dev/shm", "/dev/null", "/dev/zero", "/dev/full")
+LANDLOCK_READABLE = ("/proc", "/dev/random", "/dev/urandom")
 # statvfs f_flag bit -> mount flag, to keep a mount's locked flags when remounting it read-only
 ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
             2048: MS_NODIRATIME, 4096: MS_RELATIME}
@@ -256,7 +267,7 @@ class _SockFprog(ctypes.Structure):
 
 def seccomp_filter(machine: str, sockets: bool = True) -> list[tuple[int, int, int, int]]:
     """The classic-BPF seccomp program described at ``SOCKET_FAMILIES``, for ``machine``: with
-    ``sockets``, the socket families and io_uring are restricted too (strict mode)."""
+    ``sockets`` (strict mode), sockets of those families; without (weak mode), of AF_UNIX only."""
     if machine not in SECCOMP_ARCH:
         raise OSError(38, f"seccomp: syscall numbers unknown for {machine} (known: {', '.join(SECCOMP_ARCH)})")
     arch, nr, clone_arg = SECCOMP_ARCH[machine]
@@ -272,8 +283,7 @@ def seccomp_filter(machine: str, sockets: bool = True) -> list[tuple[int, int, i
         "ptrace", "process_vm_readv", "process_vm_writev", "setns")]
     if "socketcall" in nr:
         refused.append((nr["socketcall"], enosys))
-    if sockets:
-        refused.append((425, enosys))
+    refused.append((425, enosys))  # io_uring_setup
     for number, errno in refused:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, errno)]
     for number, arg, flags in ((nr["unshare"], 0, CLONE_NEW_FLAGS | CLONE_NEWTIME), (nr["clone"], clone_arg, CLONE_NEW_FLAGS)):
@@ -281,9 +291,7 @@ def seccomp_filter(machine: str, sockets: bool = True) -> list[tuple[int, int, i
                  (ret, 0, 0, allow)]
     prog += [(jeq, 0, 4, nr["prlimit64"]), (ld, 0, 0, low_half(0)), (jeq, 1, 0, 0), (ret, 0, 0, eperm),
              (ret, 0, 0, allow)]  # pid_t: its low half is all of it
-    if not sockets:
-        return prog + [(ret, 0, 0, allow)]
-    families = list(SOCKET_FAMILIES.values())
+    families = list(SOCKET_FAMILIES.values()) if sockets else [SOCKET_FAMILIES["AF_UNIX"]]
     prog += [(jeq, 2, 0, nr["socket"]), (jeq, 1, 0, nr["socketpair"]), (ret, 0, 0, allow), (ld, 0, 0, low_half(0))]
     prog += [(jeq, len(families) - i, 0, family) for i, family in enumerate(families)]
     return prog + [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
@@ -333,27 +341,32 @@ def landlock_abi() -> int:
     return max(0, version)
 
 
-def enter_landlock_domain(abi: int, writable: tuple[str, ...] = ()) -> None:
-    """Put this process (and all it starts) in a Landlock domain of its own that writes files
-    only under ``writable`` and ``LANDLOCK_WRITABLE``: see ``SYS_LANDLOCK_*``."""
+def enter_landlock_domain(abi: int, writable: tuple[str, ...] = (), readable: tuple[str, ...] = ()) -> None:
+    """Put this process (and all it starts) in a Landlock domain of its own that reads files only
+    under ``readable``, ``LANDLOCK_READABLE`` and what it may write, writes them only under
+    ``writable`` and ``LANDLOCK_WRITABLE``, and makes no TCP connections: see ``SYS_LANDLOCK_*``."""
     scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
-    handled = LANDLOCK_WRITE_ACCESS[min(abi, 3)]
-    attr = (ctypes.c_uint64 * 3)(handled, 0, scoped)  # fs, net, scoped
+    net = LANDLOCK_NET_TCP if abi >= 4 else 0
+    handled = LANDLOCK_READ_ACCESS | LANDLOCK_WRITE_ACCESS[min(abi, 3)]
+    attr = (ctypes.c_uint64 * 3)(handled, net, scoped)  # struct landlock_ruleset_attr: fs, net, scoped
     fd = _libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
-                       ctypes.c_size_t(24 if scoped else 8), ctypes.c_uint32(0))
+                       ctypes.c_size_t(24 if scoped else 16 if net else 8), ctypes.c_uint32(0))
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
+    write = handled & ~LANDLOCK_MAKE_DEVICE
+    grants = [(path, write) for path in (*writable, *LANDLOCK_WRITABLE)]
+    grants += [(path, LANDLOCK_READ_ACCESS) for path in (*readable, *LANDLOCK_READABLE)]
     try:
-        for path in (*writable, *LANDLOCK_WRITABLE):
+        for path, access in grants:
             try:
                 parent = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 if path in writable:
                     raise
-                continue  # a machine without /dev/shm: multiprocessing fails there unsandboxed too
+                continue  # not on this machine (no /dev/shm: multiprocessing fails there unsandboxed too)
             try:
-                allowed = handled & ~LANDLOCK_MAKE_DEVICE if os.path.isdir(path) else handled & LANDLOCK_FILE_WRITE
+                allowed = access if os.path.isdir(path) else access & LANDLOCK_FILE_ACCESS
                 rule = struct.pack("=Qi", allowed, parent)  # struct landlock_path_beneath_attr (packed)
                 _check(_libc.syscall(ctypes.c_long(SYS_LANDLOCK_ADD_RULE), ctypes.c_int(fd),
                                      ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), rule, ctypes.c_uint32(0)),
@@ -932,7 +945,7 @@ def _enter_sandbox(limits: dict, init: dict, workdir: str) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     if not strict and init.get("landlock"):
-        enter_landlock_domain(init["landlock"], writable=(workdir,))
+        enter_landlock_domain(init["landlock"], writable=(workdir,), readable=tuple(init["binds"]))
     if strict or init.get("seccomp"):
         install_seccomp_filter(sockets=strict)
     os.chdir(workdir)
@@ -1003,17 +1016,22 @@ def setup_weak(init: dict, cgroups: bool) -> list[str]:
     prctl(PR_SET_DUMPABLE, 0)  # the job's init is a fork of us: a program (same uid) reaches neither
     if os.geteuid() == 0:
         init["drop_root"] = _can_drop_root()
+    abi = landlock_abi()
+    err = _in_child(lambda: enter_landlock_domain(abi, readable=tuple(init["binds"]))) if abi else 0
+    init["landlock"] = abi if abi and not err else 0
     try:
         _probe_seccomp_filter(sockets=False)
         init["seccomp"] = True
-        seccomp = "seccomp: no ptrace or process_vm_readv/writev, no new namespaces, no prlimit on another process"
+        seccomp = ("seccomp: sockets of AF_UNIX only (no network: IPv4, IPv6, netlink, vsock...), no io_uring, "
+                   "no ptrace or process_vm_readv/writev, no new namespaces, no prlimit on another process; open: "
+                   "Unix sockets its uid may connect to by path (a Docker socket, an ssh agent)"
+                   + ("" if init["landlock"] >= 6 else " or by abstract name (no Landlock ABI 6)"))
     except OSError as e:
+        network = ("UDP reaches the network (Landlock refuses TCP bind and connect only)"
+                   if init["landlock"] >= 4 else "the NETWORK is reachable")
         seccomp = (f"NO seccomp filter ({e}): ptrace, process_vm_readv, new namespaces and lowering the "
-                   "limits of your other processes (prlimit) are allowed")
-    abi = landlock_abi()
-    err = _in_child(lambda: enter_landlock_domain(abi)) if abi else 0
-    init["landlock"] = abi if abi and not err else 0
-    return ["rlimits: cpu, address space, open files, file size", *_weak_identity(init), seccomp,
+                   f"limits of your other processes (prlimit) are allowed; {network}")
+    return ["rlimits: cpu, address space, open files, file size", *_weak_identity(init), _weak_reads(init), seccomp,
             "process-count limit" if os.geteuid() != 0 or cgroups or init["drop_root"] else
             "NO process-count limit (root is exempt from RLIMIT_NPROC: a fork bomb is not bounded)",
             "scrubbed environment", "temporary working directory", "process-tree kill (subreaper)"]
@@ -1024,13 +1042,12 @@ def _weak_identity(init: dict) -> list[str]:
     abi = init.get("landlock", 0)
     if os.geteuid() != 0:
         if abi >= 6:
-            return [f"your uid {os.getuid()}: the program can read your files; a Landlock domain keeps its "
-                    "writes in its working directory and it from your processes (no ptrace, /proc/<pid>/mem "
-                    "or signals)"]
+            return [f"your uid {os.getuid()}: a Landlock domain keeps its writes in its working directory and it "
+                    "from your processes (no ptrace, /proc/<pid>/mem or signals)"]
         if abi:
-            return [f"your uid {os.getuid()}: the program can read your files and send your processes signals "
-                    "(Landlock ABI < 6); a Landlock domain keeps its writes in its working directory and it "
-                    "from your processes' memory (no ptrace or /proc/<pid>/mem)"]
+            return [f"your uid {os.getuid()}: the program can send your processes signals (Landlock ABI < 6); a "
+                    "Landlock domain keeps its writes in its working directory and it from your processes' memory "
+                    "(no ptrace or /proc/<pid>/mem)"]
         return [f"your uid {os.getuid()}, NO Landlock: the program can read and write your files, send your "
                 "processes signals and, where ptrace is allowed (kernel.yama.ptrace_scope 0 or no Yama), "
                 "read the memory of those not made non-dumpable through /proc/<pid>/mem -- the caller's "
@@ -1044,6 +1061,19 @@ def _weak_identity(init: dict) -> list[str]:
                 f"your processes' memory and signals are out of its reach; {signals}; it {writes}"]
     return ["ROOT WITH CAPABILITIES (no CAP_SETUID, CAP_SETGID or CAP_SETPCAP to drop them): the program can "
             "read the caller's memory, its expected answers included"]
+
+
+def _weak_reads(init: dict) -> str:
+    """Which files a weak program can read (the mechanisms list says it)."""
+    if init.get("landlock"):
+        return ("Landlock: the program reads only the Python installation and system libraries (strict mode's "
+                "binds), /proc, /dev/shm, the null and random devices and its working directory: not your files, "
+                "the run's or the expected answers' (stat still sees names and sizes; /proc shows command lines)"
+                + ("; no TCP bind or connect" if init["landlock"] >= 4 else ""))
+    who = ("your uid" if os.geteuid() != 0 else
+           f"uid {init['sandbox_uid']} with CAP_DAC_READ_SEARCH (every file)" if init["drop_root"] else "root")
+    return (f"NO Landlock (Linux >= 5.13 with it enabled confines reads): the program reads every file {who} can "
+            "-- the expected answers too, where a file holds them")
 
 
 # --- main loop -------------------------------------------------------------------------------
