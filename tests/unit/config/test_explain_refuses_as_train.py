@@ -47,3 +47,19 @@ def test_ray_missing_here_is_a_warning(tmp_path, capsys, monkeypatch):
     assert main(["explain", str(EXAMPLE), f"model.path={tmp_path / 'not-yet'}", "run.placement=ray"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "warning: run.placement=ray needs Ray, which is not installed here: `rlxf train` stops on it" in out
+
+
+def test_a_hub_model_out_of_reach_is_still_explained(monkeypatch, capsys):
+    # the recipes name hub models: explain plans a run on a machine that cannot reach the hub
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert main(["explain", str(EXAMPLE), "model.path=rlxf-test/not-in-any-cache"]) == 0
+    assert "memory estimate skipped" in capsys.readouterr().out
+
+
+def test_a_file_for_the_model_is_refused_as_train_refuses_it(tmp_path, capsys):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    assert main(["explain", str(EXAMPLE), f"model.path={weights}"]) == 2
+    assert "is a file; give the directory that holds config.json" in _problem(capsys.readouterr().err)
