@@ -5,7 +5,8 @@ log r_t = log π(a_t|s_t) - log π_ref(a_t|s_t) and ρ_t = π_ref/π = exp(-log 
 
 - ``k1 = log r``: unbiased for KL(π ‖ π_ref), high variance, can be negative;
 - ``k2 = ½ (log r)²``: biased, low variance, never negative;
-- ``k3 = (ρ - 1) - log ρ``: unbiased, low variance, never negative.
+- ``k3 = (ρ - 1) - log ρ``: unbiased, low variance, never negative; capped at ``MAX_K3`` = 10,
+  as verl and OpenRLHF cap it (below).
 
 Two ways to use them (``algorithm.kl_mode``):
 
@@ -15,6 +16,12 @@ Two ways to use them (``algorithm.kl_mode``):
   As a loss, autograd's gradient of k1 is ∇log π, zero in expectation; k2's is
   log r · ∇log π, the exact reverse-KL gradient on-policy; k3's is (1 - ρ)∇log π, whose
   expectation is the gradient of KL(π_ref ‖ π). GRPO uses k3.
+
+k3 grows as ρ: a sampled token the policy made 1e6 times rarer than π_ref adds 1e6 (4.9e8 at
+the exp clamp), outweighing every other token's KL, and as a reward penalty every task reward
+of a batch that is whitened (REINFORCE++, GAE). So k3 is capped at 10, reached at ρ = 13.6 and
+ρ = 1.7e-5, as verl's ``low_var_kl`` and OpenRLHF's ``compute_approx_kl`` cap it; a capped
+token has no KL gradient.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from torch import Tensor
 from rlxf.algorithms.masked import zero_masked
 
 MAX_LOG_RATIO = 20.0  # clamp before exp in k3 (a -inf reference log-prob would give inf, then nan)
+MAX_K3 = 10.0         # cap on k3's value (module doc)
 
 
 def _k1(log_ratio: Tensor) -> Tensor:
@@ -40,7 +48,7 @@ def _k2(log_ratio: Tensor) -> Tensor:
 
 def _k3(log_ratio: Tensor) -> Tensor:
     neg = (-log_ratio).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # log ρ
-    return torch.expm1(neg) - neg
+    return (torch.expm1(neg) - neg).clamp(max=MAX_K3)
 
 
 KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _k1, "k2": _k2, "k3": _k3}

@@ -25,6 +25,7 @@ from rlxf.algorithms import (
     zero_masked,
 )
 from rlxf.config.algorithm import AlgorithmConfig
+from rlxf.errors import UserInputError
 from rlxf.trainer.roles import Actor, Critic, Reference
 from rlxf.types import Experience, Trajectory
 
@@ -100,6 +101,7 @@ class ExperienceMaker:
             explicit = pad([t.token_rewards or [] for t in trajs], width) * mask
             explicit = explicit + outcome_token_rewards(shaping, mask)
             token_rewards = torch.where(torch.tensor(placed)[:, None], explicit, token_rewards)
+        check_returns_fit(trajs, token_rewards, mask)
         if self.kl_in_reward:
             token_rewards = kl_shaped_rewards(token_rewards, old, ref, mask, kl_coef, self.kl_estimator)
         group_ids = torch.tensor([t.group for t in trajs], dtype=torch.long)
@@ -131,6 +133,22 @@ class ExperienceMaker:
 
     def load_state_dict(self, state: dict) -> None:
         self.baseline.load_state_dict(state["baseline"])
+
+
+def check_returns_fit(trajs: list[Trajectory], token_rewards: Tensor, mask: Tensor) -> None:
+    """Refuse a sample whose return, in the float32 the advantages are computed in, is not finite.
+
+    The rewards arrive as finite Python floats, but one above float32's 3.4e38 (or per-turn
+    rewards that sum past it) becomes inf here, then nan in its group's statistics (the whole
+    batch's under REINFORCE++ or GAE whitening): the step would be skipped as if training had
+    diverged, and the divergence guard would blame the learning rate."""
+    bad = ~torch.isfinite(sequence_scores(token_rewards, mask))
+    if bad.any():
+        t = trajs[int(bad.nonzero()[0, 0])]
+        raise UserInputError(
+            f"a sample of prompt {t.prompt.uid} has reward {t.reward:g}, whose return float32 cannot hold "
+            f"(|return| <= {torch.finfo(torch.float32).max:.3g}); its group's advantages would be nan. "
+            "Scale the rewards down: in the reward function or environment, or with reward.verifiers[].weight")
 
 
 def masked_truncated(trajs: list[Trajectory], mask: Tensor) -> tuple[Tensor, dict[str, float]]:
