@@ -21,7 +21,7 @@ from typing import Any
 
 from rlxf.errors import MissingExtraError
 from rlxf.rewards.base import SyncVerifier
-from rlxf.rewards.extract import extract_answer, fold_unicode, numeral, parse_integer, parse_number
+from rlxf.rewards.extract import equation, extract_answer, fold_unicode, numeral, parse_integer, parse_number
 from rlxf.rewards.types import RewardInput, RewardResult
 
 # significant digits of the reference that float_rounding's decimal places must hold for agreement
@@ -72,7 +72,8 @@ class MathVerifier(SyncVerifier):
     ``5!``, ``\\binom{5}{2}``, ``48/6`` and ``2^3`` score 0; where it is a tuple, interval or
     set of numbers, each element must be. Where it is an expression, any equivalent expression
     is an answer, but not one holding a sum, product, integral, limit or derivative the
-    reference does not hold.
+    reference does not hold. A reference that is an equation in variables (``x^2 + y^2 = 25``,
+    ``2x - y + 3z + 8 = 0``; ``extract.equation``) is that equation, not the number on its right.
 
     A percentage on one side only is read both ways: ``50\\%`` and ``12.5\\%`` match references of
     50 and 12.5 (the number a "what percent?" question asks for) and of 0.5 and 0.125 (their
@@ -145,7 +146,8 @@ class MathVerifier(SyncVerifier):
             # sympy, where math-verify's timeout cannot reach off the main thread); an answer the
             # reference does not write that way is not computed
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
-        gold_number = numeral(gt)
+        # a reference equation (x^2 + y^2 = 25) is not the number on its right: "25" does not answer it
+        gold_number = None if equation(gt) else numeral(gt)
         if gold_number is not None:
             number = numeral(answer)   # 1\,000, 1.5e3 and \$7 read as the numbers they are
             if number is None:
@@ -174,8 +176,11 @@ class MathVerifier(SyncVerifier):
                 # 9^{9^{9^{9}}}: sympy would compute it inside one C call that holds the GIL, which
                 # no timeout interrupts, and every other sample's scoring in this process waits on it
                 return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "too_large": 1.0})
-            ok = (self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout())
-                  and _values_agree(gold, pred, self.rel_tol, self.places_from))
+            # values first: an answer whose value differs is wrong without math-verify's simplify,
+            # which takes seconds to hours on some (\sinh(64), (1+\sqrt{2})^{10^4}, \sin(64x))
+            ok = (_values_agree(gold, pred, self.rel_tol, self.places_from)
+                  and not _values_differ(gold, pred, Fraction(10, 10**self.float_rounding))
+                  and self._mv.verify(gold, pred, float_rounding=self.float_rounding, timeout_seconds=self._timeout()))
         except Exception:  # noqa: BLE001 - 2^{1/0} is a wrong answer, not a broken verifier (the gold parsed)
             return RewardResult(0.0, {"extracted": 1.0, "correct": 0.0, "unscorable": 1.0})
         return _verdict(bool(ok))
@@ -183,6 +188,9 @@ class MathVerifier(SyncVerifier):
 
 # an answer whose value has more decimal digits than this is not computed (MathVerifier.score)
 MAX_ANSWER_DIGITS = 100_000
+# nor one with a function of a number of more digits than this: sympy evaluates \sin(9^{9^5})
+# to its argument's 56,000 digits (seconds)
+MAX_ARGUMENT_DIGITS = 1000
 # functions whose value sympy computes while parsing, and an argument that makes that long: a
 # number of five digits or more, or a power of a number
 _COSTLY = re.compile(r"(?<![A-Za-z])(?:gamma|Gamma|Pi|factorial|binomial|prod|product)(?![A-Za-z])|[ΓΠ∏!]")
@@ -288,7 +296,38 @@ def _digits_bound(expr: Any) -> float:
         n = abs(float(expr.args[0].evalf(20)))
         return n * math.log10(max(n, 10.0))
     parts = [_digits_bound(arg) for arg in expr.args]
+    if isinstance(expr, sympy.Function):
+        if max(parts) > MAX_ARGUMENT_DIGITS:
+            return math.inf
+        if isinstance(expr, (sympy.exp, sympy.sinh, sympy.cosh)):   # e^x has |x| / ln 10 digits
+            return 10 ** max(parts) * math.log10(math.e) if max(parts) <= 15 else math.inf
     return sum(parts) if isinstance(expr, sympy.Mul) else max(parts) + math.log10(len(parts))
+
+
+def _values_differ(gold: list, pred: list, abs_tol: Fraction) -> bool:
+    """Whether a reference and an answer that are expressions take values that differ by more
+    than ``abs_tol`` and a relative 10^-9, as constants or at a point of their variables (each
+    near 0.45): then nothing math-verify does -- round to its places, simplify -- makes them
+    equal, and its simplify, which takes seconds to hours on some (``\\sinh(64)``,
+    ``(1+\\sqrt{2})^{10^4}``, ``\\sin(64x)``), need not say so. Equations, sets, matrices,
+    symbols (which math-verify reads as words), decimals (which it rounds) and what cannot be
+    evaluated are math-verify's to judge. Variables are real, as math-verify makes them: a point
+    of reals keeps every identity simplify finds."""
+    import sympy  # noqa: PLC0415 - math-verify's dependency, loaded with it
+
+    g, p = (next((e for e in parsed if isinstance(e, sympy.Basic)), None) for parsed in (gold, pred))
+    if not all(isinstance(e, sympy.Expr) and not e.is_Matrix and not e.is_Symbol and not e.has(sympy.Float)
+               and not _unevaluated([e]) for e in (g, p)):
+        return False
+    variables = sorted(g.free_symbols | p.free_symbols, key=str)
+    point = {v: sympy.pi / 10 + sympy.Rational(k + 1, 7) for k, v in enumerate(variables)}
+    try:
+        a, b = (e.evalf(30, subs=point) for e in (g, p))
+        gap, scale = abs(a - b), abs(a) + abs(b)
+        return bool(gap.is_comparable and scale.is_comparable
+                    and gap > max(sympy.Rational(abs_tol.numerator, abs_tol.denominator), scale / 10**9))
+    except Exception:  # noqa: BLE001 - not evaluable there: math-verify's to judge
+        return False
 
 
 def _normalize(text: str, case_sensitive: bool, whitespace: bool) -> str:
@@ -363,6 +402,10 @@ class NumericVerifier(SyncVerifier):
         gt = _ground_truth_text(x, self.ground_truth_marker)
         if gt is None:
             return RewardResult.failed(_NO_GROUND_TRUTH)
+        if equation(gt):
+            return RewardResult.failed(f"the ground truth {gt[:100]!r} is an equation, not a number: the numeric "
+                                       "verifier would take the number on its right side for the answer; "
+                                       "score it with `math`")
         if parse_number(gt) is None:
             return RewardResult.failed(f"the ground truth {gt[:100]!r} is not a number the numeric verifier reads "
                                        "(42, -1.5, 3/4, 1e-3, 50%; at most 4,000 digits and an exponent within "
@@ -391,10 +434,22 @@ def _close(gt: str, answer: str, rel_tol: Fraction, abs_tol: Fraction) -> bool:
     gold, pred = parse_number(gt), parse_number(answer)
     if gold is None or pred is None:
         return False
-    if parse_integer(gt) is not None:
-        # an integer exactly, or within abs_tol however else it is written: a relative 1e-6
-        # would pass 1234568 or 1234567.5 for 1234567 (and 1.234567e8 for 123456789)
-        return pred == gold or (parse_integer(answer) is None and abs(pred - gold) <= abs_tol)
+    return fractions_close(gold, pred, rel_tol, abs_tol,
+                           integers=(parse_integer(gt) is not None, parse_integer(answer) is not None))
+
+
+def fractions_close(gold: Fraction, pred: Fraction, rel_tol: Fraction, abs_tol: Fraction,
+                    integers: tuple[bool, bool] = (False, False)) -> bool:
+    """Whether ``|pred - gold| <= max(rel_tol * max(|pred|, |gold|), abs_tol)``, exactly; a
+    ``gold`` written as an integer (``integers``: whether gold, pred are) takes an integer
+    exactly, or another number within ``abs_tol`` only: a relative 1e-6 would pass 1234568 or
+    1234567.5 for 1234567 (and 1.234567e8 for 123456789).
+
+    >>> fractions_close(Fraction(7), Fraction(7000001, 10**6), Fraction(1, 10**6), Fraction(0), (True, False))
+    False
+    """
+    if integers[0]:
+        return pred == gold or (not integers[1] and abs(pred - gold) <= abs_tol)
     return abs(pred - gold) <= max(rel_tol * max(abs(pred), abs(gold)), abs_tol)
 
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from rlxf.rewards.answers import fractions_close
 from rlxf.rewards.base import AsyncVerifier
 from rlxf.rewards.sandbox import Sandbox, SandboxLimits, TestCase, TestOutcome
 from rlxf.rewards.sandbox._runner import ASSERTION_FAILED
@@ -388,9 +389,9 @@ def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: f
     """Compare a program's stdout with the expected one.
 
     ``tokens``: same whitespace-separated tokens, numbers as ``_numbers_close`` compares them
-    (an expected integer within ``float_tol`` absolutely, other numbers also relatively; an
-    expected "0042" or "+5" as text); ``lines``: same lines up to trailing whitespace and trailing blank lines;
-    ``exact``: identical.
+    (an expected integer within ``float_tol`` absolutely, other numbers also relatively; past
+    float's range exactly; an expected "0042" or "+5" as text); ``lines``: same lines up to
+    trailing whitespace and trailing blank lines; ``exact``: identical.
     """
     if mode == "exact":
         return actual == expected
@@ -406,6 +407,10 @@ def outputs_match(actual: str, expected: str, mode: str = "tokens", float_tol: f
 
 
 _INTEGER = re.compile(r"[+-]?\d+")
+_DECIMAL = re.compile(r"[+-]?(?P<digits>\d+\.?\d*|\.\d+)(?:[eE](?P<exponent>[+-]?\d+))?")
+# a decimal's exponent past which it is text: float's range with a margin (1e400 is a number,
+# 1e999999 costs as much to read exactly as it has digits)
+_MAX_EXPONENT = 400
 _AS_TEXT = re.compile(r"\+|-?0\d")   # an expected "+5", "0042", "007.5": formatting the task asks for
 
 
@@ -415,30 +420,45 @@ def _close(x: str, y: str, tol: float) -> bool:
     "42" is not "0042"."""
     if _AS_TEXT.match(y):
         return False
+    ny = _token_number(y)
+    nx = _token_number(x, exact=isinstance(ny, int))
+    return nx is not None and ny is not None and _numbers_close(nx, ny, tol)
+
+
+def _token_number(token: str, exact: bool = False) -> int | float | Fraction | None:
+    """The number an output token writes: an int for an integer, a float for a decimal within
+    float's range (unless ``exact``), a Fraction for one past it (as floats 1.7e400 and 1.5e400
+    are both inf, 1e-400 is 0, and 100000000000000000001.0 is 1e20), a float for ``inf`` and
+    ``nan``; None for anything else (``1_000``, which float() reads)."""
+    m = _DECIMAL.fullmatch(token)
     try:
-        nx, ny = (int(t) if _INTEGER.fullmatch(t) else float(t) for t in (x, y))
-    except ValueError:
-        return False
-    return _numbers_close(nx, ny, tol)
+        if m is None:
+            value = float(token)
+            return None if math.isfinite(value) else value
+        if _INTEGER.fullmatch(token):
+            return int(token)
+        value = float(token)
+        if not exact and math.isfinite(value) and (value != 0 or not m["digits"].strip("0.")):
+            return value
+        return Fraction(token) if abs(int(m["exponent"] or 0)) <= _MAX_EXPONENT else None
+    except ValueError:   # not a number, or past Python's int-from-text limit of 4,300 digits
+        return None
 
 
-def _numbers_close(x: int | float, y: int | float, tol: float) -> bool:
+def _numbers_close(x: int | float | Fraction, y: int | float | Fraction, tol: float) -> bool:
     """The actual number ``x`` against the expected ``y``. An expected integer: an integer
-    exactly, a float within ``tol`` absolutely (float noise, not a relative band: 1000000900.0
-    is not 1000000000, nor is an lgamma estimate of a binomial the binomial). An expected
-    float: within ``tol`` absolutely or relatively when both are finite, else equal (a
-    400-digit integer is inf as a float, and inf is close to inf: ``print('inf')`` would pass
-    for it)."""
-    if isinstance(y, int):
-        if isinstance(x, int):
-            return x == y
-        return math.isfinite(x) and abs(Fraction(x) - y) <= tol   # exact at any size
-    try:
-        if not (math.isfinite(x) and math.isfinite(y)):
-            return x == y
+    exactly, another number within ``tol`` absolutely (float noise, not a relative band:
+    1000000900.0 is not 1000000000, nor is an lgamma estimate of a binomial the binomial). Any
+    other expected number: within ``tol`` absolutely or relatively. Exactly
+    (``answers.fractions_close``) unless both are floats: a 400-digit integer or 1e400 is not
+    inf, and inf and nan equal only themselves (``print('inf')`` would pass for any of them)."""
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (x, y)):
+        return x == y
+    if isinstance(x, float) and isinstance(y, float):
         return math.isclose(x, y, rel_tol=tol, abs_tol=tol)
-    except OverflowError:  # an integer too large for a float, against a float: not within tol
-        return False
+    tolerance = Fraction(str(tol))
+    return fractions_close(Fraction(y), Fraction(x), tolerance, tolerance,
+                           integers=(isinstance(y, int), isinstance(x, int)))
 
 
 def values_match(actual: Any, expected: Any, tol: float = 1e-6) -> bool:

@@ -129,7 +129,15 @@ _WRAPPER = re.compile(r"\\(?:text(?:bf|it|rm|normal)?|math(?:rm|bf|it)|mbox|boxe
 _SPACING = re.compile(r"\\[,!;: ]|\\q?quad(?![A-Za-z])|\\(?:left|right|displaystyle)(?![A-Za-z])|~")
 _THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d)")   # 1\,000: a thousands separator
 _GROUPED = re.compile(r"^\{([^{},]*)\}$|^\(([^(),]*)\)$")   # {7}, (7); not (1,2)
-_RESULT_AFTER = re.compile(r"(?<![<>!])=|\\approx(?![A-Za-z])")
+# "=" or "\approx", not in a group: \sum_{k=1}^{100} k = 5050 is one computation and its result
+_RESULT_AFTER = re.compile(r"(?<![<>!])=(?![^{}]*\})|\\approx(?![A-Za-z])")
+# what separates a value from the next candidate ("x = 2 or x = 3", "x = 2, x = 3"): not a
+# thousands separator, nor a lead-in's punctuation ("So, x = 7")
+_CANDIDATES = re.compile(r"(?<=[\d})])\s*(?:,(?!\d{3}(?!\d))|;|\x00|\\(?:\\|\s)|(?:or|and)(?![A-Za-z])"
+                         r"|\\(?:lor|vee|land|wedge)(?![A-Za-z]))")
+_VARIABLE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]")
+# what an answer's value may be named by: x, ab, x_1, a_{n}, \theta, f(2), P(A), y'
+_NAME = re.compile(r"(?:[A-Za-z]\w*|\\[A-Za-z]+)(?:_\{[^{}]*\}|_\w)?(?:\([^()]*\))?'*")
 _LEAD_IN = re.compile(r"^(?:\x00|[A-Za-z][A-Za-z ]*?(?:\bis|:))?\s*(?:\\?\$)?\s*")
 _TEXT_WRAPPER = re.compile(r"\\(?:text(?:rm|normal)?|mathrm|mbox)\s*\{([^{}\d]*)\}")   # \text{ cm}
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
@@ -158,10 +166,27 @@ def numeral(text: str) -> str | None:
     write a half, ``48/6`` is a division left to carry out. Dressing is dropped: ``$...$``,
     ``\text{...}``, spacing, units (``7 \text{ cm}``, ``90^\circ``, ``7 apples``), a lead-in
     (``x = 7``, ``3 + 4 = 7``, ``Answer: 7``). Anything else -- ``3+4``, ``5!``, ``2^3``, ``\sqrt{9}``,
-    ``7 = 3 + 4`` -- is the computation, not its result, and None. Digits in other scripts read
-    as ASCII ones (``fold_unicode``); a number of more than 4,000 digits, or with an exponent
-    past 4,000, is not read.
+    ``7 = 3 + 4`` -- is the computation, not its result, and None; so are candidates (``x = 2 or
+    x = 3``, ``x = 2, x = 3``, ``2 = 3``), of which the last is no more the answer than the first.
+    Digits in other scripts read as ASCII ones (``fold_unicode``); a number of more than 4,000
+    digits, or with an exponent past 4,000, is not read.
     """
+    text = _undressed(text)
+    if text is None:
+        return None
+    *stated, text = _RESULT_AFTER.split(text)
+    if any(_CANDIDATES.search(part) for part in stated) or any(_VARIABLE.search(part) for part in stated[1:]):
+        return None   # x = 2 or x = 3, x = 2, x = 3, x = 2 \quad x = 3: candidates, the last no more the answer
+    number = _written_number(text.strip())
+    if number is not None and any(parse_number(part) not in (None, _value(number)) for part in stated):
+        return None   # 2 = 3: two answers, not a computation and its result
+    return number
+
+
+def _undressed(text: str) -> str | None:
+    """``text`` without what a number may be dressed in before its computation (``numeral``):
+    math delimiters, formatting wrappers, spacing; words marked as text are ``\\x00``. None if
+    it is too long to be a number."""
     text = fold_unicode(text.strip())
     if len(text) > _MAX_NUMERAL_CHARS:
         return None
@@ -171,8 +196,21 @@ def numeral(text: str) -> str | None:
     text = _TEXT_WRAPPER.sub("\x00", text)   # words marked as text: units, whatever they say
     for _ in range(4):   # \text{\textbf{7}}; deeper is not a number
         text = _WRAPPER.sub(r"\1", text)
-    text = _SPACING.sub(" ", _THIN_SPACE.sub(",", text)).replace("{,}", ",")
-    text = _RESULT_AFTER.split(text)[-1].strip()
+    return _SPACING.sub(" ", _THIN_SPACE.sub(",", text)).replace("{,}", ",")
+
+
+def equation(text: str) -> bool:
+    """Whether ``text`` states an equation in variables -- ``x + y = 1``, ``2x - y + 3z + 8 = 0``
+    -- rather than a value after its name or computation: ``x = 7``, ``f(2) = 7``, ``3 + 4 = 7``
+    (which ``numeral`` reads as 7). A reference written so is the equation, not the number on its
+    right side. Variables are Latin letters outside LaTeX commands."""
+    *stated, _ = _RESULT_AFTER.split(_undressed(text) or "")
+    return any(_VARIABLE.search(part) and not _NAME.fullmatch(_LEAD_IN.sub("", part.strip(), count=1).strip())
+               for part in stated)
+
+
+def _written_number(text: str) -> str | None:
+    """``numeral`` of a text without its dressing and computation."""
     text = _GROUPED.sub(r"\1\2", text)
     text = _LEAD_IN.sub("", text.strip(), count=1)
     m = _NUMERAL.match(text)
@@ -213,12 +251,13 @@ def _only_units(text: str) -> bool:
 
 @functools.cache
 def _unit_words() -> frozenset[str]:
-    """math-verify's unit names (its parser drops them after a number); none without it."""
+    """math-verify's unit names (its parser drops them after a number), and currencies ("5
+    dollars", as "\\$5" reads)."""
     try:
         from latex2sympy2_extended.math_normalization import units  # noqa: PLC0415 - math-verify's
     except ImportError:
-        return frozenset()
-    return frozenset(u for u in units if u.isalpha())
+        units = []
+    return frozenset(u for u in units if u.isalpha()) | {"dollar", "euro"}
 
 
 def parse_integer(text: str) -> int | None:
@@ -237,5 +276,10 @@ def parse_number(text: str) -> Fraction | None:
     text = numeral(text)
     if text is None:
         return None
-    value = Fraction(text.rstrip("%"))
-    return value / 100 if text.endswith("%") else value
+    return _value(text)
+
+
+def _value(number: str) -> Fraction:
+    """The value of a plain number ``numeral`` wrote."""
+    value = Fraction(number.rstrip("%"))
+    return value / 100 if number.endswith("%") else value
