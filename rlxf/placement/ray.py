@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -347,6 +348,8 @@ class _ActorReward:
 class RayPlacement(Placement):
     """Roles as Ray actors; see the module docstring for the two modes."""
 
+    _stream: _EngineActorStream | None = None   # async mode's stream, once asked for (``stream``)
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         rc = cfg.ray
@@ -357,7 +360,14 @@ class RayPlacement(Placement):
             # killed them all at once, so the run could neither finish its step nor checkpoint it.
             # The driver alone stops on it (``rlxf.trainer.interrupt``), then stops them (``close``).
             with _held_back(signal.SIGTERM):
-                ray.init(address=rc.address, include_dashboard=False)
+                try:
+                    ray.init(address=rc.address, include_dashboard=False)
+                except OSError as e:   # it writes its auth token to ~/.ray, its session to /tmp/ray
+                    raise UserInputError(
+                        f"run.placement=ray: Ray could not start here ({type(e).__name__}: {e}). Ray writes its "
+                        f"authentication token under $HOME/.ray (HOME={os.environ.get('HOME', '')!r}) and its session "
+                        "files under /tmp/ray (RAY_TMPDIR): give it a writable HOME (or set RAY_AUTH_MODE=disabled on "
+                        "a machine only you use) and a writable RAY_TMPDIR, or use run.placement=local") from e
         # actors on this machine import what the driver imports (rlxf, plugins next to the config);
         # on a cluster, ship code with the cluster's own means (an installed package, working_dir)
         self._options = {"runtime_env": {"env_vars": {"PYTHONPATH": _pythonpath()}}} if rc.address is None else {}
@@ -442,7 +452,8 @@ class RayPlacement(Placement):
     def stream(self) -> GroupStream:
         if self._colocated is not None:
             return super().stream()
-        return _EngineActorStream(self)
+        self._stream = _EngineActorStream(self)
+        return self._stream
 
     def score(self, trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
         if self._colocated is not None:
@@ -506,8 +517,11 @@ class RayPlacement(Placement):
 
     def close(self) -> None:
         """Close every role, each even when another fails, then kill the actors and stop the Ray
-        this placement started; the first failure is raised after all of it."""
-        self._close_then_stop([*([_closer(self._colocated.call, "close")] if self._colocated is not None else []),
+        this placement started; the first failure is raised after all of it. Async mode's generate
+        calls still in flight are cancelled first: no step will take them, and an engine's close
+        would wait behind every one (``CLOSE_TIMEOUT_S``)."""
+        self._close_then_stop([*([self._stream.cancel] if self._stream is not None else []),
+                               *([_closer(self._colocated.call, "close")] if self._colocated is not None else []),
                                *([self.reward.close] if self.reward is not None else []),
                                *(_closer(engine.close) for engine in self._engines)])
 
@@ -714,11 +728,13 @@ class _EngineActorStream(GroupStream):
     engine with the fewest calls in flight, and ``ready`` waits on those calls (``ray.wait``).
     The engines sample while the learner trains; new weights reach a call in progress between
     two decode steps (partial rollouts, as under ``local``; see ``_Engine``). A call whose
-    engine died is retried on its replacement."""
+    engine died is retried on its replacement: one replacement per death, however many of its
+    calls were in flight."""
 
     def __init__(self, placement: RayPlacement):
         self.placement = placement
-        self.calls: dict[Any, tuple[int, list[GroupRequest], SamplingParams]] = {}
+        # each call in flight: (engine index, the engine actor it went to, its requests, sampling)
+        self.calls: dict[Any, tuple[int, Any, list[GroupRequest], SamplingParams]] = {}
 
     def submit(self, requests: list[GroupRequest], sampling: SamplingParams) -> None:
         if requests:
@@ -729,7 +745,7 @@ class _EngineActorStream(GroupStream):
         engine = self.placement._engines[i]
         ref = engine.generate.remote([r.prompt for r in requests], [r.seed for r in requests], sampling, 0,
                                      self.placement._version)
-        self.calls[ref] = (i, requests, sampling)
+        self.calls[ref] = (i, engine, requests, sampling)
 
     def ready(self, timeout: float | None = None) -> list[tuple[int, list[Trajectory]]]:
         if not self.calls:
@@ -739,11 +755,13 @@ class _EngineActorStream(GroupStream):
             done, _ = ray.wait(list(self.calls), num_returns=len(self.calls), timeout=0)
         out = []
         for ref in done:
-            i, requests, sampling = self.calls.pop(ref)
+            i, engine, requests, sampling = self.calls.pop(ref)
             try:
                 trajs = _get(ref)
             except _ACTOR_LOST as e:
-                self.placement._replace_engine(i, e)
+                # its other calls (and an evaluation's) fail with it: the first to tell replaces it
+                if self.placement._engines[i] is engine:
+                    self.placement._replace_engine(i, e)
                 self._launch(i, requests, sampling)
                 continue
             groups: list[list[Trajectory]] = [[] for _ in requests]
@@ -755,6 +773,13 @@ class _EngineActorStream(GroupStream):
 
     def engine_stats(self) -> dict[str, float]:
         return {"engine_restarts": float(self.placement.restarts_by_role["engine"])}
+
+    def cancel(self) -> None:
+        """Cancel every call in flight (the run is ending): those queued never start; a running
+        one ends on its own (Ray does not interrupt an actor's method)."""
+        for ref in self.calls:
+            ray.cancel(ref)
+        self.calls = {}
 
 
 def _import_plugins(cfg: Config) -> None:

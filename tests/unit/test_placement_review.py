@@ -159,3 +159,27 @@ def test_ray_learner_rank_0_advertises_the_address_ray_knows_its_node_by(ray, mo
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.1.2.3")
     host, port = _Rank.address(None)
     assert host == "10.1.2.3" and 0 < port < 65536
+
+
+def test_ray_that_cannot_write_its_files_is_told_by_name(monkeypatch):
+    """ray.init with an unwritable HOME ends in a bare FileNotFoundError for ~/.ray: the run
+    says what Ray needs written and the ways out."""
+    import ray
+
+    from rlxf.config import Config
+    from rlxf.errors import UserInputError
+    from rlxf.placement.ray import RayPlacement
+
+    def init(**kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/1/.ray")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setenv("HOME", "/proc/1")
+    cfg = Config.model_validate({"model": {"path": "unused"}, "run": {"placement": "ray"},
+                                 "data": {"task": "arithmetic"}})
+    with pytest.raises(UserInputError) as caught:
+        RayPlacement(cfg)
+    text = str(caught.value)
+    assert "Ray could not start here (FileNotFoundError" in text and "/proc/1/.ray" in text
+    assert "HOME='/proc/1'" in text and "RAY_AUTH_MODE=disabled" in text and "run.placement=local" in text
