@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -65,8 +66,19 @@ def _print_config(console: Console, cfg, full: bool) -> None:
         console.print(dump_config(cfg), highlight=False, markup=False)
         return
     console.rule("config: fields that differ from the defaults (--full-config for all)")
-    changed = cfg.model_dump(mode="json", exclude_defaults=True)
+    changed = _with_kinds(cfg.model_dump(mode="json", exclude_defaults=True), cfg.model_dump(mode="json"))
     console.print(yaml.safe_dump(changed, sort_keys=False, allow_unicode=True), highlight=False, markup=False)
+
+
+def _with_kinds(changed: Any, full: Any) -> Any:
+    """``changed`` with each list entry's ``type`` put back (reward.verifiers, a source's
+    verifiers): a kind's own default, so dropped as a default, yet what says which kind it is."""
+    if isinstance(changed, dict) and isinstance(full, dict):
+        return {k: _with_kinds(v, full.get(k)) for k, v in changed.items()}
+    if isinstance(changed, list) and isinstance(full, list) and len(changed) == len(full):
+        return [{"type": f["type"], **_with_kinds(c, f)} if isinstance(c, dict) and isinstance(f, dict) and "type" in f
+                else _with_kinds(c, f) for c, f in zip(changed, full, strict=True)]
+    return changed
 
 
 def _print_kernels(console: Console, cfg) -> None:

@@ -59,22 +59,29 @@ def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[
             continue
         members = _union_members(field.annotation) if is_list else []
         if len(members) > 1:  # a discriminated union (reward.verifiers): one block per kind
-            rows.append((path, f"list[{' | '.join(m.__name__ for m in members)}]", "[]", field.description or ""))
+            rows.append((path, f"list[{' | '.join(m.__name__ for m in members)}]", _default(field),
+                         field.description or ""))
             for member in members:
                 rows.extend(field_docs(member, f"{path}[type={member.model_fields['type'].default}]."))
             continue
         if sub is not None and is_list:
-            rows.append((path, f"list[{sub.__name__}]", "[]", field.description or ""))
+            rows.append((path, f"list[{sub.__name__}]", _default(field), field.description or ""))
             rows.extend(field_docs(sub, path + "[]."))
             continue
-        if field.default is not PydanticUndefined:
-            default = repr(field.default)
-        elif field.default_factory is not None:
-            default = repr(field.default_factory())
-        else:
-            default = "(required)"
-        rows.append((path, _type_name(field.annotation), default, field.description or ""))
+        rows.append((path, _type_name(field.annotation), _default(field), field.description or ""))
     return rows
+
+
+def _default(field) -> str:
+    """A field's default as config text: a list of sections by their kinds (reward.verifiers'
+    ``[{type: math}]``), anything else as its repr."""
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "(required)"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):
+        return "[" + ", ".join(f"{{type: {v.type}}}" if "type" in type(v).model_fields else f"{type(v).__name__}()"
+                               for v in value) + "]"
+    return repr(value)
 
 
 def render(section: str | None = None, task_options: dict[str, type[BaseModel]] | None = None) -> str:
