@@ -127,12 +127,21 @@ def _data_files(cfg) -> list[tuple[tuple, str]]:
 def model_problems(cfg) -> list[tuple[tuple, str]]:
     """What ``rlxf train`` refuses of model.path, model.revision, model.tokenizer and
     model.chat_template before it loads the model (``check_inputs``: the tokenizer is loaded),
-    once model.path is there (a file is refused as train refuses it). One that is not (not made
-    yet, or a hub id: the hub may be out of reach here and not where the run goes) is no problem
-    here: the memory estimate says why it is skipped, and the config is explained."""
+    once model.path holds a model (a file is refused as train refuses it). One that does not
+    (not made yet, a run with no model saved yet, or a hub id: the hub may be out of reach here
+    and not where the run goes) is no problem here: the memory estimate says why it is skipped,
+    and the config is explained."""
     from rlxf.cli.preflight import model_problems as problems
+    from rlxf.models.loading import ModelLoadError, check_source
 
-    if not Path(cfg.model.path).expanduser().exists():
+    local = Path(cfg.model.path).expanduser()
+    if local.is_file():
+        return problems(cfg)   # refused as train refuses it
+    if not local.exists():
+        return []              # not made yet, or a hub id
+    try:
+        check_source(local, "model.path", adapters=True)
+    except ModelLoadError:     # a run directory with no model saved yet
         return []
     return problems(cfg)
 

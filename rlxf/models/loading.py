@@ -126,11 +126,11 @@ def check_source(path: str | Path, what: str, *, local_first: bool = False, adap
     # a hub id to spend half a minute of retries on
     looks_local = text.startswith((".", "/", "~", "runs/")) or text.count("/") > 1 or text.endswith("/")
     if looks_local:
-        raise ModelLoadError(f"{what} {text} does not exist. {missing_model_hint(local)}")
+        raise ModelLoadError(f"{what} {text} does not exist. {missing_model_hint(local, what)}")
     if text.count("/") == 1 and local.parent.is_dir() and (local_first or not _in_hub_cache(text)):
         # `models/nan0` with a local `models/`: almost surely a mistyped local path. Tried as a hub
         # id it would spend about a minute on retries before failing, so it is refused now
-        raise ModelLoadError(f"{what} {text} does not exist. {_no_local_subdir(local, text, local_first)}")
+        raise ModelLoadError(f"{what} {text} does not exist. {_no_local_subdir(local, text, local_first, what)}")
     return _hub_source(text, what, revision)
 
 
@@ -215,7 +215,7 @@ def hub_unreachable() -> str | None:
     return None
 
 
-def _no_local_subdir(local: Path, text: str, local_first: bool) -> str:
+def _no_local_subdir(local: Path, text: str, local_first: bool, what: str = "model.path") -> str:
     """Why ``a/b`` is refused when ``a`` is a local directory: what ``a`` holds, the near name,
     and how to mean the hub id of that name."""
     parent = local.parent
@@ -224,7 +224,7 @@ def _no_local_subdir(local: Path, text: str, local_first: bool) -> str:
     except OSError:  # not readable: the message still names the path
         held = []
     close = difflib.get_close_matches(local.name, held, n=1)
-    hint = f" Did you mean {parent / close[0]}?" if close else f" {missing_model_hint(local)}"
+    hint = f" Did you mean {parent / close[0]}?" if close else f" {missing_model_hint(local, what)}"
     shown = f"it holds {', '.join(held[:8])}{', ...' if len(held) > 8 else ''}" if held else "it is empty"
     hub = "" if local_first else (
         f" A name of the form org/name is tried as a Hugging Face hub id only when no local directory "
@@ -244,21 +244,24 @@ def _local_source(local: Path, what: str, tokenizer: bool = False) -> str:
         raise ModelLoadError(f"{what if what.endswith('path') else what + ' path'}: {e}") from None
 
 
-def missing_model_hint(path: Path) -> str:
-    """What to do about a model directory that does not exist.
+def missing_model_hint(path: Path, what: str = "model.path") -> str:
+    """What to do about a model directory that does not exist, given as ``what``: a config field
+    (``model.path``) is set to another, a command's argument (``model``) is given another.
 
     The examples start from the quickstart's SFT run (``OUT/sft``, or its ``OUT/sft/model``), so
     those paths get "run the quickstart"; ``init-model`` is offered only as a smoke test, since
     its model is untrained and an exact-answer reward stays 0 on it.
     """
+    other = (lambda model: f"set {what} to {model}") if "." in what else (lambda model: f"give {model} instead")
     if path.parts[:1] == ("runs",) and len(path.parts) == 2 and path.name != "sft":
         return (f"runs/{path.name} is where an rlxf run named {path.name!r} writes its models: run it first "
-                f"(from this directory), or set model.path to a trained causal LM directory or hub id.")
+                f"(from this directory), or {other('a trained causal LM directory or hub id')}.")
     if path.name == "sft" or path.parts[-2:] == ("sft", "model"):
         out = path.parent if path.name == "sft" else path.parent.parent
         return (f"It is the SFT model that `rlxf quickstart {out}` trains (about 4 minutes on a CPU): "
-                f"run that first, or set model.path to another trained causal LM directory or hub id.")
-    return (f"Set it to a trained causal LM directory or a Hugging Face hub id (org/name). "
+                f"run that first, or {other('another trained causal LM directory or hub id')}.")
+    first = other("a trained causal LM directory or a Hugging Face hub id (org/name)")
+    return (f"{first[0].upper()}{first[1:]}. "
             f"(`rlxf init-model --preset tiny {path}` writes an untrained model there: enough to check "
             f"that a config runs, but its reward stays near 0.)")
 

@@ -38,3 +38,10 @@ def test_explains_changed_fields_read_back_as_the_same_config(tmp_path, capsys, 
     assert [v["type"] for v in shown["reward"]["verifiers"]] == ["math", "format"]
     assert shown["data"]["sources"][0]["verifiers"] == [{"type": "exact", "weight": 2.0}]
     assert Config.model_validate(shown) == Config.model_validate(yaml.safe_load(CONFIG))
+
+
+def test_a_missing_model_argument_is_not_told_to_set_a_config_field(capsys):
+    # `rlxf generate MODEL`: the model is its argument; there is no model.path to set
+    assert main(["generate", "runs/never-run", "hi"]) != 0
+    err = capsys.readouterr().err
+    assert "model.path" not in err and "or give a trained causal LM directory or hub id instead" in err
