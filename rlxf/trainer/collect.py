@@ -155,7 +155,8 @@ def collect(rollout: Rollout, sampler: Sampler, sampling: SamplingParams, algo: 
             break
     informative = len(kept)
     if not kept:  # every group agreed in every round: nothing to learn from (the update changes nothing)
-        kept = generated[-need * n:]
+        last = set(sorted({t.group for t in generated})[-need:])   # whole groups: a round may draw fewer
+        kept = [t for t in generated if t.group in last]
     if len(kept) > need * n:  # whole groups only: keep the first `need` groups
         first = set(sorted({t.group for t in kept})[:need])
         kept = [t for t in kept if t.group in first]

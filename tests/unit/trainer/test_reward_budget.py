@@ -75,3 +75,46 @@ def test_dynamic_sampling_stops_in_the_round_whose_rewards_failed():
                 AlgorithmConfig(dynamic_sampling=True, max_sampling_rounds=5), prompts_per_step=2, seed=0, step=3,
                 timer=PhaseTimer(), reward=RewardConfig(max_error_frac=0.5))
     assert rollout.rounds == 1
+
+
+def test_a_step_without_signal_trains_on_whole_groups_when_a_round_draws_fewer_prompts():
+    """Every group agreed in every round: the step's batch is the last `prompts_per_step` groups,
+    each whole, whatever each round drew (the curriculum skipped a prompt) and however many
+    samples a group came back with (an engine adapter returned one short): the last need x n
+    samples began inside a group of the round before."""
+    from rlxf.config.algorithm import AlgorithmConfig
+    from rlxf.rollout import SamplingParams
+    from rlxf.trainer.collect import collect
+    from rlxf.trainer.timer import PhaseTimer
+
+    class Rollout:
+        def generate(self, prompts, seeds, sampling, first_group=0):
+            trajs = [Trajectory(prompt=p, group=first_group + g, response_ids=[2], response_text="2",
+                                rollout_logprobs=[-0.1], loss_mask=[1], policy_versions=[0], finish_reason="stop",
+                                reward=1.0) for g, p in enumerate(prompts) for _ in range(sampling.n)]
+            return trajs[:-1] if first_group else trajs   # the second round's last group one short
+
+        def score(self, trajs, max_new_tokens):
+            return {}
+
+    class Curriculum:
+        rounds = 0
+
+        def draw(self, sampler, n):   # the second round skips one prompt as too easy
+            self.rounds += 1
+            return [Prompt(uid=f"r{self.rounds}p{i}", prompt_ids=[1], prompt_text="1+1=")
+                    for i in range(n - (self.rounds > 1))]
+
+        def observe(self, trajs):
+            pass
+
+        def step_metrics(self):
+            return {}
+
+    kept, _ = collect(Rollout(), None, SamplingParams(n=4, max_new_tokens=4),
+                      AlgorithmConfig(dynamic_sampling=True, max_sampling_rounds=2), prompts_per_step=3, seed=0,
+                      step=1, timer=PhaseTimer(), curriculum=Curriculum())
+    sizes = {}
+    for t in kept:
+        sizes[t.group] = sizes.get(t.group, 0) + 1
+    assert sizes == {2: 4, 3: 4, 4: 3}   # round 1's last group and round 2's two, each whole
