@@ -95,7 +95,7 @@ def test_the_loop_drives_a_placement_through_its_interface_only(tmp_path, tokeni
 
     train_calls = [c for c in fake.calls if not (c[0] == "generate" and c[3] == 0.0)]
     step1 = _phases(train_calls)[:5]
-    assert step1 == [("generate", 2, 2, 1.0), ("score", 4), ("make_experience", 4),
+    assert step1 == [("generate", 2, 2, cfg.rollout.temperature), ("score", 4), ("make_experience", 4),
                      ("update", ("an experience", 4), 1), ("sync_weights", 1)]
     assert [c[2] for c in fake.calls if c[0] == "update"] == [1, 2, 3, 4]
     assert [c[1] for c in fake.calls if c[0] == "sync_weights"] == [1, 2, 3, 4]
