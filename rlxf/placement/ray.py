@@ -697,6 +697,9 @@ class RayPlacement(Placement):
                                f"{err}") from None
         log.warning("%s actor %d died (%s); starting a new one and retrying its requests (restart %d of %d)",
                     role, i, type(err).__name__, self.restarts, self.cfg.ray.max_restarts)
+        # one only unreachable (ActorUnavailableError) may still be alive, holding its CPUs or GPU
+        with contextlib.suppress(Exception):
+            ray.kill(self._scorers[i] if role == "reward" else self._engines[i], no_restart=True)
         if role == "reward":
             self._scorers[i] = self._new_scorer()
         else:

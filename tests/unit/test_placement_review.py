@@ -183,3 +183,27 @@ def test_ray_that_cannot_write_its_files_is_told_by_name(monkeypatch):
     text = str(caught.value)
     assert "Ray could not start here (FileNotFoundError" in text and "/proc/1/.ray" in text
     assert "HOME='/proc/1'" in text and "RAY_AUTH_MODE=disabled" in text and "run.placement=local" in text
+
+
+def test_a_replaced_actor_is_killed_first(monkeypatch):
+    """An engine only unreachable (ActorUnavailableError) may still be alive, holding its CPUs
+    or GPU: the placement kills it before starting the new one, so the new one can be placed."""
+    import ray
+    from ray.exceptions import ActorUnavailableError
+
+    from rlxf.config import Config
+    from rlxf.placement.ray import RayPlacement
+
+    killed = []
+    monkeypatch.setattr(ray, "kill", lambda actor, no_restart=False: killed.append((actor, no_restart)))
+    placement = RayPlacement.__new__(RayPlacement)
+    placement.cfg = Config.model_validate({"model": {"path": "unused"}, "run": {"placement": "ray"},
+                                           "data": {"task": "arithmetic"}})
+    placement.restarts, placement.restarts_by_role = 0, {"engine": 0, "reward": 0}
+    placement._engines, placement._scorers = ["old engine"], ["old scorer"]
+    monkeypatch.setattr(RayPlacement, "_new_engine", lambda self: "new engine")
+    monkeypatch.setattr(RayPlacement, "_new_scorer", lambda self: "new scorer")
+    placement._replace_actor("engine", 0, ActorUnavailableError("unreachable", b"\0" * 16))
+    placement._replace_actor("reward", 0, ActorUnavailableError("unreachable", b"\0" * 16))
+    assert killed == [("old engine", True), ("old scorer", True)]
+    assert placement._engines == ["new engine"] and placement._scorers == ["new scorer"]
