@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 from typing import Any
 
 from rlxf.data.errors import DataError
@@ -36,6 +37,19 @@ def get_field(record: dict[str, Any], name: str, where: str, config_key: str) ->
     return record[name]
 
 
+def _json_text_hint(value: Any) -> str:
+    """What to do about a chat written as JSON text (a CSV cell can hold only text)."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            json.loads(value)
+        except ValueError:
+            return ""
+        return (" (JSON text of a list: a CSV cell holds only text. Write the data as JSONL, where a field can "
+                "be a list, e.g. pandas' df.assign(messages=df.messages.map(json.loads)).to_json(path, "
+                "orient='records', lines=True), or as parquet)")
+    return ""
+
+
 def check_messages(messages: Any, where: str, field: str) -> Messages:
     """A list of {"role", "content"} dicts with known roles, or a DataError saying what is wrong.
 
@@ -43,7 +57,7 @@ def check_messages(messages: Any, where: str, field: str) -> Messages:
     held-out key and the blank check all read one string."""
     if not isinstance(messages, list) or not messages:
         raise DataError(f"{where}: field {field!r} must be a non-empty list of chat messages, "
-                        f"got {type(messages).__name__}")
+                        f"got {type(messages).__name__}{_json_text_hint(messages)}")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:

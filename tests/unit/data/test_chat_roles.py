@@ -69,3 +69,15 @@ def test_a_developer_turn_is_instruction_like_a_system_turn():
     with pytest.raises(DataError, match=r"w:1: field 'messages' holds an empty prompt"):
         record_prompt({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": " "}]},
                       "w:1", cfg)
+
+
+def test_a_chat_written_as_json_text_in_a_csv_is_told_how_to_store_it(tmp_path):
+    from rlxf.data.errors import DataError
+    from rlxf.data.templates import check_messages
+
+    with pytest.raises(DataError) as caught:
+        check_messages('[{"role": "user", "content": "1+1?"}]', "data.csv:2", "messages")
+    assert "JSON text of a list: a CSV cell holds only text. Write the data as JSONL" in str(caught.value)
+    with pytest.raises(DataError) as caught:   # not JSON: no hint to mislead
+        check_messages("what is 1+1?", "data.csv:2", "messages")
+    assert str(caught.value).endswith("got str")
