@@ -34,9 +34,9 @@ class RolloutConfig(Section):
     temperature: float = Field(
         0.7, ge=0.0, allow_inf_nan=False,
         description="Sampling temperature; 0 = greedy. 0.7 by default: on benchmarks/efficacy.py's six "
-        "untuned tasks it learned 10 points or more on 4 in 5 minutes where 1.0 learned them on 3 "
-        "(benchmarks/README.md); the recipes and examples set 1.0, the usual RL setting for a real "
-        "model. A finite number: 0, or at least 1e-6 (smaller "
+        "untuned tasks, on one seed, it learned 10 points or more on 4 in 5 minutes where 1.0 learned "
+        "3 (a second seed fell short at both; benchmarks/README.md); the recipes and examples set 1.0, "
+        "the usual RL setting for a real model. A finite number: 0, or at least 1e-6 (smaller "
         "nonzero values overflow logits / temperature and are refused; use 0 for greedy). Engine "
         "log-probs are those of softmax(logits / temperature), before top-k / top-p truncation.",
     )

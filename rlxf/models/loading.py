@@ -252,7 +252,8 @@ def missing_model_hint(path: Path, what: str = "model.path") -> str:
     those paths get "run the quickstart"; ``init-model`` is offered only as a smoke test, since
     its model is untrained and an exact-answer reward stays 0 on it.
     """
-    other = (lambda model: f"set {what} to {model}") if "." in what else (lambda model: f"give {model} instead")
+    field = re.fullmatch(r"[a-z_]+(?:\.[a-z_]+)+", what) is not None   # model.path, critic.model_path
+    other = (lambda model: f"set {what} to {model}") if field else (lambda model: f"give {model} instead")
     if path.parts[:1] == ("runs",) and len(path.parts) == 2 and path.name != "sft":
         return (f"runs/{path.name} is where an rlxf run named {path.name!r} writes its models: run it first "
                 f"(from this directory), or {other('a trained causal LM directory or hub id')}.")
