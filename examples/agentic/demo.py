@@ -259,6 +259,7 @@ def main() -> None:
     rl_cfg = load_config(game["config"], [
         *common, "run.name=grpo", f"model.path={out / 'sft'}", f"train.steps={steps}", "train.prompts_per_step=8",
         "rollout.n=8", "train.micro_batch_size=64", f"train.optim.lr={game['rl_lr']}", "train.optim.warmup_steps=3",
+        "train.optim.schedule=constant",  # as the curves in README.md were measured
         "eval.at_start=true", f"eval.every={steps}", f"eval.num_problems={args.eval_problems}", "eval.pass_k=1",
         "checkpoint.every=0", "logging.log_every=5"])
     t_rl = time.perf_counter()

@@ -56,7 +56,8 @@ def ppo_config(out: Path, name: str, sft: Path, rm: Path, prompts: dict, *, seed
                                   "weight": rule_weight}, *WATCH],
                    "accuracy": "rule"},
         "critic": {"path": str(rm), "optim": {"lr": 1e-3}},
-        "train": {"steps": steps, "prompts_per_step": 16, "micro_batch_size": 64, "optim": {"lr": 1e-3}},
+        "train": {"steps": steps, "prompts_per_step": 16, "micro_batch_size": 64,
+                  "optim": {"lr": 1e-3, "schedule": "constant"}},  # as README.md's figures were measured
         "eval": {"every": 0, "at_start": False},
         "checkpoint": {"every": 0},
     }

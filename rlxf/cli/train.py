@@ -47,16 +47,17 @@ def check_resume_compatible(saved_yaml: Path, cfg, resumable: tuple[str, ...] = 
     now = cfg.model_dump(mode="json")
     diff = _diff(saved, now)
     changed = [k for k in diff if not k.startswith(resumable)]
-    # a run's length may change, but a cosine schedule is laid over it: the lr would jump
-    cosine = [f"{section}.optim.schedule" for k in diff if k.endswith(".steps")
-              for section in ((k.rpartition(".")[0], "critic") if k == "train.steps" else (k.rpartition(".")[0],))
+    # a run's length may change, but a cosine schedule is laid over it (its steps, and its time
+    # budget where that ends the run first): the lr would jump
+    lengths = [k for k in diff if k.endswith((".steps", ".max_seconds"))]
+    cosine = [f"{section}.optim.schedule" for k in lengths
+              for section in (("train", "critic") if k.startswith("train.") else (k.rpartition(".")[0],))
               if now.get(section, {}).get("optim", {}).get("schedule") == "cosine"]
     if cosine and not changed:
-        steps = ", ".join(k for k in diff if k.endswith(".steps"))
         raise UsageError(
-            f"--resume: {steps} changed, and {', '.join(cosine)} is cosine: its decay is laid over the run's "
-            f"length, so the learning rate would jump. Resume with the steps the run started with, or start a new "
-            f"run from the checkpoint's model (model.path) to train longer.")
+            f"--resume: {', '.join(lengths)} changed, and {', '.join(cosine)} is cosine: its decay is laid over the "
+            f"run's length, so the learning rate would jump. Resume with the length the run started with, or start "
+            f"a new run from the checkpoint's model (model.path) to train longer.")
     if changed:
         raise UsageError(
             f"--resume: the config differs from the run's {saved_yaml} in {', '.join(changed)}; "

@@ -136,7 +136,21 @@ def batch_table(cfg: Config) -> list[tuple[str, str, str]]:
          f"data.max_prompt_len + rollout.max_new_tokens = {cfg.data.max_prompt_len} + {cfg.rollout.max_new_tokens}"),
         ("tokens per step (upper bound)", f"{d.max_tokens_per_step:,}", "samples x tokens per sample"),
         ("prompts in the run", f"{t.prompts_per_step * t.steps:,}", "prompts per step x train.steps"),
+        _schedule_row(cfg),
     ]
+
+
+def _schedule_row(cfg: Config) -> tuple[str, str, str]:
+    """The actor's lr schedule, and what it runs over (the steps, or the time budget first)."""
+    o, t = cfg.train.optim, cfg.train
+    warmup = f"{o.warmup_steps} warm-up steps, then " if o.warmup_steps else ""
+    if o.schedule == "constant":
+        return "actor lr schedule", "constant", f"{warmup}train.optim.schedule"
+    over = f"{warmup}down to {o.min_lr_ratio:g} x lr over the {cfg.derived.optimizer_steps_per_step * t.steps:,} " \
+           "optimizer steps"
+    if t.max_seconds is not None:
+        over += f", or train.max_seconds={t.max_seconds:g} where that ends first"
+    return "actor lr schedule", "cosine", over
 
 
 def _summary(kind: str, name: str) -> str:

@@ -72,11 +72,15 @@ class Placement(ABC):
         """The training batch of these scored trajectories, for the configured algorithm."""
 
     @abstractmethod
-    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None,
+               time_spent: float | None = None) -> dict[str, float]:
         """One RL step on ``exp`` (epochs x mini-batches of the actor, and the critic where
         there is one); returns the training and drift metrics (``skipped`` counts optimizer
         steps skipped for a non-finite loss or gradient). ``demos``: PPO-ptx demonstrations,
-        one batch per optimizer step (``algorithm.ptx_coef`` > 0); the loop passes them only then."""
+        one batch per optimizer step (``algorithm.ptx_coef`` > 0); the loop passes them only then.
+        ``time_spent``: the fraction of ``train.max_seconds`` the run has trained before this
+        update, which a cosine lr schedule follows where it ends before ``train.steps``; the loop
+        passes it only to a run with a time budget."""
 
     @abstractmethod
     def sync_weights(self, version: int) -> None:

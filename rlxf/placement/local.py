@@ -180,8 +180,9 @@ class LocalPlacement(Placement):
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.learner.make_experience(trajs)
 
-    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
-        return self.learner.update(exp, step, demos)
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None,
+               time_spent: float | None = None) -> dict[str, float]:
+        return self.learner.update(exp, step, demos, time_spent)
 
     def sync_weights(self, version: int) -> None:
         self.engine.update_weights(self.learner.named_parameters(), version=version)

@@ -472,8 +472,9 @@ class RayPlacement(Placement):
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self._on_learners("make_experience", trajs)
 
-    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
-        return self._on_learners("update", exp, step, demos)
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None,
+               time_spent: float | None = None) -> dict[str, float]:
+        return self._on_learners("update", exp, step, demos, time_spent)
 
     def sync_weights(self, version: int) -> None:
         self._version = version

@@ -98,8 +98,12 @@ class Learner:
     def make_experience(self, trajs: list[Trajectory]) -> tuple[Experience, dict[str, float]]:
         return self.experience(trajs, self.actor, self.reference, self.critic, self.kl.value)
 
-    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None) -> dict[str, float]:
+    def update(self, exp: Experience, step: int, demos: list[list[SFTExample]] | None = None,
+               time_spent: float | None = None) -> dict[str, float]:
         plan = mini_batch_plan(len(exp), self.mini_batch_size, self.ppo_epochs, self.seed, step)
+        if time_spent is not None:  # the run has a time budget: the schedules follow it too
+            for role in self._trained:
+                role.follow_time_budget(time_spent)
         for role in self._trained if self.offload_optimizer else ():
             role.restore_optimizer_state()
         warming_up = self.critic is not None and step <= self.critic_warmup_steps

@@ -39,7 +39,7 @@ from rlxf.trainer.collect import step_metrics
 from rlxf.trainer.diagnostics import Diagnostics
 from rlxf.trainer.evaluate import evaluate, no_held_out_hint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
-from rlxf.trainer.state import RunState, recorded_metrics, restore, save
+from rlxf.trainer.state import RunState, recorded_metrics, restore, save, train_on_hint
 from rlxf.trainer.stream import step_batches
 from rlxf.trainer.timer import PhaseTimer
 
@@ -75,14 +75,16 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     extra = {name: obj for name, obj in (("curriculum", curriculum), ("ptx", demos), ("in_flight", batches.in_flight))
              if obj is not None}
     state = restore(run, cfg, placement, sampler, extra) if resume else RunState.fresh(run, cfg)
+    state.clock.budget = cfg.train.max_seconds  # kept in each checkpoint: a cosine schedule anneals over it
     end = cfg.train.steps  # the last step to take; a resumed run that ended by its time budget takes none
     if state.step >= cfg.train.steps:
-        log.warning("--resume: the run has done %d steps and train.steps is %d: nothing to train; raise "
-                    "train.steps to train on", state.step, cfg.train.steps)
+        log.warning("--resume: the run has done %d steps and train.steps is %d: nothing to train; %s",
+                    state.step, cfg.train.steps, train_on_hint("train.steps", cfg.train.optim.schedule))
     elif state.clock.spent(cfg.train.max_seconds):
         end = state.step
-        log.warning("--resume: the run has trained %.1f s and train.max_seconds is %g: nothing to train; raise "
-                    "train.max_seconds to train on", state.clock.checked, cfg.train.max_seconds)
+        log.warning("--resume: the run has trained %.1f s and train.max_seconds is %g: nothing to train; %s",
+                    state.clock.checked, cfg.train.max_seconds,
+                    train_on_hint("train.max_seconds", cfg.train.optim.schedule))
     # the last step's metrics; a resumed run already done returns its last record, as it did when it ended
     last = recorded_metrics(run, state.step) if end <= state.step else {}
     # warnings when the run is not learning (once each)
@@ -119,12 +121,15 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
 
                     # train: one optimizer step per mini-batch, over the PPO epochs (+ PPO-ptx's
                     # supervised loss on a batch of demonstrations per optimizer step)
+                    # (a run with a time budget also tells the lr schedule how much of it is spent)
                     with timer("train"):
+                        budget = {} if cfg.train.max_seconds is None else {
+                            "time_spent": state.clock.seconds() / cfg.train.max_seconds}
                         if demos is None:
-                            train_metrics = placement.update(exp, step)
+                            train_metrics = placement.update(exp, step, **budget)
                         else:
                             demo_batches = demos.next_batches(cfg.derived.optimizer_steps_per_step)
-                            train_metrics = placement.update(exp, step, demos=demo_batches)
+                            train_metrics = placement.update(exp, step, demos=demo_batches, **budget)
 
                     # sync: the engine samples the next step from the new weights
                     with timer("sync"):

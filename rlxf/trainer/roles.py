@@ -257,10 +257,28 @@ class _Trainable:
         self.run = dp.wrap(model)  # run(fn, *args) = fn(model, *args), through FSDP's root
         self.max_grad_norm = optim.max_grad_norm
         self.skip_zero_grad_steps = optim.skip_zero_grad_steps
+        self.time_spent = 0.0  # of the run's time budget, as last told (follow_time_budget)
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_steps,
-                                                          getattr(model, "config", None))
+                                                          getattr(model, "config", None), lambda: self.time_spent)
         self.total_steps, self.schedule = total_steps, optim.schedule
         self._offloaded: list[tuple[dict, str, torch.device]] = []  # optimizer state moved to host memory
+
+    def follow_time_budget(self, spent: float) -> None:
+        """Tell the schedule how much of the run's time budget is spent (a fraction; the loop
+        calls this before each update of a run with ``train.max_seconds``). A cosine schedule is
+        as far along as the further of its steps and its time, so a run that ends by its budget
+        ends near ``min_lr_ratio`` instead of at a peak lr set for a million steps. The lr of the
+        next optimizer step is set again at once; the constant schedule has nothing to follow."""
+        self.time_spent = min(1.0, max(0.0, float(spent)))
+        step = self.scheduler.last_epoch
+        for group, base, factor in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
+                                       self.scheduler.lr_lambdas, strict=True):
+            group["lr"] = base * factor(step)
+
+    @property
+    def lr(self) -> float:
+        """The lr the next optimizer step takes."""
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def _optimizer_step(self, finite_loss: bool) -> tuple[float, bool, bool]:
         """Clip, step, zero: (grad_norm, skipped, no_signal).
@@ -468,7 +486,7 @@ class Actor(_Trainable):
             ran += len(rows)
             if use_ptx:
                 finite = self._ptx_backward(demos[m], acc) and finite
-            lr = self.scheduler.get_last_lr()[0]  # this step's: the schedule moves on once it is taken
+            lr = self.lr  # this step's: the schedule moves on once it is taken
             grad_norm, skipped, no_signal = self._optimizer_step(finite)
             acc.end_mini_batch({"grad_norm": grad_norm, "skipped": float(skipped),
                                 "no_signal": float(no_signal), "batch_fraction": totals.batch_fraction,

@@ -25,7 +25,7 @@ from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from rlxf.trainer.interrupt import StopRequest, TrainingInterrupted
 from rlxf.trainer.roles import nll_shares
-from rlxf.trainer.state import TrainClock, recorded_metrics
+from rlxf.trainer.state import TrainClock, recorded_metrics, train_on_hint
 from rlxf.trainer.trainable import TrainableModel, resume_trainable
 
 log = logging.getLogger("rlxf")
@@ -55,6 +55,8 @@ def sft_steps(model, batches: Callable[[], Sequence[SFTExample]], cfg: SFTConfig
         batch = list(batches())
         tokens = sum(len(e.response_ids) for e in batch)
         nlls: list[float] = []
+        if cfg.max_seconds is not None:  # a cosine schedule follows the time budget where it ends first
+            core.follow_time_budget(clock.seconds() / cfg.max_seconds)
         forward = partial(core.run, sequence_logprobs)
         step_metrics = core.train_step(nll_shares(forward, batch, cfg.micro_batch_size, tokens, nlls))
         step += 1
@@ -103,15 +105,20 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         return recorded_metrics(run, start)
     # the training time so far, which sft.max_seconds budgets (restarted, a resume got a whole budget more)
     resumed_from = run.checkpoints / f"step_{start}"
-    clock = TrainClock.restored(load_trainer_state(resumed_from), resumed_from) if start else TrainClock()
+    if start:
+        trainer_state = load_trainer_state(resumed_from)
+        TrainClock.check_resumed(trainer_state, cfg.sft.max_seconds, cfg.sft.optim.schedule, "sft.max_seconds",
+                                 resumed_from)
+    clock = TrainClock.restored(trainer_state, resumed_from) if start else TrainClock()
+    clock.budget = cfg.sft.max_seconds
     stopped = _stopped_at(cfg, run, start) if resume else None
     if stopped is not None:   # the run ended there by sft.stop_when: resuming it trains no further
         log.info("--resume: the run stopped at step %d, where %s reached sft.stop_when; nothing to train "
                  "(start a new run from its model to train on)", start, cfg.sft.stop_when.metric)
         return stopped
     if clock.spent(cfg.sft.max_seconds):   # it ended there by its time budget
-        log.warning("--resume: the run has trained %.1f s and sft.max_seconds is %g: nothing to train; raise "
-                    "sft.max_seconds to train on", clock.checked, cfg.sft.max_seconds)
+        log.warning("--resume: the run has trained %.1f s and sft.max_seconds is %g: nothing to train; %s",
+                    clock.checked, cfg.sft.max_seconds, train_on_hint("sft.max_seconds", cfg.sft.optim.schedule))
         return recorded_metrics(run, start)
     # held-out evaluation with the reward, as for RL: the same prompts and verifiers
     prompts = held_out_prompts(build_prompt_data(cfg.data, tokenizer, seed=cfg.seeds.data).test, cfg.eval.num_problems)

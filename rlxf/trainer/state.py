@@ -12,7 +12,7 @@ import torch
 
 from rlxf.config import Config, dump_config
 from rlxf.data import Sampler
-from rlxf.errors import close_all
+from rlxf.errors import UserInputError, close_all
 from rlxf.metrics.progress import ProgressDisplay
 from rlxf.metrics.sinks import JsonlWriter, MultiSink, build_sinks, read_jsonl, truncate_after_step
 from rlxf.run_dir import RunDir
@@ -88,14 +88,24 @@ class SampleWriter:
             self._writer.close()
 
 
+def train_on_hint(field: str, schedule: str) -> str:
+    """How to train a run that has ended further: raise ``field`` (its steps or time budget) on
+    ``--resume``; a cosine schedule has annealed over the run, and a resume keeps its length."""
+    if schedule == "cosine":
+        return (f"to train on, start a new run from its model (model.path): its lr followed a cosine schedule "
+                f"over the run, and --resume keeps {field}")
+    return f"raise {field} to train on"
+
+
 class TrainClock:
     """The run's training time across restarts, what ``train.max_seconds`` / ``sft.max_seconds``
     budget: the seconds the checkpoint resumed from had trained, plus this process's since
     ``start``. Restarting the clock on every ``--resume`` gave a resumed run a whole budget more."""
 
-    def __init__(self, before: float = 0.0, checked: float = 0.0):
+    def __init__(self, before: float = 0.0, checked: float = 0.0, budget: float | None = None):
         self.before = before    # trained before this process (the checkpoint's)
         self.checked = checked  # the reading the last step's time check saw
+        self.budget = budget    # the run's time budget (train.max_seconds / sft.max_seconds), kept with it
         self._began = time.perf_counter()
 
     def start(self) -> None:
@@ -114,8 +124,25 @@ class TrainClock:
         then the run stopped there, as a finished one stops at its last step."""
         return budget is not None and self.checked >= budget
 
-    def state_dict(self) -> dict[str, float]:
-        return {"seconds": self.seconds(), "checked": self.checked}
+    def state_dict(self) -> dict[str, float | None]:
+        return {"seconds": self.seconds(), "checked": self.checked, "budget": self.budget}
+
+    @staticmethod
+    def check_resumed(trainer_state: dict[str, Any], budget: float | None, schedule: str, field: str,
+                      ckpt: Path) -> None:
+        """A cosine lr schedule anneals over the time budget where it ends the run first: a
+        resume that changes ``field`` (the budget) would move the lr back up the curve (a run
+        that had annealed to its minimum would climb again), so it is not the run it resumes,
+        as a changed step count is not (``_Trainable.load_state_dict``). A checkpoint that
+        kept no budget (an older rlxf's) is not checked."""
+        saved = trainer_state.get("clock", {})
+        if schedule != "cosine" or "budget" not in saved or saved["budget"] == budget:
+            return
+        raise UserInputError(
+            f"--resume: the learning rate follows a cosine schedule over the run's time budget too, "
+            f"{field}={saved['budget']} in {ckpt} and {budget} with this config: the run's length changed. "
+            f"Resume with {field}={saved['budget']}, or start a new run from the checkpoint's model "
+            f"(model.path) to train longer (a schedule: constant run may change its budget on --resume)")
 
     @classmethod
     def restored(cls, trainer_state: dict[str, Any], ckpt: Path) -> TrainClock:
@@ -125,7 +152,7 @@ class TrainClock:
                      "sft.max_seconds count this run's time from 0 at this resume", ckpt)
             return cls()
         saved = trainer_state["clock"]
-        return cls(float(saved["seconds"]), float(saved["checked"]))
+        return cls(float(saved["seconds"]), float(saved["checked"]), saved.get("budget"))
 
 
 @dataclass
@@ -211,5 +238,6 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
     log.info("resumed from %s (step %d); dropped %d records written after it", ckpt, step, dropped)
     state = RunState.fresh(run, cfg, step=step)
     state.skipped = int(trainer_state["skipped"])
+    TrainClock.check_resumed(trainer_state, cfg.train.max_seconds, cfg.train.optim.schedule, "train.max_seconds", ckpt)
     state.clock = TrainClock.restored(trainer_state, ckpt)
     return state

@@ -32,6 +32,7 @@ from rlxf.models import ValueModel, load_model, save_model
 from rlxf.run_dir import RunDir
 from rlxf.trainer.checkpoint import intact_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
 from rlxf.trainer.roles import ForwardSpec, _Trainable
+from rlxf.trainer.state import train_on_hint
 
 log = logging.getLogger("rlxf")
 
@@ -54,7 +55,7 @@ class TrainableModel(_Trainable):
             finite = finite and bool(torch.isfinite(loss))
             if finite:
                 loss.backward()
-        lr = self.scheduler.get_last_lr()[0]  # this step's: the schedule moves on once it is taken
+        lr = self.lr  # this step's: the schedule moves on once it is taken
         grad_norm, skipped, no_signal = self._optimizer_step(finite)
         return {"grad_norm": grad_norm, "skipped": float(skipped), "no_signal": float(no_signal), "lr": lr}
 
@@ -162,6 +163,6 @@ def resume_trainable(run: RunDir, core: TrainableModel, sampler, *, steps: int, 
     truncate_after_step(run.metrics, step)
     log.info("resumed from %s (step %d)", ckpt, step)
     if step >= steps:
-        log.warning("--resume: the run has done %d steps and %s is %d: nothing to train; raise %s to train on",
-                    step, field, steps, field)
+        log.warning("--resume: the run has done %d steps and %s is %d: nothing to train; %s",
+                    step, field, steps, train_on_hint(field, core.schedule))
     return step

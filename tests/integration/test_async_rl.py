@@ -41,9 +41,9 @@ def _runs(tmp_path, nano_model_dir, names: tuple[str, ...], algorithm: dict | No
     """3 steps of ``sync``, of ``async`` k = 0, and of ``split``: async k = 0 stopped after
     step 2 (a checkpoint), then resumed. Dynamic sampling over three rounds, groups of 2."""
     runs = {}
-    for name in names:
+    for name in names:  # a constant lr: the split run is 2 steps long first (a cosine one is laid over the length)
         cfg = write_config(tmp_path / name, nano_model_dir, run={"name": name, "output_dir": str(tmp_path / "runs")},
-                           train={"steps": 3}, eval={"every": 2, "num_problems": 4}, checkpoint={"every": 0},
+                           train={"steps": 3, "optim": {"schedule": "constant"}}, eval={"every": 2, "num_problems": 4}, checkpoint={"every": 0},
                            rollout={"n": 2, "max_new_tokens": 8},
                            algorithm={"dynamic_sampling": True, "max_sampling_rounds": 3, **(algorithm or {})},
                            reward=ODD, **sections)
@@ -109,8 +109,9 @@ def test_a_killed_engine_and_a_resume_lose_no_prompt(tmp_path, nano_model_dir):
     the resume or is still in flight at the end (none is skipped). Five steps, not three: the
     nano engine can finish the next two steps' requests before the kill lands, and the run must
     still need the engine afterwards for the restart to be seen."""
-    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 5}, checkpoint={"every": 0},
-                       logging={"progress": False, "samples_fraction": 1.0})
+    # a constant lr: the resume adds a step, which a cosine schedule's run may not
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 5, "optim": {"schedule": "constant"}},
+                       checkpoint={"every": 0}, logging={"progress": False, "samples_fraction": 1.0})
     run = tmp_path / "runs" / "t"
     killed: list[int] = []
     watcher = threading.Thread(target=_kill_engine_after_first_step, args=(run, killed), daemon=True)

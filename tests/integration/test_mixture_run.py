@@ -27,8 +27,11 @@ def test_mixture_with_curriculum_and_ptx_resumes_bit_exactly(tmp_path, nano_mode
     runs = str(tmp_path / "runs")
     # the exact-answer reward: the nano model's groups are all wrong with equal rewards, so the
     # curriculum flags them (a dense reward that differs within a group has signal, and does not)
+    # (a constant lr: the split run is 2 steps long first, and a cosine schedule is laid over the length)
     common = {"data": MIXTURE, "algorithm": {"ptx_coef": 0.5}, "eval": {"every": 2, "num_problems": 3},
-              "reward": {"verifiers": [{"type": "numeric"}]}}
+              "reward": {"verifiers": [{"type": "numeric"}]},
+              "train": {"steps": 4, "prompts_per_step": 4, "micro_batch_size": 8,
+                        "optim": {"lr": 3e-3, "schedule": "constant"}}}
     straight = write_config(tmp_path / "a", nano_model_dir, run={"name": "straight", "output_dir": runs}, **common)
     split = write_config(tmp_path / "b", nano_model_dir, run={"name": "split", "output_dir": runs}, **common)
     assert main(["train", str(straight)]) == 0

@@ -52,8 +52,9 @@ def local_run(tmp_path_factory, nano_model_dir):
 
 
 def _cfg(tmp_path, model_dir, name, *overrides):
+    # a constant lr: runs below stop after 2 steps and resume for a third, which a cosine schedule's may not
     path = write_config(tmp_path / name, model_dir, train={"steps": 3, "prompts_per_step": 4, "micro_batch_size": 8,
-                                                           "optim": {"lr": 3e-3}},
+                                                           "optim": {"lr": 3e-3, "schedule": "constant"}},
                         checkpoint={"every": 1, "keep_last": 3}, run={"name": name, "output_dir": str(tmp_path / "runs")})
     return load_config(path, list(overrides))
 
@@ -84,6 +85,26 @@ def test_ray_placements_learn_what_local_learns_and_resume_across_placements(
         assert local.keys() == other.keys()
         diff = max(float((local[k] - other[k]).abs().max()) for k in local)
         assert diff <= 1e-6, (name, diff)  # bit-identical on one CPU; a tolerance for other BLAS builds
+
+
+def test_a_time_budget_anneals_the_lr_on_ray_as_it_does_locally(tmp_path, nano_model_dir, local_ray, one_thread,
+                                                                 monkeypatch):
+    """The driver's clock (faked: 10 s a reading) tells the learner actor how much of
+    train.max_seconds is spent: the same lr step by step as a local run, down the cosine."""
+    import itertools
+
+    from rlxf.trainer.state import TrainClock
+
+    lrs = {}
+    for name, placement in (("local", "local"), ("ray", "ray")):
+        ticks = itertools.count()
+        monkeypatch.setattr(TrainClock, "seconds", lambda self, ticks=ticks: self.before + 10.0 * next(ticks))
+        _train(_cfg(tmp_path, nano_model_dir, name, f"run.placement={placement}", "train.steps=1000",
+                    "train.max_seconds=40", "train.optim.schedule=cosine", "checkpoint.every=0"))
+        lrs[name] = [r["lr"] for r in metrics(tmp_path / "runs" / name)]
+    assert lrs["ray"] == lrs["local"] and 2 < len(lrs["ray"]) < 1000
+    assert lrs["ray"][0] == pytest.approx(3e-3) and lrs["ray"] == sorted(lrs["ray"], reverse=True)
+    assert lrs["ray"][-1] < 0.2 * 3e-3
 
 
 @ray.remote(num_cpus=0)

@@ -45,7 +45,8 @@ def test_train_with_an_in_memory_model_a_dataset_and_callables(tmp_path, nano_mo
         reward_funcs=[upper, one_per_answer_digit, trl_style],
         run={"name": "api", "output_dir": str(tmp_path / "runs")},
         rollout={"n": 4, "max_new_tokens": 8}, train={"steps": 2, "prompts_per_step": 4, "micro_batch_size": 8,
-                                                      "optim": {"lr": 3e-3}},
+                                                      # constant: a cosine schedule's length is fixed
+                                                      "optim": {"lr": 3e-3, "schedule": "constant"}},
         eval={"every": 2, "num_problems": 4}, logging={"progress": False, "samples_fraction": 1.0},
     )
     run = tmp_path / "runs" / "api"

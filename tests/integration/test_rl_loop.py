@@ -91,10 +91,19 @@ def straight(tmp_path_factory, nano_model_dir):
     return runs / "straight"
 
 
-def test_resume_is_bit_identical(tmp_path, nano_model_dir, straight):
-    """4 steps straight == 2 steps, process exit, --resume, 2 more steps (weights and metrics)."""
-    split = write_config(tmp_path / "b", nano_model_dir, run={"name": "split", "output_dir": str(tmp_path / "runs")},
-                         checkpoint={"every": 1})
+def test_resume_is_bit_identical(tmp_path, nano_model_dir):
+    """4 steps straight == 2 steps, process exit, --resume, 2 more steps (weights and metrics).
+    A constant lr: the split run is 2 steps long first, and a cosine schedule is laid over the
+    run's length (the kill tests below resume the default cosine schedule)."""
+    flat = {"steps": 4, "prompts_per_step": 4, "micro_batch_size": 8, "optim": {"lr": 3e-3, "schedule": "constant"}}
+    runs = tmp_path / "runs"
+    straight = write_config(tmp_path / "a", nano_model_dir, run={"name": "straight", "output_dir": str(runs)},
+                            checkpoint={"every": 1}, train=flat)
+    r = rlxf_subprocess("train", str(straight))
+    assert r.returncode == 0, r.stderr
+    straight = runs / "straight"
+    split = write_config(tmp_path / "b", nano_model_dir, run={"name": "split", "output_dir": str(runs)},
+                         checkpoint={"every": 1}, train=flat)
     r = rlxf_subprocess("train", str(split), "train.steps=2")
     assert r.returncode == 0, r.stderr
     r = rlxf_subprocess("train", str(split), "--resume")

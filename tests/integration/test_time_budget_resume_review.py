@@ -19,7 +19,9 @@ def _trained_seconds(ckpt) -> float:
 def test_a_resumed_rl_run_counts_the_time_it_trained_before(tmp_path, nano_model_dir):
     """A step trained (well over 1 ms); resumed with a budget of 1 ms and more steps, the budget
     is already spent: nothing more to train (the clock used to restart, training another step)."""
-    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 1, "prompts_per_step": 2},
+    # (a constant schedule: a cosine one anneals over the run's steps and budget, which --resume keeps)
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 1, "prompts_per_step": 2,
+                                                        "optim": {"schedule": "constant"}},
                        rollout={"n": 2, "max_new_tokens": 4}, data={"test_size": 4}, checkpoint={"every": 1})
     assert main(["train", str(cfg)]) == 0
     run = tmp_path / "runs" / "t"

@@ -41,7 +41,9 @@ def test_ctrl_c_checkpoints_the_step_and_prints_the_resume_command(tmp_path, nan
     in progress finishes and is checkpointed, the exit code is 130 and stderr says how to
     resume; --resume then continues from it."""
     signum = signal.SIGINT
-    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 10_000}, checkpoint={"every": 0})
+    # a constant lr: the resume below shortens the run, which a cosine schedule's run may not do
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 10_000, "optim": {"schedule": "constant"}},
+                       checkpoint={"every": 0})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "rlxf.cli.main", "train", str(cfg)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -99,7 +101,9 @@ def _cut_in_half(path) -> None:
 
 
 def test_resume_skips_a_damaged_checkpoint_and_names_damaged_files(tmp_path, nano_model_dir, capsys):
-    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 4}, checkpoint={"every": 2, "keep_last": 2})
+    # a constant lr: the resume below lengthens the run, which a cosine schedule's run may not do
+    cfg = write_config(tmp_path, nano_model_dir, train={"steps": 4, "optim": {"schedule": "constant"}},
+                       checkpoint={"every": 2, "keep_last": 2})
     run = tmp_path / "runs" / "t"
     assert main(["train", str(cfg)]) == 0
     ckpts = run / "checkpoints"

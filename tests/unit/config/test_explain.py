@@ -24,6 +24,18 @@ def test_batch_table_rows():
     assert rows["tokens per step (upper bound)"] == "16,384"  # 128 x 128
 
 
+def test_the_schedule_row_says_what_the_lr_decays_over():
+    rows = {q: (v, how) for q, v, how in batch_table(_cfg("train.steps=10", "train.ppo_epochs=2"))}
+    assert rows["actor lr schedule"] == ("cosine", "down to 0.1 x lr over the 40 optimizer steps")  # 10 x 4
+    timed = {q: (v, how) for q, v, how in batch_table(_cfg("train.steps=10", "train.max_seconds=300",
+                                                           "train.optim.warmup_steps=5"))}
+    assert timed["actor lr schedule"] == (
+        "cosine", "5 warm-up steps, then down to 0.1 x lr over the 20 optimizer steps, or train.max_seconds=300 "
+        "where that ends first")
+    flat = {q: (v, how) for q, v, how in batch_table(_cfg("train.optim.schedule=constant"))}
+    assert flat["actor lr schedule"] == ("constant", "train.optim.schedule")
+
+
 DIMS = ModelDims(params=1_000_000, layers=2, hidden=64, intermediate=256, kv_dim=32, vocab=1000)
 
 

@@ -21,7 +21,7 @@ def test_a_cosine_schedule_ends_where_it_should_after_the_critics_warm_up(tmp_pa
         "algorithm: {name: ppo}\n"
         "critic: {warmup_steps: 2, optim: {schedule: cosine}}\n"
         "rollout: {n: 2, max_new_tokens: 4}\n"
-        "train: {steps: 4, prompts_per_step: 2, micro_batch_size: 4, optim: {lr: 1.0e-3, schedule: cosine}}\n")
+        "train: {steps: 4, prompts_per_step: 2, micro_batch_size: 4, optim: {lr: 1.0e-3, schedule: cosine, min_lr_ratio: 0.0}}\n")
     cfg = load_config(cfg_file)
     learner = build_learner(cfg, load_model(nano_model_dir), tokenizer_for_tests)
     assert learner.actor.total_steps == 2 and learner.critic.total_steps == 4

@@ -31,7 +31,10 @@ def test_resuming_a_finished_rl_run_returns_its_last_record(tmp_path, tokenizer_
     cfg = _config(tmp_path, 2)
     done = train(cfg, RunDir.open(cfg.run.output_dir, cfg.run.name), FallingAccuracy(tokenizer_for_tests))
     run = RunDir.open(cfg.run.output_dir, cfg.run.name, resume=True)
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update=again)})
+    again_train = cfg.train.model_copy(update=again)
+    if "max_seconds" in again:  # a constant lr: a cosine schedule anneals over the budget, which --resume keeps
+        again_train = again_train.model_copy(update={"optim": again_train.optim.model_copy(update={"schedule": "constant"})})
+    cfg = cfg.model_copy(update={"train": again_train})
     resumed = train(cfg, run, FallingAccuracy(tokenizer_for_tests), resume=True)
     assert resumed == done == _last_record(run.path)
     assert resumed["reward/mean"] == 0.5  # FallingAccuracy scores the responses 0, 1, 0, 1

@@ -17,7 +17,7 @@ def test_the_clock_counts_on_from_the_checkpoints_time(monkeypatch):
     assert not saved.out_of(40.0)          # 30 s of 40
     now[0] = 135.0
     state = saved.state_dict()
-    assert state == {"seconds": 35.0, "checked": 30.0}
+    assert state == {"seconds": 35.0, "checked": 30.0, "budget": None}
     now[0] = 500.0                          # the process died; a new one resumes much later
     clock = TrainClock.restored({"clock": state}, Path("step_3"))
     clock.start()
@@ -62,5 +62,5 @@ def test_a_checkpoint_keeps_the_time_its_own_write_took(monkeypatch, tmp_path):
     state = SimpleNamespace(cfg=cfg, skipped=0, clock=clock)
     path = save(SimpleNamespace(checkpoints=tmp_path / "checkpoints"), Placement(), state, Sampler(), 1)
     saved = torch.load(path / STATE_FILE, weights_only=True)
-    assert saved["clock"] == {"seconds": 60.0, "checked": 10.0}
+    assert saved["clock"] == {"seconds": 60.0, "checked": 10.0, "budget": None}
     assert saved["sampler"] == {"position": 3} and saved["step"] == 1
