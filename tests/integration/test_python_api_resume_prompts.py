@@ -22,7 +22,9 @@ def _train(tmp_path, nano_model_dir, prompts, steps: int, **kwargs):
     return rlxf.train(model=nano_model_dir, prompts=prompts, reward_funcs=[upper],
                       run={"name": "api", "output_dir": str(tmp_path / "runs")},
                       rollout={"n": 2, "max_new_tokens": 4},
-                      train={"steps": steps, "prompts_per_step": 2, "micro_batch_size": 4},
+                      # a constant lr: the resumes below lengthen the run, which a cosine schedule's may not
+                      train={"steps": steps, "prompts_per_step": 2, "micro_batch_size": 4,
+                             "optim": {"schedule": "constant"}},
                       eval={"every": 0}, logging={"progress": False}, **kwargs)
 
 

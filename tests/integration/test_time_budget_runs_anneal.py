@@ -45,6 +45,8 @@ def test_an_rl_run_anneals_over_its_time_budget(tmp_path, nano_model_dir, monkey
     for row, spent in zip(rows, told, strict=True):
         assert row["lr"] == pytest.approx(1e-3 * _cos(max(spent, (row["step"] - 1) / 1000)), rel=1e-3)
     assert rows[-1]["lr"] < 0.2e-3
+    log = (tmp_path / "runs" / "t" / "train.log").read_text()
+    assert "lr schedule: cosine down to 0.1 x lr over 1000 optimizer steps, or over train.max_seconds=100" in log
 
 
 def test_an_rl_run_without_a_time_budget_tells_the_schedule_nothing(tmp_path, nano_model_dir, monkeypatch):
