@@ -71,10 +71,14 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k3",
         # torch.where would broadcast a (B,) mask over the token dim and mask columns instead of rows
         raise ValueError(f"kl_penalty: mask {tuple(mask.shape)} must match logprobs {tuple(logprobs.shape)} (B, T)")
     ref_logprobs = ref_logprobs.detach()
-    if mask is None:
-        return KL_ESTIMATORS[estimator](logprobs - ref_logprobs)
-    log_ratio = zero_masked(logprobs, mask) - zero_masked(ref_logprobs, mask)
-    return zero_masked(KL_ESTIMATORS[estimator](log_ratio), mask)
+    if mask is not None:
+        logprobs, ref_logprobs = zero_masked(logprobs, mask), zero_masked(ref_logprobs, mask)
+    # a token both policies call impossible (-inf - -inf, nan) is one they agree on: 0, as in
+    # masked.summable_log_ratio; nan would fail the whole step as non-finite
+    agree = torch.isinf(ref_logprobs) & (logprobs.detach() == ref_logprobs)
+    log_ratio = torch.where(agree, torch.zeros_like(logprobs), logprobs - ref_logprobs)
+    kl = KL_ESTIMATORS[estimator](log_ratio)
+    return kl if mask is None else zero_masked(kl, mask)
 
 
 def kl_shaped_rewards(rewards: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor,

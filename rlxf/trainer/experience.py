@@ -208,7 +208,9 @@ def drift_metrics(exp: Experience, trainer_logprobs: Tensor, kl_estimator: str,
     """
     held = exp.mask if rows is None else exp.mask * rows[:, None]
     valid = held.bool()
-    gap = (exp.rollout_logprobs - trainer_logprobs).abs()
+    # a token both call impossible (-inf on both sides) is no gap; -inf - -inf would be nan
+    agree = torch.isinf(trainer_logprobs) & (exp.rollout_logprobs == trainer_logprobs)
+    gap = torch.where(agree, torch.zeros_like(trainer_logprobs), exp.rollout_logprobs - trainer_logprobs).abs()
     fresh = valid
     out: dict[str, float] = {}
     if trainer_version is not None and exp.policy_versions is not None:

@@ -69,6 +69,21 @@ def test_mask_zeroes_and_ignores_garbage():
         logp.grad = None
 
 
+def test_a_token_both_policies_call_impossible_is_no_divergence():
+    """-inf - -inf is nan; the two agree there: 0, with a 0 gradient (masked or not), as
+    summable_log_ratio has it. A nan here failed the whole step as non-finite."""
+    ref = torch.tensor([[-math.inf, -2.0]], dtype=D)
+    for mask in (None, torch.ones(1, 2, dtype=D)):
+        for est, expected in (("k1", 1.0), ("k2", 0.5), ("k3", math.exp(-1) - 1 + 1)):
+            logp = torch.tensor([[-math.inf, -1.0]], dtype=D, requires_grad=True)
+            out = kl_penalty(logp, ref, est, mask=mask)
+            out.sum().backward()
+            assert out[0, 0] == 0 and logp.grad[0, 0] == 0, est
+            assert float(out[0, 1]) == pytest.approx(expected), est
+    # one side only: still a divergence (k3 clamps it, k1 keeps the infinity)
+    assert kl_penalty(torch.tensor([[-1.0]], dtype=D), torch.tensor([[-math.inf]], dtype=D), "k1")[0, 0] == math.inf
+
+
 def test_unknown_estimator_lists_valid():
     with pytest.raises(ValueError, match="k1, k2, k3"):
         kl_penalty(torch.zeros(1, 1), torch.zeros(1, 1), "k4")

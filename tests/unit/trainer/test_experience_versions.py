@@ -60,3 +60,15 @@ def test_the_gap_counts_only_the_rows_the_update_ran():
     assert m["rollout/logprob_gap_max"] == pytest.approx(0.4)
     m = drift_metrics(exp, trainer, "k1", trainer_version=5, rows=torch.tensor([False, False, False]))
     assert "rollout/logprob_gap_mean" not in m
+
+
+def test_a_token_both_sides_call_impossible_is_no_gap():
+    """-inf from the engine and the trainer (a banned token both mask) is agreement, not nan."""
+    trajs = [_traj(0, [5, 5], 1.0)]
+    maker = ExperienceMaker.from_config(AlgorithmConfig(), max_new_tokens=8, optimizer_steps_per_step=1)
+    exp, _ = maker(trajs, actor=None, reference=None, critic=None, kl_coef=0.0)
+    exp.rollout_logprobs[0, 1] = -float("inf")
+    trainer = torch.tensor([[-1.2, -float("inf")]])
+    m = drift_metrics(exp, trainer, "k1", trainer_version=5)
+    assert m["rollout/logprob_gap_max"] == pytest.approx(0.2)
+    assert m["rollout/logprob_gap_mean"] == pytest.approx(0.1)
