@@ -107,6 +107,8 @@ class ExperienceMaker:
         group_ids = torch.tensor([t.group for t in trajs], dtype=torch.long)
         params = replace(self.params, baseline=self.baseline.value)
         advantages, returns = self.advantage(token_rewards, mask, group_ids, values, params)
+        if values is None:  # (with a critic, an infinite advantage may be the critic's: the divergence guard's)
+            check_advantages_fit(trajs, advantages, mask)
         # the mean return of the answers: a failed episode's 0 is no answer (algorithms.groups),
         # and counting it would pull b below what every answer earns
         answered = mask.bool().any(dim=-1)
@@ -149,6 +151,21 @@ def check_returns_fit(trajs: list[Trajectory], token_rewards: Tensor, mask: Tens
             f"a sample of prompt {t.prompt.uid} has reward {t.reward:g}, whose return float32 cannot hold "
             f"(|return| <= {torch.finfo(torch.float32).max:.3g}); its group's advantages would be nan. "
             "Scale the rewards down: in the reward function or environment, or with reward.verifiers[].weight")
+
+
+def check_advantages_fit(trajs: list[Trajectory], advantages: Tensor, mask: Tensor) -> None:
+    """Refuse rewards whose differences float32 cannot hold: each return fits, but an
+    estimator that does not divide by a std (RLOO, Dr. GRPO, MaxRL, ...) subtracts a baseline,
+    and two returns near ±3.4e38 are 6.8e38 apart: an infinite advantage, an infinite loss, and
+    a step skipped as if training had diverged. (A nan advantage is left to that guard: a
+    critic that diverged gives one too.)"""
+    bad = torch.isinf(advantages) & mask.bool()
+    if bad.any():
+        t = trajs[int(bad.any(dim=-1).nonzero()[0, 0])]
+        raise UserInputError(
+            f"a sample of prompt {t.prompt.uid} (reward {t.reward:g}) has an infinite advantage: the rewards of its "
+            f"group or batch differ by more than float32 holds ({torch.finfo(torch.float32).max:.3g}). Scale the "
+            "rewards down: in the reward function or environment, or with reward.verifiers[].weight")
 
 
 def masked_truncated(trajs: list[Trajectory], mask: Tensor) -> tuple[Tensor, dict[str, float]]:

@@ -40,3 +40,19 @@ def test_large_rewards_that_fit_are_trained_on():
     maker = ExperienceMaker.from_config(AlgorithmConfig(name="grpo"), 8, 1)
     exp, _ = maker([_traj("a", 0, 1e30), _traj("a", 0, 0.0)], None, None, None, 0.0)
     torch.testing.assert_close(exp.advantages, torch.tensor([[1.0, 1.0], [-1.0, -1.0]]) * 2 ** -0.5)
+
+
+def test_rewards_whose_differences_overflow_float32_are_refused():
+    """Each of ±3e38 fits float32; RLOO's advantage of the first, 3e38 - (-3e38) (the mean of
+    the others), does not. It was ±inf, its loss inf, and the step skipped as if training had
+    diverged."""
+    maker = ExperienceMaker.from_config(AlgorithmConfig(name="rloo"), 8, 1)
+    trajs = [_traj("a", 0, 1.0), _traj("a", 0, 0.0), _traj("b", 1, 3e38), _traj("b", 1, -3e38)]
+    with pytest.raises(UserInputError, match=r"prompt b \(reward 3e\+38\) has an infinite advantage.*Scale the rewards"):
+        maker(trajs, None, None, None, 0.0)
+
+
+def test_grpo_divides_the_same_rewards_by_their_std_and_trains():
+    maker = ExperienceMaker.from_config(AlgorithmConfig(name="grpo"), 8, 1)
+    exp, _ = maker([_traj("b", 1, 3e38), _traj("b", 1, -3e38)], None, None, None, 0.0)
+    assert torch.isfinite(exp.advantages).all()
