@@ -9,6 +9,7 @@ import math
 
 import pytest
 from rl_helpers import metrics, write_config
+from test_time_budget_resume_review import _write_sft
 
 from rlxf.cli.main import main
 from rlxf.trainer.learner import Learner
@@ -61,21 +62,8 @@ def test_an_rl_run_without_a_time_budget_tells_the_schedule_nothing(tmp_path, na
 
 
 def test_an_sft_run_anneals_over_its_time_budget(tmp_path, nano_model_dir, ten_seconds_a_reading):
-    cfg = {
-        "run": {"name": "sft", "output_dir": str(tmp_path), "seed": 0},
-        "model": {"path": str(nano_model_dir)},
-        "data": {"task": "arithmetic", "task_options": {"max_digits": 1, "ops": "+"},
-                 "train_size": 40, "test_size": 4, "max_prompt_len": 32},
-        "rollout": {"max_new_tokens": 4},
-        "reward": {"verifiers": [{"type": "numeric", "extract": ["last_number"]}]},
-        "sft": {"batch_size": 4, "micro_batch_size": 4, "steps": 1000, "max_seconds": 100,
-                "optim": {"lr": 1e-3, "schedule": "cosine", "min_lr_ratio": 0.1}},
-        "eval": {"num_problems": 4},
-        "checkpoint": {"every": 0},
-        "logging": {"progress": False},
-    }
-    path = tmp_path / "sft.yaml"
-    path.write_text(json.dumps(cfg))
+    path = _write_sft(tmp_path, nano_model_dir, steps=1000, max_seconds=100,
+                      optim={"lr": 1e-3, "schedule": "cosine", "min_lr_ratio": 0.1})
     assert main(["sft", str(path)]) == 0
     lrs = [json.loads(line).get("lr") for line in (tmp_path / "sft/metrics.jsonl").read_text().splitlines()]
     lrs = [lr for lr in lrs if lr is not None]
