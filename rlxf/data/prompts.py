@@ -267,6 +267,10 @@ def build_prompt_data(cfg: DataConfig, tokenizer, seed: int) -> PromptData:
     for name, parts in built.items():
         prefix = "" if name is None else f"{name}/"
         source_counts[name].update(train=len(parts.train), test=len(parts.test))
+        # repeats are kept (a repeated prompt is drawn, or scored, that much more often) and counted
+        for split, prompts in (("train", parts.train), ("test", parts.test)):
+            if repeats := len(prompts) - len({parts.keys[p.uid] for p in prompts}):
+                source_counts[name][f"{split}_repeated"] = repeats
         report |= {f"{prefix}{k}": v for k, v in sorted(source_counts[name].items())}
     train = [p for parts in built.values() for p in parts.train]
     test = [p for parts in built.values() for p in parts.test]

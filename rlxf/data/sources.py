@@ -106,5 +106,10 @@ def require_evaluated(name: str, n_test: int, counts: Counter) -> None:
 def log_report(kind: str, report: dict[str, int]) -> None:
     log.info("%s data: %s", kind, ", ".join(f"{k}={v}" for k, v in report.items()))
     skipped = {k: v for k, v in report.items() if v and ("dropped" in k or "removed" in k or "truncated" in k)}
+    repeated = {k: v for k, v in report.items() if v and k.endswith("test_repeated")}
+    if repeated:  # kept: a held-out prompt written twice counts twice in every accuracy
+        log.warning("%s data: %s: held-out prompts that repeat an earlier one (same text), each counted again in "
+                    "the accuracy; deduplicate the test file, or lower test_size for a task with few distinct "
+                    "problems", kind, ", ".join(f"{k}={v}" for k, v in repeated.items()))
     if skipped:
         log.warning("%s data: %s", kind, ", ".join(f"{k}={v}" for k, v in skipped.items()))

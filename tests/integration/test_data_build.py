@@ -102,6 +102,23 @@ def test_messages_field_and_explicit_metadata(tmp_path, tokenizer_for_tests):
     assert p.prompt_ids == encode_prompt(tokenizer_for_tests, rows[0]["conv"])[0]
 
 
+def test_repeated_prompts_are_kept_and_counted(tmp_path, tokenizer_for_tests, caplog):
+    """A prompt written twice is drawn (or scored) twice: kept, counted in the report, and a
+    held-out repeat, which weighs twice in every accuracy, is warned about."""
+    train = jsonl(tmp_path / "train.jsonl", [{"prompt": q, "answer": "x"} for q in ("a?", "b?", "a?", " a? ", "c?")])
+    test = jsonl(tmp_path / "test.jsonl", [{"prompt": q, "answer": "x"} for q in ("d?", "d?", "e?")])
+    with caplog.at_level(logging.INFO, logger="rlxf.data"):
+        data = build_prompt_data(DataConfig(source="jsonl", train_path=train, test_path=test), tokenizer_for_tests, 0)
+    assert len(data.train) == 5 and len(data.test) == 3
+    assert data.report["train_repeated"] == 2 and data.report["test_repeated"] == 1  # " a? " is "a?" folded
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("test_repeated=1" in m and "counted again in the accuracy" in m for m in warned)
+    assert not any("train_repeated" in m for m in warned)
+    distinct = jsonl(tmp_path / "distinct.jsonl", [{"prompt": q, "answer": "x"} for q in ("f?", "g?")])
+    data = build_prompt_data(DataConfig(source="jsonl", train_path=train, test_path=distinct), tokenizer_for_tests, 0)
+    assert "test_repeated" not in data.report
+
+
 def test_missing_mapped_field_names_field_file_and_line(tmp_path, tokenizer_for_tests):
     path = jsonl(tmp_path / "t.jsonl", [{"prompt": "a", "answer": "1"}, {"question": "b", "answer": "2"}])
     cfg = DataConfig(source="jsonl", train_path=path)
