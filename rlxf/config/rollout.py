@@ -36,7 +36,7 @@ class RolloutConfig(Section):
         description="Sampling temperature; 0 = greedy. 0.7 by default: on benchmarks/efficacy.py's six "
         "untuned tasks, on one seed, it learned 10 points or more on 4 in 5 minutes where 1.0 learned "
         "3, with a constant lr (a second seed fell short at both; with the cosine lr schedule, the default "
-        "since, 4 of 6 on each of three seeds: benchmarks/README.md); the recipes and examples set 1.0, "
+        "since, 4 of 6 on three of four seeds: benchmarks/README.md); the recipes and examples set 1.0, "
         "the usual RL setting for a real model. A finite number: 0, or at least 1e-6 (smaller "
         "nonzero values overflow logits / temperature and are refused; use 0 for greedy). Engine "
         "log-probs are those of softmax(logits / temperature), before top-k / top-p truncation.",

@@ -64,8 +64,8 @@ class PolicyOptimConfig(OptimConfig):
         "run's lr then depends on its speed, as its length does). A run that ends at its peak lr stops wherever "
         "its last noisy step left the policy (on benchmarks/README.md's efficacy tasks a constant lr's "
         "held-out accuracy swung by 5-10 points between evaluations 50 steps apart); with the cosine the "
-        "defaults gained 10 points or more on 4 of those 6 tasks in 5 minutes on each of three seeds, where "
-        "the constant lr did on one seed of two. A cosine run keeps its length on --resume. `constant`: the "
+        "defaults gained 10 points or more on 4 of those 6 tasks in 5 minutes on three seeds of four (the fourth "
+        "0.3 points short on one task), where the constant lr did on one seed of three. A cosine run keeps its length on --resume. `constant`: the "
         "peak lr throughout (verl's default; the quickstart's).",
     )
     min_lr_ratio: float = Field(
