@@ -224,6 +224,8 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
             truncate_after_step(path, -1)
         return RunState.fresh(run, cfg)
     trainer_state = load_trainer_state(ckpt)
+    # refused before anything is loaded or written (RunState.fresh writes config.yaml)
+    TrainClock.check_resumed(trainer_state, cfg.train.max_seconds, cfg.train.optim.schedule, "train.max_seconds", ckpt)
     step = int(trainer_state["step"])
     placement.load(ckpt)
     placement.sync_weights(step)
@@ -238,6 +240,5 @@ def restore(run: RunDir, cfg: Config, placement: Placement, sampler: Sampler,
     log.info("resumed from %s (step %d); dropped %d records written after it", ckpt, step, dropped)
     state = RunState.fresh(run, cfg, step=step)
     state.skipped = int(trainer_state["skipped"])
-    TrainClock.check_resumed(trainer_state, cfg.train.max_seconds, cfg.train.optim.schedule, "train.max_seconds", ckpt)
     state.clock = TrainClock.restored(trainer_state, ckpt)
     return state

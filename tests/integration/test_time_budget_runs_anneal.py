@@ -86,6 +86,7 @@ def test_a_cosine_run_resumed_with_another_time_budget_is_refused(tmp_path, nano
     # without the run's config.yaml to compare with, the checkpoint's clock still knows the budget
     (run / "config.yaml").rename(tmp_path / "kept.yaml")
     assert main(["train", str(cfg), "--resume", "train.max_seconds=2000"]) == 2
+    assert not (run / "config.yaml").exists()                   # refused before the run's config was written
     err = capsys.readouterr().err
     assert "train.max_seconds=1000" in err and "2000" in err and "new run from the checkpoint's model" in err
     assert [r["step"] for r in metrics(run)] == [1, 2]
