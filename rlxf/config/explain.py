@@ -146,8 +146,7 @@ def _schedule_row(cfg: Config) -> tuple[str, str, str]:
     warmup = f"{o.warmup_steps} warm-up steps, then " if o.warmup_steps else ""
     if o.schedule == "constant":
         return "actor lr schedule", "constant", f"{warmup}train.optim.schedule"
-    over = f"{warmup}down to {o.min_lr_ratio:g} x lr over the {cfg.derived.optimizer_steps_per_step * t.steps:,} " \
-           "optimizer steps"
+    over = f"{warmup}down to {o.min_lr_ratio:g} x lr over the {cfg.derived.actor_optimizer_steps:,} optimizer steps"
     if t.max_seconds is not None:
         over += f", or train.max_seconds={t.max_seconds:g} where that ends first"
     return "actor lr schedule", "cosine", over

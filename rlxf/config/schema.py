@@ -185,6 +185,7 @@ class Config(Section):
             mini_batch_size=mini,
             optimizer_steps_per_epoch=per_epoch,
             optimizer_steps_per_step=per_epoch * self.train.ppo_epochs,
+            actor_optimizer_steps=per_epoch * self.train.ppo_epochs * max(1, self.train.steps - self.critic.warmup_steps),
             micro_batch_size=micro,
             grad_accum_steps=mini // micro,
             micro_batches_per_step=samples // micro * self.train.ppo_epochs,

@@ -153,6 +153,7 @@ class TrainDerived(Section):
     micro_batch_size: int           # train.micro_batch_size, capped at the mini-batch
     optimizer_steps_per_epoch: int
     optimizer_steps_per_step: int
+    actor_optimizer_steps: int      # the actor's in the run, what its lr schedule spans (not the critic's warm-up)
     grad_accum_steps: int
     micro_batches_per_step: int
     max_tokens_per_sample: int

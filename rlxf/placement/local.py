@@ -49,10 +49,9 @@ def build_learner(cfg: Config, model, tokenizer, *, reference_model=None, critic
                        chunk_size=cfg.model.logprob_chunk_size)
     total_optimizer_steps = d.optimizer_steps_per_step * cfg.train.steps
     # the actor waits while the critic warms up (critic.warmup_steps): its lr schedule spans the
-    # steps it takes, so that a cosine one ends at min_lr_ratio as the critic's does
-    actor_steps = d.optimizer_steps_per_step * max(1, cfg.train.steps - cfg.critic.warmup_steps)
+    # steps it takes (d.actor_optimizer_steps), so that a cosine one ends at min_lr_ratio as the critic's does
     actor = Actor(model, PolicyObjective.from_config(cfg.algorithm, cfg.rollout.max_new_tokens),
-                  cfg.train.optim, actor_steps, spec, mini_batch_size=d.mini_batch_size, dp=dp,
+                  cfg.train.optim, d.actor_optimizer_steps, spec, mini_batch_size=d.mini_batch_size, dp=dp,
                   ptx_coef=cfg.algorithm.ptx_coef)
 
     reference = None

@@ -77,8 +77,8 @@ def train(cfg: Config, run: RunDir, placement: Placement, *, resume: bool = Fals
     state = restore(run, cfg, placement, sampler, extra) if resume else RunState.fresh(run, cfg)
     state.clock.budget = cfg.train.max_seconds  # kept in each checkpoint: a cosine schedule anneals over it
     if cfg.train.optim.schedule == "cosine":
-        optim, total = cfg.train.optim, cfg.derived.optimizer_steps_per_step * cfg.train.steps
-        log.info("lr schedule: cosine down to %g x lr over %d optimizer steps%s", optim.min_lr_ratio, total,
+        log.info("lr schedule: cosine down to %g x lr over %d optimizer steps%s",
+                 cfg.train.optim.min_lr_ratio, cfg.derived.actor_optimizer_steps,
                  "" if cfg.train.max_seconds is None else
                  f", or over train.max_seconds={cfg.train.max_seconds:g} where that ends first")
     end = cfg.train.steps  # the last step to take; a resumed run that ended by its time budget takes none

@@ -105,11 +105,12 @@ def run_sft(cfg: Config, run: RunDir, *, resume: bool = False) -> dict[str, floa
         return recorded_metrics(run, start)
     # the training time so far, which sft.max_seconds budgets (restarted, a resume got a whole budget more)
     resumed_from = run.checkpoints / f"step_{start}"
+    clock = TrainClock()
     if start:
         trainer_state = load_trainer_state(resumed_from)
         TrainClock.check_resumed(trainer_state, cfg.sft.max_seconds, cfg.sft.optim.schedule, "sft.max_seconds",
                                  resumed_from)
-    clock = TrainClock.restored(trainer_state, resumed_from) if start else TrainClock()
+        clock = TrainClock.restored(trainer_state, resumed_from)
     clock.budget = cfg.sft.max_seconds
     stopped = _stopped_at(cfg, run, start) if resume else None
     if stopped is not None:   # the run ended there by sft.stop_when: resuming it trains no further
